@@ -1,0 +1,31 @@
+# The two commands a new machine needs:
+#   make run    build static/ (runtime, wheels, page, demo model) and serve it on 127.0.0.1:$(PORT)
+#   make test   install what the tests need (Chromium from Debian included), build, run every test
+PYTHON ?= python3
+PORT ?= 8000
+
+.PHONY: run build models test test-deps unit bench clean
+
+models:
+	$(PYTHON) build_scripts/fetch_models.py
+
+build:
+	$(PYTHON) build_scripts/build_static.py
+
+run: build
+	$(PYTHON) build_scripts/serve.py --port $(PORT)
+
+test-deps:
+	bash build_scripts/install_test_deps.sh
+
+test: test-deps models build
+	$(PYTHON) -m pytest
+
+unit:
+	$(PYTHON) -m pytest -m "not node and not browser"
+
+bench:
+	$(PYTHON) bench/run.py
+
+clean:
+	rm -rf static build dist *.egg-info

@@ -1,0 +1,27 @@
+"""The one family of errors pyengine raises for bad input.
+
+Every message is meant for a person: it names the file, byte offset, key or
+tensor at fault. The CLI prints ``error: <message>`` and exits 1; the browser
+worker posts the message to the page. Anything *not* derived from
+:class:`PyEngineError` is a bug in pyengine.
+"""
+
+
+class PyEngineError(Exception):
+    """Base of every error caused by the user's input (files, prompts, options)."""
+
+
+class GGUFError(PyEngineError):
+    """A GGUF file (or a split set) is malformed, truncated, hostile or unsupported."""
+
+
+class ModelError(PyEngineError):
+    """The model cannot be built: unsupported architecture, missing key or tensor, bad shape."""
+
+
+class TokenizerError(PyEngineError):
+    """The tokenizer in the GGUF is unsupported or inconsistent."""
+
+
+class TemplateError(PyEngineError):
+    """A chat template failed to render."""

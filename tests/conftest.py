@@ -1,0 +1,45 @@
+"""Shared test fixtures: paths to the tiny fixture models and the real models.
+
+Real-model tests skip when ``models/`` has not been fetched, except under CI
+(``CI=true``), where a missing model is a failure: ``make test`` fetches them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+GOLDEN = Path(__file__).resolve().parent / "golden"
+MODELS = ROOT / "models"
+
+GEMMA3 = MODELS / "gemma-3-270m-q4_k_m.gguf"
+SMOLLM2 = MODELS / "SmolLM2-135M-Instruct.Q4_1.gguf"
+TINY = {name: FIXTURES / f"tiny-{name}.gguf" for name in ("llama", "llama-q4km", "qwen2", "qwen3", "gemma3")}
+
+
+def _need(path: Path) -> Path:
+    if not path.exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{path} is missing: run build_scripts/fetch_models.py")
+        pytest.skip(f"{path.name} not fetched (python build_scripts/fetch_models.py)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def gemma3_path() -> Path:
+    return _need(GEMMA3)
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> Path:
+    return _need(SMOLLM2)
+
+
+@pytest.fixture(scope="session")
+def fixtures_reference() -> dict:
+    return json.loads((FIXTURES / "fixtures-reference.json").read_text())
