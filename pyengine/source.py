@@ -1,0 +1,82 @@
+"""Byte sources: the only way pyengine touches a model file's bytes.
+
+In the browser there is no mmap and no path: the worker sees the user's ``File``
+only through reads of ``(offset, length)``, each costing ~1 ms whatever its
+size. So the engine is written against this tiny interface and nothing else:
+
+- ``name: str``   -- shown in error messages (the file name),
+- ``size: int``   -- the file's size in bytes,
+- ``read(offset, length) -> bytes`` -- exactly ``length`` bytes, fewer only at
+  end of file,
+- ``reads: int``  -- how many ``read`` calls were made (tests and benchmarks
+  count them; readers must ask for large chunks).
+
+:class:`FileSource` reads a local file with plain ``seek``/``read``;
+:class:`BytesSource` serves bytes in memory (tests). The worker adds a source
+over the browser ``File`` with the same four members.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def _check_range(offset: int, length: int) -> None:
+    if offset < 0 or length < 0:
+        raise ValueError(f"read at offset {offset} of length {length}: both must be >= 0")
+
+
+class FileSource:
+    """A local file, read with ``seek``/``read`` (never mmap).
+
+    The file stays open until :meth:`close` (or the end of a ``with`` block).
+    ``size`` is taken once, at open.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = os.fspath(path)
+        self.name = os.path.basename(self.path)
+        self._f = open(self.path, "rb")
+        self.size = os.fstat(self._f.fileno()).st_size
+        self.reads = 0
+
+    def read(self, offset: int, length: int) -> bytes:
+        """``length`` bytes from ``offset`` (fewer only at end of file)."""
+        _check_range(offset, length)
+        self.reads += 1
+        self._f.seek(offset)
+        return self._f.read(length)
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> FileSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"FileSource({self.path!r}, size={self.size})"
+
+
+class BytesSource:
+    """Bytes held in memory, named like a file (for tests and generated files)."""
+
+    def __init__(self, data: bytes | bytearray | memoryview, name: str = "<bytes>"):
+        self._data = memoryview(bytes(data))
+        self.name = name
+        self.size = len(self._data)
+        self.reads = 0
+
+    def read(self, offset: int, length: int) -> bytes:
+        """``length`` bytes from ``offset`` (fewer only at the end of the data)."""
+        _check_range(offset, length)
+        self.reads += 1
+        return bytes(self._data[offset:offset + length])
+
+    def close(self) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"BytesSource(name={self.name!r}, size={self.size})"
