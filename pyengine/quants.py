@@ -1,0 +1,405 @@
+"""Dequantization: the raw blocks of a ggml tensor to float32 weights.
+
+A quantized tensor is a run of blocks (see :mod:`pyengine.ggml`); a block of
+``type_size`` bytes holds ``block_size`` weights. Each dequantizer below takes
+the blocks as a ``(n_blocks, type_size)`` uint8 array, slices it field by field
+in the order of ggml's C struct (``ggml-common.h``), and writes the weights into
+a ``(n_blocks, block_size)`` float32 array. The bit layout of each block is
+drawn above its function; the math is ggml's ``dequantize_row_*``
+(``ggml-quants.c``) and the results are bit-exact with ``gguf.quants.dequantize``:
+scales are f16 converted to float32 first, each product or difference is one
+float32 operation in the same order as gguf-py's, and integer codes become
+float32 exactly.
+
+The work is vectorized over blocks (no Python loop per block) and done
+:data:`CHUNK_ELEMENTS` weights at a time, so the temporaries stay a few MiB
+whatever the tensor: peak memory is the float32 output plus a little. Bit
+twiddling is done on uint8 arrays (cheap everywhere); the float32 passes are
+one multiply and at most one add or subtract per weight. Lookup tables are used
+only where the codes are non-linear (IQ4): fancy indexing is slow in Pyodide.
+
+Multi-byte fields are read as little-endian (``'<f2'``, ``'<u2'``, ...): GGUF
+files are little-endian, and big-endian files are byte-swapped by the reader.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from pyengine.errors import GGUFError
+from pyengine.ggml import GGMLType
+
+CHUNK_ELEMENTS = 1 << 18  # weights dequantized per step: 1 MiB of float32 output
+
+
+# ---------------------------------------------------------------------------
+# Helpers: fields, f16 scales, bit planes
+# ---------------------------------------------------------------------------
+
+def _fields(blocks: np.ndarray, *sizes: int) -> list[np.ndarray]:
+    """Split (n, type_size) blocks into column views of the given byte sizes, in struct order."""
+    assert sum(sizes) == blocks.shape[1], (sizes, blocks.shape)
+    edges = np.cumsum(sizes)[:-1].tolist()
+    return np.split(blocks, edges, axis=1)
+
+
+def _f16(field: np.ndarray) -> np.ndarray:
+    """(n, 2k) uint8 -> (n, k) float32: little-endian f16 scales, converted exactly."""
+    return field.view("<f2").astype(np.float32)
+
+
+def _planes(x: np.ndarray, bits: int, count: int) -> np.ndarray:
+    """Unpack ``count`` fields of ``bits`` bits from each element of x, lowest bits first.
+
+    x (..., m) unsigned -> (..., count, m) of x's dtype, plane k = (x >> (bits * k)) & mask.
+    Nibbles are ``_planes(x, 4, 2)``, 2-bit codes ``_planes(x, 2, 4)``, single bits
+    ``_planes(x, 1, 8)``.
+    """
+    shifts = np.arange(0, bits * count, bits, dtype=x.dtype).reshape(count, 1)
+    q = np.right_shift(x[..., None, :], shifts)  # (..., count, m)
+    np.bitwise_and(q, (1 << bits) - 1, out=q)
+    return q
+
+
+def _offset(q: np.ndarray, zero: int) -> np.ndarray:
+    """uint8 codes q (in place) -> int8 q - zero, for the symmetric types."""
+    np.subtract(q, zero, out=q)  # wraps modulo 256; the int8 view reads it signed
+    return q.view(np.int8)
+
+
+# ---------------------------------------------------------------------------
+# Plain types: a cast per element
+# ---------------------------------------------------------------------------
+
+def _plain(dtype: str) -> Callable[[np.ndarray, np.ndarray], None]:
+    """Dequantizer for an unquantized type: each element is one little-endian ``dtype``."""
+    def dequantize_plain(blocks: np.ndarray, out: np.ndarray) -> None:
+        np.copyto(out, blocks.view(dtype))  # (n, 1) -> (n, 1) float32 (exact for F32/F16, rounded for F64/I32)
+    dequantize_plain.__name__ = f"dequantize_{dtype}"
+    return dequantize_plain
+
+
+def dequantize_bf16(blocks: np.ndarray, out: np.ndarray) -> None:
+    """BF16: the top 16 bits of a float32 (ggml ``ggml_bf16_to_fp32``): shift left by 16."""
+    np.left_shift(blocks.view("<u2"), 16, out=out.view(np.uint32), dtype=np.uint32)
+
+
+# ---------------------------------------------------------------------------
+# 32-weight blocks: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
+# ---------------------------------------------------------------------------
+# Weights 0..15 of a 4-bit block are the low nibbles of qs[0..15], weights
+# 16..31 the high nibbles:  qs[j] = hhhhllll -> w[j] = llll, w[j + 16] = hhhh.
+# The 5-bit types add qh (32 bits, little-endian): bit i is bit 4 of w[i].
+
+def _q4_codes(qs: np.ndarray) -> np.ndarray:
+    """qs (n, 16) uint8 -> (n, 32) uint8 4-bit codes in weight order."""
+    return _planes(qs, 4, 2).reshape(len(qs), 32)
+
+
+def _q5_codes(qh: np.ndarray, qs: np.ndarray) -> np.ndarray:
+    """qh (n, 4), qs (n, 16) uint8 -> (n, 32) uint8 5-bit codes in weight order."""
+    q = _q4_codes(qs)                                     # (n, 32) low 4 bits
+    h = np.unpackbits(qh, axis=1, bitorder="little")      # (n, 32) bit i of qh -> weight i
+    np.left_shift(h, 4, out=h)
+    np.bitwise_or(q, h, out=q)
+    return q
+
+
+def dequantize_q4_0(blocks: np.ndarray, out: np.ndarray) -> None:
+    """Q4_0 block (18 bytes): d f16 | qs[16] nibbles.  w = d * (q - 8).
+
+    ggml ``dequantize_row_q4_0``.
+    """
+    d, qs = _fields(blocks, 2, 16)
+    np.multiply(_offset(_q4_codes(qs), 8), _f16(d), out=out)  # (n, 32) * (n, 1)
+
+
+def dequantize_q4_1(blocks: np.ndarray, out: np.ndarray) -> None:
+    """Q4_1 block (20 bytes): d f16 | m f16 | qs[16] nibbles.  w = d * q + m.
+
+    ggml ``dequantize_row_q4_1``.
+    """
+    d, m, qs = _fields(blocks, 2, 2, 16)
+    np.multiply(_q4_codes(qs), _f16(d), out=out)  # (n, 32) * (n, 1)
+    np.add(out, _f16(m), out=out)
+
+
+def dequantize_q5_0(blocks: np.ndarray, out: np.ndarray) -> None:
+    """Q5_0 block (22 bytes): d f16 | qh[4] (bit 4 of each weight) | qs[16] nibbles.  w = d * (q - 16).
+
+    ggml ``dequantize_row_q5_0``.
+    """
+    d, qh, qs = _fields(blocks, 2, 4, 16)
+    np.multiply(_offset(_q5_codes(qh, qs), 16), _f16(d), out=out)  # (n, 32) * (n, 1)
+
+
+def dequantize_q5_1(blocks: np.ndarray, out: np.ndarray) -> None:
+    """Q5_1 block (24 bytes): d f16 | m f16 | qh[4] | qs[16] nibbles.  w = d * q + m.
+
+    ggml ``dequantize_row_q5_1``.
+    """
+    d, m, qh, qs = _fields(blocks, 2, 2, 4, 16)
+    np.multiply(_q5_codes(qh, qs), _f16(d), out=out)  # (n, 32) * (n, 1)
+    np.add(out, _f16(m), out=out)
+
+
+def dequantize_q8_0(blocks: np.ndarray, out: np.ndarray) -> None:
+    """Q8_0 block (34 bytes): d f16 | qs[32] int8.  w = d * q.
+
+    ggml ``dequantize_row_q8_0``.
+    """
+    d, qs = _fields(blocks, 2, 32)
+    np.multiply(qs.view(np.int8), _f16(d), out=out)  # (n, 32) * (n, 1)
+
+
+# ---------------------------------------------------------------------------
+# K-quants: 256-weight super-blocks of 16 or 8 sub-blocks with their own scales
+# ---------------------------------------------------------------------------
+
+def _scale_min_k4(scales: np.ndarray) -> np.ndarray:
+    """The 8 six-bit scales and 8 six-bit mins of Q4_K/Q5_K (ggml ``get_scale_min_k4``).
+
+    scales (n, 12) uint8 -> (n, 2, 8) uint8: [:, 0] scales, [:, 1] mins.
+
+        byte  0..3   EEaaaaaa   a = scale 0..3,  EE = bits 4-5 of scale 4..7
+        byte  4..7   FFbbbbbb   b = min 0..3,    FF = bits 4-5 of min 4..7
+        byte  8..11  ffffeeee   eeee = bits 0-3 of scale 4..7, ffff = of min 4..7
+    """
+    a, b, c = scales[:, 0:4], scales[:, 4:8], scales[:, 8:12]
+    sm = np.empty((len(scales), 2, 8), np.uint8)
+    np.bitwise_and(a, 63, out=sm[:, 0, :4])
+    np.bitwise_and(b, 63, out=sm[:, 1, :4])
+    sm[:, 0, 4:] = (c & 15) | ((a >> 6) << 4)
+    sm[:, 1, 4:] = (c >> 4) | ((b >> 6) << 4)
+    return sm
+
+
+def dequantize_q2_k(blocks: np.ndarray, out: np.ndarray) -> None:
+    """Q2_K block (84 bytes): scales[16] | qs[64] | d f16 | dmin f16.
+
+    scales[i] = mmmmssss for sub-block i of 16 weights: w = (d * s) * q - (dmin * m).
+    qs: 2 halves of 32 bytes; 2-bit field k (bits 2k..2k+1) of byte l of half h is
+    weight 128h + 32k + l.  ggml ``dequantize_row_q2_K``.
+    """
+    n = len(blocks)
+    scales, qs, d, dmin = _fields(blocks, 16, 64, 2, 2)
+    dl = _f16(d) * (scales & 15)                                # (n, 16) float32
+    ml = _f16(dmin) * (scales >> 4)                             # (n, 16) float32
+    q = _planes(qs.reshape(n, 2, 32), 2, 4).reshape(n, 16, 16)  # (n, sub-block, weight)
+    o = out.reshape(n, 16, 16)
+    np.multiply(q, dl[:, :, None], out=o)
+    np.subtract(o, ml[:, :, None], out=o)
+
+
+def dequantize_q3_k(blocks: np.ndarray, out: np.ndarray) -> None:
+    """Q3_K block (110 bytes): hmask[32] | qs[64] | scales[12] | d f16.
+
+    Weight 128h + 32k + l (half h, field k, byte l): low 2 bits are field k of
+    qs[32h + l]; bit 2 is bit 4h + k of hmask[l]; q = that 3-bit code - 4.
+    16 six-bit scales s (offset by 32), one per 16 weights:
+
+        byte 0..7   hhhhllll   llll = bits 0-3 of scale i, hhhh = of scale i + 8
+        byte 8..11  ddccbbaa   bits 4-5 of scale j (aa), j+4 (bb), j+8 (cc), j+12 (dd)
+
+    w = (d * (s - 32)) * q.  ggml ``dequantize_row_q3_K``.
+    """
+    n = len(blocks)
+    hmask, qs, scales, d = _fields(blocks, 32, 64, 12, 2)
+    s = _planes(scales[:, :8], 4, 2).reshape(n, 16)           # bits 0-3
+    hi = _planes(scales[:, 8:], 2, 4).reshape(n, 16)          # bits 4-5
+    np.left_shift(hi, 4, out=hi)
+    np.bitwise_or(s, hi, out=s)
+    dl = _f16(d) * _offset(s, 32)                             # (n, 16) float32
+    q = _planes(qs.reshape(n, 2, 32), 2, 4).reshape(n, 8, 32)  # (n, 4h + k, l) low 2 bits
+    h = _planes(hmask, 1, 8)                                  # (n, 4h + k, l) bit 2
+    np.left_shift(h, 2, out=h)
+    np.bitwise_or(q, h, out=q)
+    np.multiply(_offset(q, 4).reshape(n, 16, 16), dl[:, :, None], out=out.reshape(n, 16, 16))
+
+
+def dequantize_q4_k(blocks: np.ndarray, out: np.ndarray) -> None:
+    """Q4_K block (144 bytes): d f16 | dmin f16 | scales[12] | qs[128].
+
+    8 sub-blocks of 32 weights with 6-bit scale s and min m (see ``_scale_min_k4``):
+    w = (d * s) * q - (dmin * m).  qs: 4 chunks of 32 bytes; chunk c holds
+    sub-block 2c in its low nibbles and 2c + 1 in its high nibbles.
+    ggml ``dequantize_row_q4_K``.
+    """
+    n = len(blocks)
+    d, dmin, scales, qs = _fields(blocks, 2, 2, 12, 128)
+    sm = _scale_min_k4(scales)
+    dl = _f16(d) * sm[:, 0]                                    # (n, 8) float32
+    ml = _f16(dmin) * sm[:, 1]                                 # (n, 8) float32
+    q = _planes(qs.reshape(n, 4, 32), 4, 2).reshape(n, 8, 32)  # (n, sub-block, weight)
+    o = out.reshape(n, 8, 32)
+    np.multiply(q, dl[:, :, None], out=o)
+    np.subtract(o, ml[:, :, None], out=o)
+
+
+def dequantize_q5_k(blocks: np.ndarray, out: np.ndarray) -> None:
+    """Q5_K block (176 bytes): d f16 | dmin f16 | scales[12] | qh[32] | qs[128].
+
+    As Q4_K, plus bit 4 of weight l of sub-block j is bit j of qh[l].
+    w = (d * s) * q - (dmin * m).  ggml ``dequantize_row_q5_K``.
+    """
+    n = len(blocks)
+    d, dmin, scales, qh, qs = _fields(blocks, 2, 2, 12, 32, 128)
+    sm = _scale_min_k4(scales)
+    dl = _f16(d) * sm[:, 0]                                    # (n, 8) float32
+    ml = _f16(dmin) * sm[:, 1]                                 # (n, 8) float32
+    q = _planes(qs.reshape(n, 4, 32), 4, 2).reshape(n, 8, 32)  # (n, sub-block, weight) low 4 bits
+    h = _planes(qh, 1, 8)                                      # (n, sub-block, weight) bit 4
+    np.left_shift(h, 4, out=h)
+    np.bitwise_or(q, h, out=q)
+    o = out.reshape(n, 8, 32)
+    np.multiply(q, dl[:, :, None], out=o)
+    np.subtract(o, ml[:, :, None], out=o)
+
+
+def dequantize_q6_k(blocks: np.ndarray, out: np.ndarray) -> None:
+    """Q6_K block (210 bytes): ql[128] | qh[64] | scales[16] int8 | d f16.
+
+    Weight 128h + 32k + l (half h, quarter k, l < 32): low 4 bits are nibble
+    k // 2 of ql[64h + 32(k % 2) + l]; bits 4-5 are field k (bits 2k..2k+1) of
+    qh[32h + l]; q = that 6-bit code - 32.  One int8 scale s per 16 weights:
+    w = (d * s) * q.  ggml ``dequantize_row_q6_K``.
+    """
+    n = len(blocks)
+    ql, qh, scales, d = _fields(blocks, 128, 64, 16, 2)
+    q = _planes(ql.reshape(n, 2, 64), 4, 2).reshape(n, 2, 4, 32)  # (n, h, k, l) low 4 bits
+    hi = _planes(qh.reshape(n, 2, 32), 2, 4)                      # (n, h, k, l) bits 4-5
+    np.left_shift(hi, 4, out=hi)
+    np.bitwise_or(q, hi, out=q)
+    dl = _f16(d) * scales.view(np.int8)                           # (n, 16) float32
+    np.multiply(_offset(q, 32).reshape(n, 16, 16), dl[:, :, None], out=out.reshape(n, 16, 16))
+
+
+# ---------------------------------------------------------------------------
+# IQ4: 4-bit indices into a non-linear table of int8 values
+# ---------------------------------------------------------------------------
+
+IQ4_VALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)  # ggml kvalues_iq4nl
+
+
+def _iq4_pair_table() -> np.ndarray:
+    """(256,) uint16: for byte b, the int8 pair (value[b & 15], value[b >> 4]) in memory order."""
+    values = np.array(IQ4_VALUES, np.int8)
+    b = np.arange(256)
+    pairs = np.stack([values[b & 15], values[b >> 4]], axis=1)  # (256, 2) int8
+    return pairs.view(np.uint16).reshape(256)
+
+
+_IQ4_PAIRS = _iq4_pair_table()
+
+
+def _iq4_values(qs: np.ndarray) -> np.ndarray:
+    """qs (..., 16) uint8 -> (..., 2, 16) int8 view: [0] values of low nibbles, [1] of high.
+
+    One table lookup per byte gives both of its weights (lookups are the slow part).
+    """
+    pairs = _IQ4_PAIRS[qs].view(np.int8)                  # (..., 32): lo0 hi0 lo1 hi1 ...
+    return pairs.reshape(qs.shape + (2,)).swapaxes(-1, -2)
+
+
+def dequantize_iq4_nl(blocks: np.ndarray, out: np.ndarray) -> None:
+    """IQ4_NL block (18 bytes): d f16 | qs[16] nibbles as Q4_0.  w = d * IQ4_VALUES[q].
+
+    ggml ``dequantize_row_iq4_nl``.
+    """
+    n = len(blocks)
+    d, qs = _fields(blocks, 2, 16)
+    np.multiply(_iq4_values(qs), _f16(d)[:, :, None], out=out.reshape(n, 2, 16))
+
+
+def dequantize_iq4_xs(blocks: np.ndarray, out: np.ndarray) -> None:
+    """IQ4_XS block (136 bytes): d f16 | scales_h u16 | scales_l[4] | qs[128].
+
+    8 sub-blocks of 32 weights, each laid out as an IQ4_NL block's qs[16].
+    Six-bit scale of sub-block i: bits 0-3 are nibble i % 2 of scales_l[i // 2],
+    bits 4-5 are bits 2i..2i+1 of scales_h.  w = (d * (s - 32)) * IQ4_VALUES[q].
+    ggml ``dequantize_row_iq4_xs``.
+    """
+    n = len(blocks)
+    d, scales_h, scales_l, qs = _fields(blocks, 2, 2, 4, 128)
+    s = _planes(scales_l[:, :, None], 4, 2).reshape(n, 8)                 # bits 0-3
+    hi = _planes(scales_h.view("<u2"), 2, 8).reshape(n, 8).astype(np.uint8)  # bits 4-5
+    np.left_shift(hi, 4, out=hi)
+    np.bitwise_or(s, hi, out=s)
+    dl = _f16(d) * _offset(s, 32)                                         # (n, 8) float32
+    np.multiply(_iq4_values(qs.reshape(n, 8, 16)), dl[:, :, None, None], out=out.reshape(n, 8, 2, 16))
+
+
+# ---------------------------------------------------------------------------
+# The table, and the entry point
+# ---------------------------------------------------------------------------
+
+DEQUANTIZERS: dict[str, Callable[[np.ndarray, np.ndarray], None]] = {
+    # ggml type name: fn(blocks (n, type_size) uint8, out (n, block_size) float32)
+    "F32": _plain("<f4"),
+    "F16": _plain("<f2"),
+    "BF16": dequantize_bf16,
+    "F64": _plain("<f8"),
+    "I8": _plain("i1"),
+    "I16": _plain("<i2"),
+    "I32": _plain("<i4"),
+    "Q4_0": dequantize_q4_0,
+    "Q4_1": dequantize_q4_1,
+    "Q5_0": dequantize_q5_0,
+    "Q5_1": dequantize_q5_1,
+    "Q8_0": dequantize_q8_0,
+    "Q2_K": dequantize_q2_k,
+    "Q3_K": dequantize_q3_k,
+    "Q4_K": dequantize_q4_k,
+    "Q5_K": dequantize_q5_k,
+    "Q6_K": dequantize_q6_k,
+    "IQ4_NL": dequantize_iq4_nl,
+    "IQ4_XS": dequantize_iq4_xs,
+}
+
+
+def dequantize(blocks: np.ndarray | bytes, ggml_type: GGMLType, n_elements: int,
+               name: str | None = None, out: np.ndarray | None = None) -> np.ndarray:
+    """Dequantize the raw bytes of a tensor to float32.
+
+    blocks: uint8 array (any shape, read flat) or bytes-like, exactly
+        ``n_elements // block_size * type_size`` bytes of ``ggml_type`` blocks.
+    ggml_type: a row of :data:`pyengine.ggml.GGML_TYPES`.
+    n_elements: weights in the tensor, a multiple of ``ggml_type.block_size``.
+    name: the tensor's name, for error messages.
+    out: optional float32 C-contiguous array of ``n_elements`` to write into.
+    Returns: float32 array of shape ``(n_elements,)`` (``out`` flattened, if given).
+
+    Raises GGUFError (naming the tensor and type) for a type with no dequantizer
+    here (supported: the keys of :data:`DEQUANTIZERS`), an element count that is
+    not whole blocks, or a byte length that does not match.
+    The math per type is ggml's ``dequantize_row_<type>``; bit-exact with
+    ``gguf.quants.dequantize``.
+    """
+    what = f"tensor {name!r}: " if name else ""
+    fn = DEQUANTIZERS.get(ggml_type.name)
+    if fn is None:
+        raise GGUFError(f"{what}cannot dequantize ggml type {ggml_type.name} (id {ggml_type.id}); "
+                        f"supported types: {', '.join(DEQUANTIZERS)}")
+    bs, ts = ggml_type.block_size, ggml_type.type_size
+    if n_elements < 0 or n_elements % bs:
+        raise GGUFError(f"{what}{n_elements} elements is not a whole number of "
+                        f"{ggml_type.name} blocks of {bs}")
+    raw = np.frombuffer(blocks, np.uint8) if not isinstance(blocks, np.ndarray) else blocks.reshape(-1)
+    if raw.dtype != np.uint8:
+        raise TypeError(f"blocks must be uint8, not {raw.dtype}")
+    n_blocks = n_elements // bs
+    if raw.size != n_blocks * ts:
+        raise GGUFError(f"{what}{ggml_type.name} data is {raw.size} bytes, expected {n_blocks * ts} "
+                        f"({n_elements} elements = {n_blocks} blocks of {ts} bytes)")
+    if out is None:
+        out = np.empty(n_elements, np.float32)
+    elif out.dtype != np.float32 or out.size != n_elements or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous float32 array of {n_elements} elements")
+    src = raw.reshape(n_blocks, ts)
+    dst = out.reshape(n_blocks, bs)
+    step = max(1, CHUNK_ELEMENTS // bs)  # blocks per step
+    for start in range(0, n_blocks, step):
+        fn(src[start:start + step], dst[start:start + step])
+    return out.reshape(n_elements)
