@@ -1,0 +1,103 @@
+"""Assemble ``static/``, everything the browser app needs, served as is from 127.0.0.1.
+
+    python build_scripts/build_static.py [--no-model]
+
+static/
+  pyodide/            Pyodide 0.27.7 core (npm) + numpy, micropip, packaging wheels (sha256 from its lock file)
+  wheels/             pyengine, jinja2, pure-Python markupsafe + manifest.json (install order, sha256)
+  models/             the demo model (SmolLM2-135M-Instruct Q4_1, hard-linked from models/) + demo.json
+  files.json          every file but the models (path, size, sha256) and a version: the service worker's list
+  ...                 the page: a copy of web/
+
+Downloads are pinned by sha256 and cached in .cache/, so after the first run nothing needs the network;
+each file is written only when its bytes change, and files left from an earlier build are removed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import time
+from pathlib import Path
+
+from buildlib import ROOT, STATIC, install_bytes, install_file, link_file, prune, sha256_of
+from build_wheels import build_wheels
+from fetch_models import MODELS, fetch
+from fetch_runtime import build_runtime
+
+WEB = ROOT / "web"
+RESERVED = ("pyodide", "wheels", "models", "files.json")  # written by the build, not by web/
+DEMO_MODEL = ("smollm2", "SmolLM2-135M-Instruct (Q4_1)")   # (key in fetch_models.MODELS, name shown on the page)
+
+
+def build_page(dest: Path) -> dict[Path, str]:
+    """Copy every file of ``web/`` into ``dest`` at the same relative path."""
+    done = {}
+    for src in sorted(WEB.rglob("*")) if WEB.is_dir() else []:
+        rel = src.relative_to(WEB)
+        if not src.is_file() or "__pycache__" in rel.parts or rel.name.startswith("."):
+            continue
+        if rel.parts[0] in RESERVED:
+            raise SystemExit(f"error: web/{rel} collides with static/{rel.parts[0]}, which the build writes")
+        done[dest / rel] = install_file(src, dest / rel)
+    return done
+
+
+def build_demo_model(dest: Path) -> dict[Path, str]:
+    """Fetch the demo model into models/ (sha256-checked), link it into ``dest`` and describe it in demo.json.
+
+    demo.json: ``{"display_name", "file", "url" (relative to static/), "size" (bytes), "sha256"}``.
+    """
+    key, display_name = DEMO_MODEL
+    model = MODELS[key]
+    src = fetch(model, ROOT / "models")
+    done = {dest / model.name: link_file(src, dest / model.name)}
+    demo = {"display_name": display_name, "file": model.name, "url": f"models/{model.name}",
+            "size": model.size, "sha256": model.sha256}
+    done[dest / "demo.json"] = install_bytes((json.dumps(demo, indent=2) + "\n").encode(), dest / "demo.json")
+    return done
+
+
+def files_listing(paths: list[Path]) -> bytes:
+    """files.json: ``{"version": sha256 of the listing, "files": [{"path", "size", "sha256"}]}``, paths from static/."""
+    files = [{"path": p.relative_to(STATIC).as_posix(), "size": p.stat().st_size, "sha256": sha256_of(p)}
+             for p in sorted(paths)]
+    version = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
+    return (json.dumps({"version": version, "files": files}, indent=2) + "\n").encode()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--no-model", action="store_true", help="leave the demo model out")
+    args = ap.parse_args()
+
+    t0 = time.monotonic()
+    steps = [("runtime", lambda: build_runtime(STATIC / "pyodide")),
+             ("wheels", lambda: build_wheels(STATIC / "wheels")),
+             ("page", lambda: build_page(STATIC))]
+    if not args.no_model:
+        steps.append(("demo model", lambda: build_demo_model(STATIC / "models")))
+    done: dict[Path, str] = {}
+    for label, step in steps:
+        t = time.monotonic()
+        result = step()
+        changed = sum(state != "ok" for state in result.values())
+        print(f"{label:<11} {len(result):3d} files, {changed:3d} written  ({time.monotonic() - t:.1f} s)")
+        done.update(result)
+    shell = [p for p in done if p.parent != STATIC / "models"]
+    listing = STATIC / "files.json"
+    done[listing] = install_bytes(files_listing(shell), listing)
+
+    for path, state in sorted(done.items()):
+        if state != "ok":
+            print(f"  {state:<8} {path.relative_to(ROOT)}")
+    for path in prune(STATIC, set(done)):
+        print(f"  removed  {path.relative_to(ROOT)}")
+    total = sum(p.stat().st_size for p in done)
+    print(f"static/: {len(done)} files, {total / 2**20:.1f} MiB, {sum(s != 'ok' for s in done.values())} written"
+          f" in {time.monotonic() - t0:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

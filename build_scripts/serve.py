@@ -1,0 +1,188 @@
+"""Serve ``static/`` on 127.0.0.1 with the headers that make the page cross-origin isolated.
+
+    python build_scripts/serve.py [--port 8000] [--root static]     (PORT=... works too; --port 0 picks a free one)
+
+Every response carries COOP ``same-origin``, COEP ``require-corp`` and CORP ``same-origin`` (so the page
+gets ``SharedArrayBuffer`` and Pyodide's interrupt buffer), and ``Cache-Control: no-cache`` (the browser
+revalidates; the service worker does the offline caching). Only regular files under the root are served:
+a path with ``..``, ``.``, a backslash or a NUL after percent-decoding, or one that resolves (through a
+symlink) outside the root, is a 404; directories serve their ``index.html`` and are never listed.
+GET and HEAD; a single ``Range: bytes=a-b`` gets a 206 (models are large).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+HOST = "127.0.0.1"
+
+CONTENT_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".mjs": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".json": "application/json",
+    ".map": "application/json",
+    ".wasm": "application/wasm",
+    ".zip": "application/zip",
+    ".whl": "application/zip",          # a wheel is a zip archive
+    ".gguf": "application/octet-stream",
+    ".png": "image/png",
+    ".svg": "image/svg+xml",
+    ".ico": "image/x-icon",
+    ".txt": "text/plain; charset=utf-8",
+    ".webmanifest": "application/manifest+json",
+}
+HEADERS = {
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Embedder-Policy": "require-corp",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-cache",
+}
+CHUNK = 1 << 20  # bytes per write when sending a file
+RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
+
+
+def resolve(root: Path, url_path: str) -> Path | None:
+    """The regular file under ``root`` (already resolved) that ``url_path`` names, or None.
+
+    None for: any decoded segment that is ``..`` or ``.``, a backslash or NUL, a target that resolves
+    outside ``root`` (symlinks included), a missing file, a directory without index.html.
+    """
+    path = unquote(urlsplit(url_path).path, errors="strict")
+    if not path.startswith("/") or "\\" in path or "\0" in path:
+        return None
+    parts = [p for p in path.split("/") if p]
+    if any(p in (".", "..") for p in parts):
+        return None
+    target = root.joinpath(*parts)
+    if path.endswith("/") or target.is_dir():
+        target = target / "index.html"
+    try:
+        real = target.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return None
+    if not real.is_relative_to(root) or not real.is_file():
+        return None
+    return real
+
+
+def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """(first, last) byte, inclusive, of a single ``bytes=a-b`` / ``a-`` / ``-n`` range; None for the whole file.
+
+    Raises ValueError for a range that cannot be satisfied (the caller answers 416).
+    """
+    if not header:
+        return None
+    m = RANGE.match(header.strip())
+    if not m or m.groups() == ("", ""):
+        return None  # multiple or malformed ranges: send the whole file, as RFC 9110 allows
+    a, b = m.groups()
+    if a == "":
+        first, last = max(0, size - int(b)), size - 1
+    else:
+        first, last = int(a), min(int(b), size - 1) if b else size - 1
+    if first > last or first >= size:
+        raise ValueError(header)
+    return first, last
+
+
+class Handler(BaseHTTPRequestHandler):
+    server_version = "pyengine-serve"
+    protocol_version = "HTTP/1.1"  # keep-alive: the page fetches a few dozen files
+    root: Path  # set by make_server
+
+    def do_GET(self) -> None:
+        self.send_file(body=True)
+
+    def do_HEAD(self) -> None:
+        self.send_file(body=False)
+
+    def send_file(self, body: bool) -> None:
+        try:
+            path = resolve(self.root, self.path)
+        except UnicodeDecodeError:
+            path = None
+        if path is None:
+            return self.send_status(HTTPStatus.NOT_FOUND)
+        size = path.stat().st_size
+        try:
+            rng = byte_range(self.headers.get("Range"), size)
+        except ValueError:
+            return self.send_status(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE, {"Content-Range": f"bytes */{size}"})
+        first, last = rng or (0, size - 1)
+        self.send_response(HTTPStatus.PARTIAL_CONTENT if rng else HTTPStatus.OK)
+        self.send_header("Content-Type", CONTENT_TYPES.get(path.suffix.lower(), "application/octet-stream"))
+        self.send_header("Content-Length", str(last - first + 1))
+        self.send_header("Accept-Ranges", "bytes")
+        if rng:
+            self.send_header("Content-Range", f"bytes {first}-{last}/{size}")
+        self.end_headers_with_policy()
+        if body:
+            with open(path, "rb") as f:
+                f.seek(first)
+                remaining = last - first + 1
+                while remaining > 0:
+                    chunk = f.read(min(CHUNK, remaining))
+                    if not chunk:
+                        break
+                    self.wfile.write(chunk)
+                    remaining -= len(chunk)
+
+    def send_status(self, status: HTTPStatus, extra: dict | None = None) -> None:
+        text = f"{status.value} {status.phrase}\n".encode()
+        self.send_response(status)
+        for key, value in (extra or {}).items():
+            self.send_header(key, value)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(text)))
+        self.end_headers_with_policy()
+        if self.command != "HEAD":
+            self.wfile.write(text)
+
+    def end_headers_with_policy(self) -> None:
+        for key, value in HEADERS.items():
+            self.send_header(key, value)
+        self.end_headers()
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 (the base class's name)
+        if os.environ.get("SERVE_QUIET") != "1":
+            super().log_message(format, *args)
+
+
+def make_server(root: Path, port: int) -> ThreadingHTTPServer:
+    """A threaded server for ``root`` bound to 127.0.0.1:``port`` (0: any free port)."""
+    handler = type("StaticHandler", (Handler,), {"root": root.resolve()})
+    server = ThreadingHTTPServer((HOST, port), handler)
+    server.daemon_threads = True
+    return server
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--port", type=int, default=int(os.environ.get("PORT") or 8000))
+    ap.add_argument("--root", type=Path, default=ROOT / "static")
+    args = ap.parse_args()
+    if not (args.root / "index.html").is_file():
+        sys.exit(f"error: {args.root}/index.html is missing: run `make build` first")
+    server = make_server(args.root, args.port)
+    print(f"serving {args.root} at http://{HOST}:{server.server_address[1]}/  (Ctrl+C stops)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+if __name__ == "__main__":
+    main()
