@@ -1,0 +1,159 @@
+"""build_scripts/serve.py: headers, content types, ranges, and nothing outside the root.
+
+The server runs as `make run` runs it (a subprocess, port from $PORT, here 0 = a free one) over a
+temporary root with a secret file beside it and symlinks pointing out.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET = b"outside the root\n"
+FILES = {  # path under the root -> (bytes, expected Content-Type)
+    "index.html": (b"<!doctype html><title>t</title>", "text/html; charset=utf-8"),
+    "app.mjs": (b"export const a = 1;", "text/javascript; charset=utf-8"),
+    "worker.js": (b"self.onmessage = () => {};", "text/javascript; charset=utf-8"),
+    "style.css": (b"body{}", "text/css; charset=utf-8"),
+    "pyodide/pyodide.asm.wasm": (b"\0asm\1\0\0\0", "application/wasm"),
+    "pyodide/python_stdlib.zip": (b"PK\5\6" + bytes(18), "application/zip"),
+    "pyodide/pyodide-lock.json": (b'{"packages": {}}', "application/json"),
+    "wheels/x-1.0-py3-none-any.whl": (b"PK\5\6" + bytes(18), "application/zip"),
+    "models/m.gguf": (b"GGUF" + bytes(range(60)), "application/octet-stream"),
+    "sub/index.html": (b"<p>sub</p>", "text/html; charset=utf-8"),
+}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    base = tmp_path_factory.mktemp("serve")
+    root = base / "static"
+    for rel, (data, _) in FILES.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    (root / "empty").mkdir()
+    (base / "secret.txt").write_bytes(SECRET)
+    (root / "link-out.txt").symlink_to(base / "secret.txt")
+    (root / "dir-out").symlink_to(base)
+    (root / "link-in.css").symlink_to(root / "style.css")
+    proc = subprocess.Popen([sys.executable, str(ROOT / "build_scripts" / "serve.py"), "--root", str(root)],
+                            env={**os.environ, "PORT": "0", "SERVE_QUIET": "1"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    m = re.search(r"http://([\d.]+):(\d+)/", line)
+    if not m:
+        proc.kill()
+        pytest.fail(f"serve.py printed no URL: {line!r} {proc.stderr.read()!r}")
+    yield m.group(1), int(m.group(2))
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def get(server, path: str, method: str = "GET", headers: dict | None = None):
+    conn = http.client.HTTPConnection(*server, timeout=10)
+    conn.request(method, path, headers=headers or {})
+    resp = conn.getresponse()
+    body = resp.read()
+    conn.close()
+    return resp, body
+
+
+def test_prints_a_loopback_url_and_listens_on_loopback_only(server):
+    host, port = server
+    assert host == "127.0.0.1"
+    listening = []  # (local address hex, port) of LISTEN sockets, from the kernel's table
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if os.path.exists(table):
+            for row in open(table).read().splitlines()[1:]:
+                local, state = row.split()[1], row.split()[3]
+                addr, p = local.split(":")
+                if state == "0A" and int(p, 16) == port:
+                    listening.append(addr)
+    assert listening == ["0100007F"]  # 127.0.0.1, little-endian; not 0.0.0.0 and not IPv6
+
+
+@pytest.mark.parametrize("rel", sorted(FILES))
+def test_serves_each_file_with_its_type_and_the_isolation_headers(server, rel):
+    resp, body = get(server, "/" + rel)
+    data, ctype = FILES[rel]
+    assert resp.status == 200
+    assert body == data
+    assert resp.getheader("Content-Type") == ctype
+    assert resp.getheader("Content-Length") == str(len(data))
+    assert resp.getheader("Cross-Origin-Opener-Policy") == "same-origin"
+    assert resp.getheader("Cross-Origin-Embedder-Policy") == "require-corp"
+    assert resp.getheader("Cross-Origin-Resource-Policy") == "same-origin"
+    assert resp.getheader("Cache-Control") == "no-cache"
+
+
+def test_directories_serve_index_html_and_are_never_listed(server):
+    assert get(server, "/")[1] == FILES["index.html"][0]
+    assert get(server, "/sub/")[1] == FILES["sub/index.html"][0]
+    assert get(server, "/sub")[1] == FILES["sub/index.html"][0]
+    resp, body = get(server, "/empty/")
+    assert resp.status == 404 and b"href" not in body
+
+
+@pytest.mark.parametrize("path", [
+    "/../secret.txt",
+    "/%2e%2e/secret.txt",
+    "/%2E%2E%2Fsecret.txt",
+    "/sub/..%2f..%2fsecret.txt",
+    "/sub/%2e%2e/%2e%2e/secret.txt",
+    "/./index.html",
+    "/..%5csecret.txt",
+    "/index.html%00.txt",
+    "/%ff%fe",
+    "../secret.txt",
+    "//etc/passwd",
+    "/etc/passwd",
+    "/link-out.txt",
+    "/dir-out/secret.txt",
+    "/missing.js",
+])
+def test_nothing_outside_the_root_is_reachable(server, path):
+    resp, body = get(server, path)
+    assert resp.status == 404, path
+    assert SECRET not in body and b"root:" not in body
+    assert resp.getheader("Cross-Origin-Embedder-Policy") == "require-corp"
+
+
+def test_symlink_inside_the_root_is_served(server):
+    resp, body = get(server, "/link-in.css")
+    assert (resp.status, body) == (200, b"body{}")
+
+
+def test_head_sends_headers_without_a_body(server):
+    resp, body = get(server, "/pyodide/pyodide.asm.wasm", method="HEAD")
+    assert resp.status == 200 and body == b""
+    assert resp.getheader("Content-Length") == "8"
+    assert resp.getheader("Content-Type") == "application/wasm"
+
+
+@pytest.mark.parametrize("header, status, span", [
+    ("bytes=0-3", 206, (0, 3)),
+    ("bytes=10-19", 206, (10, 19)),
+    ("bytes=60-", 206, (60, 63)),
+    ("bytes=-5", 206, (59, 63)),
+    ("bytes=50-1000", 206, (50, 63)),
+    ("bytes=64-70", 416, None),
+    ("bytes=0-1,4-5", 200, (0, 63)),  # several ranges: the whole file
+])
+def test_ranges(server, header, status, span):
+    data = FILES["models/m.gguf"][0]
+    resp, body = get(server, "/models/m.gguf", headers={"Range": header})
+    assert resp.status == status
+    if status == 416:
+        assert resp.getheader("Content-Range") == "bytes */64"
+        return
+    first, last = span
+    assert body == data[first:last + 1]
+    if status == 206:
+        assert resp.getheader("Content-Range") == f"bytes {first}-{last}/64"
