@@ -1,0 +1,230 @@
+"""The model's hyperparameters, read from GGUF metadata through one table.
+
+Two tables say everything pyengine knows about an architecture:
+
+* ``KEYS`` maps each GGUF key (``{arch}.…``, as llama.cpp's ``LLM_KV_*`` names
+  them) to a :class:`ModelConfig` field, with its default or ``REQUIRED``;
+* ``ARCHITECTURES`` holds what differs between the supported architectures
+  (rope pairing, q/k norms, post-norms, activation, sliding window), as data,
+  so that :mod:`pyengine.model` has one forward pass for all of them.
+
+Defaults follow llama.cpp's ``llama_model_base::load_hparams`` and each
+architecture's ``load_arch_hparams`` (``src/models/<arch>.cpp``):
+``head_count_kv`` defaults to ``head_count``; ``key_length`` and
+``value_length`` to ``n_embd / n_head``; ``rope.dimension_count`` to the key
+head size; ``rope.freq_base`` to 10000; ``rope.scaling.type`` to linear with
+factor 1. A key that llama.cpp refuses to load without is ``REQUIRED`` here
+(``context_length``, ``embedding_length``, ``block_count``,
+``layer_norm_rms_epsilon``), and so are ``head_count`` and
+``feed_forward_length``, which llama.cpp only reports later as a tensor of the
+wrong shape.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+
+from pyengine.errors import ModelError
+
+REQUIRED = object()  # marks a key without a default
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    """What one architecture does differently (llama.cpp ``src/models/<arch>.cpp``)."""
+    rope_neox: bool             # rope pairs (i, i + n_rot/2) (NEOX) instead of (2i, 2i+1) (NORM)
+    qk_norm: bool               # RMSNorm each q and k head (attn_q_norm, attn_k_norm)
+    post_norms: bool            # RMSNorm the attention and FFN outputs (post_attention_norm, post_ffw_norm)
+    ffn_gelu: bool              # FFN is GELU(tanh)-gated (GEGLU) instead of SiLU-gated (SwiGLU)
+    embd_scale: bool            # token embeddings are multiplied by sqrt(n_embd)
+    swa_pattern: int = 0        # with a sliding window: every swa_pattern-th layer is global
+    rope_freq_base_swa: float = 0.0  # rope base of the sliding-window layers (0: the model's)
+
+
+ARCHITECTURES: dict[str, ArchSpec] = {
+    #         rope_neox qk_norm post_norms ffn_gelu embd_scale
+    "llama":  ArchSpec(False, False, False, False, False),
+    "qwen2":  ArchSpec(True,  False, False, False, False),
+    "qwen3":  ArchSpec(True,  True,  False, False, False),
+    "gemma3": ArchSpec(True,  True,  True,  True,  True, swa_pattern=6, rope_freq_base_swa=10000.0),
+}
+
+# field                      GGUF key ("{arch}" is general.architecture)    type   default
+KEYS = [
+    ("n_ctx_train",            "{arch}.context_length",                       int,   REQUIRED),
+    ("n_embd",                 "{arch}.embedding_length",                     int,   REQUIRED),
+    ("n_layer",                "{arch}.block_count",                          int,   REQUIRED),
+    ("n_ff",                   "{arch}.feed_forward_length",                  int,   REQUIRED),
+    ("n_head",                 "{arch}.attention.head_count",                 int,   REQUIRED),
+    ("n_head_kv",              "{arch}.attention.head_count_kv",              int,   None),   # n_head
+    ("head_dim_k",             "{arch}.attention.key_length",                 int,   None),   # n_embd / n_head
+    ("head_dim_v",             "{arch}.attention.value_length",               int,   None),   # n_embd / n_head
+    ("rms_eps",                "{arch}.attention.layer_norm_rms_epsilon",     float, REQUIRED),
+    ("rope_freq_base",         "{arch}.rope.freq_base",                       float, 10000.0),
+    ("rope_dim",               "{arch}.rope.dimension_count",                 int,   None),   # head_dim_k
+    ("rope_scaling_type",      "{arch}.rope.scaling.type",                    str,   "linear"),
+    ("rope_scaling_factor",    "{arch}.rope.scaling.factor",                  float, 0.0),    # 0: none
+    ("sliding_window",         "{arch}.attention.sliding_window",             int,   0),      # 0: none
+    ("sliding_window_pattern", "{arch}.attention.sliding_window_pattern",     None,  None),   # int or [bool]
+    ("rope_freq_base_swa",     "{arch}.rope.freq_base_swa",                   float, None),   # ARCHITECTURES
+    ("final_logit_softcap",    "{arch}.final_logit_softcapping",              float, 0.0),    # 0: none
+    ("n_vocab",                "{arch}.vocab_size",                           int,   None),   # len(tokens)
+]
+
+ROPE_SCALING_TYPES = ("none", "linear")  # yarn and longrope are not implemented
+
+
+@dataclass
+class ModelConfig:
+    """Hyperparameters of one model. Sizes are counts; ``head_dim_*`` and ``rope_dim`` are per head."""
+    arch: str
+    n_vocab: int
+    n_ctx_train: int            # tokens the model was trained on
+    n_embd: int
+    n_layer: int
+    n_ff: int
+    n_head: int
+    n_head_kv: int
+    head_dim_k: int
+    head_dim_v: int
+    rms_eps: float
+    rope_freq_base: float
+    rope_dim: int               # leading dims of each q/k head that rope rotates
+    rope_scaling_type: str
+    rope_scaling_factor: float  # linear: positions are divided by it (0 or 1: none)
+    sliding_window: int         # tokens a sliding-window layer sees, itself included (0: none)
+    sliding_window_pattern: object
+    rope_freq_base_swa: float
+    final_logit_softcap: float  # logits = c * tanh(logits / c) when c > 0
+    tied_output: bool | None = None  # output reuses token_embd (known from the tensors, None if not given)
+    swa_layers: tuple = ()      # per layer: True when it uses the sliding window
+    attn_scale: float = 0.0     # multiplies q before q·k (1/sqrt(head_dim_k) unless the arch says otherwise)
+    spec: ArchSpec = field(default=None, repr=False)
+
+    @property
+    def rope_freq_scale(self) -> float:
+        """Factor on positions before rope (llama.cpp ``freq_scale = 1 / rope.scaling.factor``)."""
+        return 1.0 if self.rope_scaling_factor == 0.0 else 1.0 / self.rope_scaling_factor
+
+    @classmethod
+    def from_metadata(cls, metadata: dict, tensor_names=None) -> "ModelConfig":
+        """Read the config of ``general.architecture`` from GGUF ``metadata`` (a dict of key -> value).
+
+        ``tensor_names`` (optional) lets the config say whether the output is tied
+        (no ``output.weight``). Raises ModelError naming the missing or bad key,
+        or listing the supported architectures.
+        """
+        arch = metadata.get("general.architecture")
+        if arch not in ARCHITECTURES:
+            raise ModelError(f"unsupported architecture {arch!r} (general.architecture); "
+                             f"supported: {', '.join(ARCHITECTURES)}")
+        values = {"arch": arch}
+        for name, key, typ, default in KEYS:
+            key = key.format(arch=arch)
+            if key in metadata:
+                values[name] = _check_value(key, metadata[key], typ)
+            elif default is REQUIRED:
+                raise ModelError(f"missing metadata key {key!r}: the {arch} architecture needs it")
+            else:
+                values[name] = default
+        cfg = cls(**values)
+        cfg.spec = ARCHITECTURES[arch]
+        _derive(cfg, metadata)
+        if tensor_names is not None:
+            cfg.tied_output = "output.weight" not in tensor_names
+        return cfg
+
+    def summary(self) -> dict:
+        """The fields as a plain dict (for inspect and the tests)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "spec"}
+
+
+def _check_value(key: str, value, typ):
+    """``value`` as ``typ`` (int or float; bool is not an int here); per-layer arrays must be uniform."""
+    if typ is None:
+        return value
+    if isinstance(value, list) and typ in (int, float):
+        if not value or any(v != value[0] for v in value):
+            raise ModelError(f"metadata key {key!r}: per-layer values {value[:8]}... are not supported")
+        value = value[0]
+    if typ is str:
+        if not isinstance(value, str):
+            raise ModelError(f"metadata key {key!r} must be a string, got {value!r}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ModelError(f"metadata key {key!r} must be a number, got {value!r}")
+    if typ is int:
+        if value != int(value):
+            raise ModelError(f"metadata key {key!r} must be an integer, got {value!r}")
+        return int(value)
+    if not math.isfinite(value):
+        raise ModelError(f"metadata key {key!r} must be finite, got {value!r}")
+    return float(value)
+
+
+def _derive(cfg: ModelConfig, metadata: dict) -> None:
+    """Fill the defaults that depend on other fields, then check the whole config is usable."""
+    a = cfg.arch
+    for name in ("n_embd", "n_layer", "n_ff", "n_head", "n_ctx_train"):
+        if getattr(cfg, name) <= 0:
+            raise ModelError(f"metadata: {name} = {getattr(cfg, name)} must be positive")
+    if cfg.n_head_kv is None:
+        cfg.n_head_kv = cfg.n_head
+    if cfg.n_head_kv <= 0 or cfg.n_head % cfg.n_head_kv:
+        raise ModelError(f"metadata key '{a}.attention.head_count_kv' = {cfg.n_head_kv} "
+                         f"must divide head_count = {cfg.n_head}")
+    if cfg.head_dim_k is None:
+        cfg.head_dim_k = cfg.n_embd // cfg.n_head
+    if cfg.head_dim_v is None:
+        cfg.head_dim_v = cfg.n_embd // cfg.n_head
+    if cfg.rope_dim is None:
+        cfg.rope_dim = cfg.head_dim_k
+    if cfg.head_dim_k <= 0 or cfg.head_dim_v <= 0:
+        raise ModelError(f"metadata: head sizes k={cfg.head_dim_k}, v={cfg.head_dim_v} must be positive")
+    if cfg.rope_dim <= 0 or cfg.rope_dim % 2 or cfg.rope_dim > cfg.head_dim_k:
+        raise ModelError(f"metadata key '{a}.rope.dimension_count' = {cfg.rope_dim} must be even "
+                         f"and at most the key head size {cfg.head_dim_k}")
+    if a == "llama" and cfg.rope_dim != cfg.head_dim_k:  # llama.cpp: "invalid n_rot"
+        raise ModelError(f"metadata key 'llama.rope.dimension_count' = {cfg.rope_dim}: "
+                         f"llama needs it equal to the head size {cfg.head_dim_k}")
+    if cfg.rope_freq_base <= 0 or cfg.rope_scaling_factor < 0 or cfg.rms_eps < 0:
+        raise ModelError(f"metadata: rope.freq_base, rope.scaling.factor and the rms epsilon must be positive")
+    if cfg.rope_scaling_type not in ROPE_SCALING_TYPES:
+        raise ModelError(f"metadata key '{a}.rope.scaling.type' = {cfg.rope_scaling_type!r} is not "
+                         f"supported (supported: {', '.join(ROPE_SCALING_TYPES)})")
+    if cfg.n_vocab is None:
+        tokens = metadata.get("tokenizer.ggml.tokens")
+        if not isinstance(tokens, list) or not tokens:
+            raise ModelError(f"missing metadata key '{a}.vocab_size' and no tokenizer.ggml.tokens to count")
+        cfg.n_vocab = len(tokens)
+    if cfg.n_vocab <= 0:
+        raise ModelError(f"metadata: vocab size {cfg.n_vocab} must be positive")
+    _derive_attention(cfg)
+
+
+def _derive_attention(cfg: ModelConfig) -> None:
+    """Sliding-window layers, their rope base and the query scale, as llama.cpp's gemma3 loader sets them."""
+    spec = cfg.spec
+    if cfg.sliding_window < 0:
+        raise ModelError(f"metadata key '{cfg.arch}.attention.sliding_window' must not be negative")
+    pattern = cfg.sliding_window_pattern
+    if not spec.swa_pattern or cfg.sliding_window == 0:
+        cfg.swa_layers = (False,) * cfg.n_layer
+        cfg.sliding_window = 0
+    elif isinstance(pattern, list):
+        if len(pattern) != cfg.n_layer or not all(isinstance(p, bool) for p in pattern):
+            raise ModelError(f"metadata key '{cfg.arch}.attention.sliding_window_pattern' must be "
+                             f"{cfg.n_layer} booleans")
+        cfg.swa_layers = tuple(pattern)
+    else:
+        n = spec.swa_pattern if pattern is None else _check_value("sliding_window_pattern", pattern, int)
+        # llama_hparams::set_swa_pattern: layer il is global when il % n == n - 1 (n = 0: all sliding)
+        cfg.swa_layers = tuple(n == 0 or il % n < n - 1 for il in range(cfg.n_layer))
+    if cfg.rope_freq_base_swa is None:
+        cfg.rope_freq_base_swa = spec.rope_freq_base_swa or cfg.rope_freq_base
+    # gemma_pytorch config.py: query_pre_attn_scalar is n_embd / n_head for the 27B (62 layers)
+    if cfg.arch == "gemma3" and cfg.n_layer == 62:
+        cfg.attn_scale = 1.0 / math.sqrt(cfg.n_embd // cfg.n_head)
+    else:
+        cfg.attn_scale = 1.0 / math.sqrt(cfg.head_dim_k)

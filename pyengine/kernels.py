@@ -1,0 +1,232 @@
+"""The transformer's kernels in numpy: matmul, RMSNorm, rope, attention, gated FFN activations.
+
+Each kernel is the math of the ggml CPU op named in its docstring, written for
+numpy *without BLAS* (Pyodide): every product with a weight is an
+``np.einsum`` over the weight as stored in the GGUF, ``W`` of shape
+``(n_out, n_in)`` with rows contiguous. ``x @ W`` with ``W`` as ``(n_in, n_out)``
+runs 5-10x slower in Pyodide and appears nowhere (see ``shared/RUNTIME.md``).
+
+Shapes: ``T`` tokens in the batch, ``S`` positions of the KV cache attended to,
+``H`` query heads, ``Hkv`` key/value heads, ``G = H / Hkv`` query heads per
+key/value head (GQA), ``D`` head size. All arrays are float32.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+EINSUM_MAX = 1 << 30    # elements one einsum may iterate over: wasm32 numpy fails past 2**31
+
+
+# ----------------------------------------------------------------------------
+# matmul: where nearly all the time goes
+
+class Linear:
+    """``y = W x (+ b)`` for a weight ``W (n_out, n_in)``: float32, or int8 rows with a float32 scale each.
+
+    The int8 form (``W ≈ scale[:, None] * q``, ``q`` in -127..127) is the
+    low-memory policy of :mod:`pyengine.model`: a quarter of the memory,
+    converted per use inside the einsum.
+    """
+    __slots__ = ("w", "scale", "b")
+
+    def __init__(self, w: np.ndarray, b: np.ndarray | None = None, scale: np.ndarray | None = None):
+        self.w = w            # (n_out, n_in) float32 or int8
+        self.scale = scale    # (n_out,) float32, for int8 rows
+        self.b = b            # (n_out,) float32 or None
+
+    @property
+    def shape(self) -> tuple:
+        return self.w.shape
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.w, self.scale, self.b) if a is not None)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """(n_in,) -> (n_out,), or (T, n_in) -> (T, n_out)."""
+        y = matmul(self.w, x)
+        if self.scale is not None:
+            y *= self.scale
+        if self.b is not None:
+            y += self.b
+        return y
+
+    def rows(self, ids) -> np.ndarray:
+        """Rows ``ids`` of W as float32 (the embedding lookup, ggml ``get_rows``): (len(ids), n_in)."""
+        r = self.w[ids].astype(np.float32)
+        if self.scale is not None:
+            r *= self.scale[ids, None]
+        return r
+
+
+def matmul(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``W (N, K)`` times ``x (K,)`` -> ``(N,)``, or times each row of ``X (T, K)`` -> ``(T, N)``.
+
+    One einsum per call (the decode mat-vec runs 2.3-3 GFLOP/s in Pyodide);
+    split over rows of W or tokens when N·K·T would pass ``EINSUM_MAX``.
+    """
+    n, k = w.shape
+    if x.ndim == 1:
+        if n * k <= EINSUM_MAX:
+            return np.einsum("nk,k->n", w, x)
+        step = max(1, EINSUM_MAX // k)
+        return np.concatenate([np.einsum("nk,k->n", w[i:i + step], x) for i in range(0, n, step)])
+    t = x.shape[0]
+    if n * k * t <= EINSUM_MAX:
+        return np.einsum("nk,tk->tn", w, x)
+    y = np.empty((t, n), np.float32)
+    rows = max(1, EINSUM_MAX // (k * t))                 # rows of W per einsum, all tokens at once
+    if rows >= 64 or t == 1:
+        for i in range(0, n, rows):
+            y[:, i:i + rows] = np.einsum("nk,tk->tn", w[i:i + rows], x)
+    else:                                                 # many tokens: split the tokens too
+        toks = max(1, EINSUM_MAX // (k * min(n, 4096)))
+        for j in range(0, t, toks):
+            y[j:j + toks] = matmul(w, x[j:j + toks])
+    return y
+
+
+def quantize_rows_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """float32 ``W (N, K)`` -> (``q (N, K)`` int8, ``scale (N,)`` float32) with ``W ≈ scale[:, None] * q``."""
+    amax = np.abs(w).max(axis=1)                                      # (N,)
+    scale = (amax / 127.0).astype(np.float32)
+    inv = np.divide(1.0, scale, out=np.zeros_like(scale), where=scale > 0)
+    q = np.rint(w * inv[:, None]).astype(np.int8)                     # (N, K)
+    return q, scale
+
+
+# ----------------------------------------------------------------------------
+# normalization and activations
+
+def rmsnorm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """ggml ``rms_norm`` then ``mul``: ``x / sqrt(mean(x²) + eps) * weight`` over the last axis.
+
+    x (..., n) float32, weight (n,) -> (..., n). Used on the residual stream
+    (n = n_embd) and per head on q and k (n = head size).
+    """
+    ms = np.einsum("...i,...i->...", x, x) / np.float32(x.shape[-1])   # (...,)
+    return x * (1.0 / np.sqrt(ms + np.float32(eps)))[..., None] * weight
+
+
+def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """ggml ``swiglu``: ``silu(gate) * up`` with ``silu(g) = g / (1 + exp(-g))``; (..., n_ff) each."""
+    with np.errstate(over="ignore"):
+        return gate / (1.0 + np.exp(-gate)) * up
+
+
+def geglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """ggml ``geglu`` on the CPU: ``gelu_tanh(gate) * up``, gelu looked up in float16 as ggml does.
+
+    ggml-cpu (``GGML_GELU_FP16``) rounds ``gate`` to float16, reads
+    ``gelu(gate)`` from a float16 table, and passes ``gate`` through unchanged
+    at or beyond ±10 (0 below -10). Rounding the same way keeps greedy
+    choices identical to llama.cpp's when two logits are close.
+    """
+    g16 = gate.astype(np.float16).astype(np.float32)
+    with np.errstate(over="ignore"):
+        inner = np.float32(0.7978845608028654) * g16 * (1.0 + np.float32(0.044715) * g16 * g16)
+    gelu = (0.5 * g16 * (1.0 + np.tanh(inner))).astype(np.float16).astype(np.float32)
+    gelu = np.where(gate >= 10.0, gate, np.where(gate <= -10.0, np.float32(0.0), gelu))
+    return gelu * up
+
+
+def softcap(x: np.ndarray, cap: float) -> np.ndarray:
+    """Gemma's logit soft-capping: ``cap * tanh(x / cap)``."""
+    return np.float32(cap) * np.tanh(x / np.float32(cap))
+
+
+# ----------------------------------------------------------------------------
+# rope
+
+class Rope:
+    """Rotary position embedding tables for one frequency base (ggml ``rope_ext``, no YaRN).
+
+    Dimension pair ``i`` (``0 <= i < n_rot/2``) of a head at position ``p`` is
+    turned by ``theta = freq_scale * p * base^(-2i/n_rot) / freq_factor[i]``.
+    NEOX pairs dims ``(i, i + n_rot/2)``; NORM pairs ``(2i, 2i + 1)``. As in
+    ggml's ``ggml_rope_cache_init``, ``p * base^(-2i/n_rot)`` is built by
+    repeated float32 multiplication, so the angles match llama.cpp's bit for bit.
+    Tables grow on demand: cos/sin ``(n_pos, n_rot/2)``.
+    """
+
+    def __init__(self, n_rot: int, base: float, freq_scale: float = 1.0, neox: bool = True,
+                 freq_factors: np.ndarray | None = None):
+        self.n_rot, self.base, self.freq_scale, self.neox = n_rot, base, freq_scale, neox
+        self.freq_factors = freq_factors   # (n_rot/2,) or None (llama 3's rope_freqs)
+        self.cos = self.sin = np.zeros((0, n_rot // 2), np.float32)
+
+    def _grow(self, n_pos: int) -> None:
+        n = max(n_pos, 2 * len(self.cos), 64)
+        theta_scale = np.float32(self.base) ** np.float32(-2.0 / self.n_rot)
+        theta = np.empty((n, self.n_rot // 2), np.float32)             # (n_pos, n_rot/2)
+        t = np.arange(n, dtype=np.float32)
+        for i in range(self.n_rot // 2):
+            theta[:, i] = t
+            t = t * theta_scale
+        if self.freq_factors is not None:
+            theta /= self.freq_factors
+        theta *= np.float32(self.freq_scale)
+        self.cos, self.sin = np.cos(theta), np.sin(theta)
+
+    def __call__(self, x: np.ndarray, pos: int) -> np.ndarray:
+        """Rotate x (T, n_heads, D) at positions pos..pos+T-1 in place; returns x."""
+        t = x.shape[0]
+        if pos + t > len(self.cos):
+            self._grow(pos + t)
+        c = self.cos[pos:pos + t, None, :]                               # (T, 1, n_rot/2)
+        s = self.sin[pos:pos + t, None, :]
+        h = self.n_rot // 2
+        if self.neox:
+            x0, x1 = x[..., :h].copy(), x[..., h:self.n_rot].copy()      # (T, n_heads, n_rot/2)
+            x[..., :h] = x0 * c - x1 * s
+            x[..., h:self.n_rot] = x0 * s + x1 * c
+        else:
+            x0, x1 = x[..., 0:self.n_rot:2].copy(), x[..., 1:self.n_rot:2].copy()
+            x[..., 0:self.n_rot:2] = x0 * c - x1 * s
+            x[..., 1:self.n_rot:2] = x0 * s + x1 * c
+        return x
+
+
+# ----------------------------------------------------------------------------
+# attention
+
+SCORES_MAX = 1 << 22     # attention scores held at once during prefill (float32 elements)
+
+
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: int, window: int) -> np.ndarray:
+    """Causal (optionally sliding-window) softmax attention with GQA, as ggml ``soft_max_ext`` + ``mul_mat``.
+
+    q (Hkv, G, T, D) already scaled, for queries at positions pos..pos+T-1;
+    k (Hkv, pos+T, D), v (Hkv, pos+T, Dv): the cache, position s in row s.
+    A query at p sees the keys at s <= p, and with ``window > 0`` only those
+    with p - s < window (llama.cpp ``is_masked_swa``, LLAMA_SWA_TYPE_STANDARD).
+    Query head h uses key/value head h // G. Returns (Hkv, G, T, Dv).
+    Long prompts are cut into query chunks of at most ``SCORES_MAX`` scores.
+    """
+    hkv, g, t, _ = q.shape
+    out = np.empty((hkv, g, t, v.shape[2]), np.float32)
+    step = max(1, SCORES_MAX // (hkv * g * (pos + t)))
+    for t0 in range(0, t, step):
+        t1 = min(t, t0 + step)
+        p0, p1 = pos + t0, pos + t1                                       # queries' positions
+        s0 = max(0, p0 - window + 1) if window else 0                     # first key any of them sees
+        out[:, :, t0:t1] = _attend(q[:, :, t0:t1], k[:, s0:p1], v[:, s0:p1], p0, s0, window)
+    return out
+
+
+def _attend(q, k, v, p0: int, s0: int, window: int) -> np.ndarray:
+    """One chunk: q (Hkv, G, Tc, D) at positions p0.., keys k (Hkv, S, D) at s0.. -> (Hkv, G, Tc, Dv)."""
+    scores = np.einsum("hgtd,hsd->hgts", q, k)                            # (Hkv, G, Tc, S)
+    tc, s = q.shape[2], k.shape[1]
+    if tc > 1 or (window and s > window):
+        qp = np.arange(p0, p0 + tc)[:, None]                              # (Tc, 1)
+        kp = np.arange(s0, s0 + s)[None, :]                               # (1, S)
+        masked = kp > qp
+        if window:
+            masked |= qp - kp >= window
+        scores[..., masked] = -np.inf
+    scores -= scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
+    scores /= scores.sum(axis=-1, keepdims=True)
+    return np.einsum("hgts,hsd->hgtd", scores, v)                        # (Hkv, G, Tc, Dv)

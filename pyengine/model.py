@@ -1,0 +1,381 @@
+"""The transformer: weights from a GGUF, a KV cache, and one forward pass for llama, qwen2, qwen3 and gemma3.
+
+The forward pass follows llama.cpp's graphs (``src/models/llama.cpp``,
+``qwen2.cpp``, ``qwen3.cpp``, ``gemma3.cpp``); what differs between them is
+data in :data:`pyengine.config.ARCHITECTURES`, not code::
+
+    x = token_embd[tokens]                      (* sqrt(n_embd) for gemma3)
+    for each layer:
+        h = attn_norm(x)
+        q, k, v = split(wqkv · h)               (+ biases: qwen2)
+        q, k = q_norm(q), k_norm(k)             (qwen3, gemma3: RMSNorm per head)
+        q, k = rope(q), rope(k)                 (NORM pairs for llama, NEOX halves otherwise)
+        h = wo · attention(q, K, V)             (causal; sliding window on gemma3's local layers)
+        x = x + post_attention_norm(h)          (post-norm: gemma3 only)
+        h = w_down · act(w_gate · ffn_norm(x)) * (w_up · ffn_norm(x))   (SiLU, or GELU for gemma3)
+        x = x + post_ffw_norm(h)
+    logits = output · output_norm(x)            (output = token_embd when tied)
+
+Weights and memory
+------------------
+Every weight is dequantized once, at load, into the layout the hot loop
+wants: ``(n_out, n_in)`` float32 rows, with q/k/v stacked into one ``wqkv``
+and gate/up into one ``w_gate_up`` so each stage is one einsum. A tied output
+shares the token embedding's array. Norm weights are used as stored (the
+gemma3 GGUF conversion already added 1).
+
+Policy: when a model's float32 weights would pass ``WEIGHTS_BUDGET`` (2.5 GiB,
+leaving room for the KV cache and activations under the 4 GiB wasm32 heap), its
+matrices are kept as int8 rows with one float32 scale per row instead (a
+quarter of the memory, about 1.5x slower per matmul in Pyodide, logits within
+about 1% of float32); ``weights="int8"`` forces that mode. Measured resident
+memory of the weights:
+
+=============================  =========  ==============  ============
+model                          file       float32          int8 rows
+=============================  =========  ==============  ============
+gemma-3-270m Q4_K_M            253 MB     1073 MB          270 MB
+SmolLM2-135M-Instruct Q4_1     92 MB      540 MB           136 MB
+=============================  =========  ==============  ============
+
+The KV cache adds ``2 · n_layer · n_ctx · n_head_kv · head_dim · 4`` bytes
+(gemma-3-270m: 36 KiB per token; SmolLM2: 90 KiB per token) and grows with the
+conversation up to ``n_ctx``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from pyengine.config import ModelConfig
+from pyengine.errors import ModelError, PyEngineError
+from pyengine.kernels import Linear, Rope, attention, geglu, matmul, quantize_rows_int8, rmsnorm, softcap, swiglu
+
+WEIGHTS_BUDGET = int(2.5 * 2**30)   # bytes of float32 weights above which matrices are kept as int8 rows
+UBATCH = 512                         # tokens per forward step of a long prompt (llama.cpp's n_ubatch)
+LOGITS_MODES = ("last", "all", "none")
+
+
+@dataclass
+class Layer:
+    """One transformer block's weights (names as in the GGUF, ``blk.N.*``)."""
+    attn_norm: np.ndarray           # (n_embd,)
+    wqkv: Linear                    # (n_head*Dk + n_head_kv*Dk + n_head_kv*Dv, n_embd): attn_q, attn_k, attn_v
+    q_norm: np.ndarray | None       # (Dk,) attn_q_norm
+    k_norm: np.ndarray | None       # (Dk,) attn_k_norm
+    wo: Linear                      # (n_embd, n_head*Dv) attn_output
+    post_attn_norm: np.ndarray | None  # (n_embd,) post_attention_norm
+    ffn_norm: np.ndarray            # (n_embd,)
+    w_gate_up: Linear               # (2*n_ff, n_embd): ffn_gate then ffn_up
+    w_down: Linear                  # (n_embd, n_ff) ffn_down
+    post_ffn_norm: np.ndarray | None  # (n_embd,) post_ffw_norm
+    swa: bool                       # sliding-window layer (local rope base, windowed mask)
+
+
+class KVCache:
+    """Keys and values of every layer for the positions seen so far.
+
+    ``k[il]`` is (n_head_kv, capacity, Dk) float32 and ``v[il]`` (n_head_kv,
+    capacity, Dv): one head's positions are contiguous rows, so attention reads
+    ``k[il][:, :n]`` without a copy. Capacity doubles as needed up to ``n_ctx``.
+    ``n`` is the number of positions filled; ``truncate(n)`` forgets the rest
+    (a chat reuses the common prefix of the previous turn).
+    """
+
+    def __init__(self, n_layer: int, n_head_kv: int, head_dim_k: int, head_dim_v: int, n_ctx: int):
+        self.n_ctx, self.n = n_ctx, 0
+        self._dims = (n_head_kv, head_dim_k, head_dim_v)
+        cap = min(n_ctx, 256)
+        self.k = [np.zeros((n_head_kv, cap, head_dim_k), np.float32) for _ in range(n_layer)]
+        self.v = [np.zeros((n_head_kv, cap, head_dim_v), np.float32) for _ in range(n_layer)]
+
+    @property
+    def capacity(self) -> int:
+        return self.k[0].shape[1]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.k + self.v)
+
+    def reserve(self, n: int) -> None:
+        """Make room for positions 0..n-1 (n <= n_ctx), keeping what is stored."""
+        if n <= self.capacity:
+            return
+        cap = min(self.n_ctx, max(n, 2 * self.capacity))
+        for arrs in (self.k, self.v):
+            for il, a in enumerate(arrs):
+                b = np.zeros((a.shape[0], cap, a.shape[2]), np.float32)
+                b[:, :self.n] = a[:, :self.n]
+                arrs[il] = b
+
+    def truncate(self, n: int) -> None:
+        """Keep the first ``n`` positions (0 <= n <= self.n)."""
+        if not 0 <= n <= self.n:
+            raise PyEngineError(f"cannot truncate the KV cache to {n} positions: it holds {self.n}")
+        self.n = n
+
+
+class Model:
+    """A loaded model: ``forward`` turns token ids into logits, using and filling a :class:`KVCache`."""
+
+    def __init__(self, config: ModelConfig, token_embd: Linear, layers: list[Layer],
+                 output_norm: np.ndarray, output: Linear, rope_freqs: np.ndarray | None = None):
+        self.config = config
+        self.token_embd = token_embd    # (n_vocab, n_embd)
+        self.layers = layers
+        self.output_norm = output_norm  # (n_embd,)
+        self.output = output            # (n_vocab, n_embd); the same object as token_embd when tied
+        c = config
+        self.rope = Rope(c.rope_dim, c.rope_freq_base, c.rope_freq_scale, c.spec.rope_neox, rope_freqs)
+        self.rope_swa = Rope(c.rope_dim, c.rope_freq_base_swa, 1.0, c.spec.rope_neox, rope_freqs)
+
+    @property
+    def weights_nbytes(self) -> int:
+        """Bytes held by the weights (a tied output counted once)."""
+        arrays = [self.token_embd, self.output_norm] + ([] if self.output is self.token_embd else [self.output])
+        for layer in self.layers:
+            arrays += [a for a in vars(layer).values() if isinstance(a, (np.ndarray, Linear))]
+        return sum(a.nbytes for a in arrays)
+
+    @classmethod
+    def from_gguf(cls, gguf_file, progress=None, weights: str = "auto") -> "Model":
+        """Build the model that ``gguf_file`` (a :class:`pyengine.gguf.GGUFFile`) holds.
+
+        ``weights``: "f32", "int8", or "auto" (f32 unless that passes
+        ``WEIGHTS_BUDGET``). ``progress(done_tensors, total_tensors, done_bytes,
+        total_bytes)`` is called as tensors are read (bytes as stored in the
+        file). Raises ModelError for an unsupported architecture, a missing key
+        or tensor, or a tensor of the wrong shape.
+        """
+        config = ModelConfig.from_metadata(gguf_file.metadata, gguf_file.tensors)
+        return _Loader(gguf_file, config, progress, weights).load()
+
+    def new_cache(self, n_ctx: int | None = None) -> KVCache:
+        """An empty KV cache for ``n_ctx`` positions (default: the training context)."""
+        c = self.config
+        n_ctx = c.n_ctx_train if n_ctx is None else n_ctx
+        if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx <= 0:
+            raise PyEngineError(f"context size must be a positive number of tokens, got {n_ctx!r}")
+        return KVCache(c.n_layer, c.n_head_kv, c.head_dim_k, c.head_dim_v, n_ctx)
+
+    # ------------------------------------------------------------------------
+    # the forward pass: the hot loop
+
+    def forward(self, tokens: list[int], cache: KVCache, logits: str = "last") -> np.ndarray:
+        """Run ``tokens`` at the cache's next positions; return their logits.
+
+        logits="last": (n_vocab,) float32 for the last token; "all": (T,
+        n_vocab); "none": (0, n_vocab) (prefill only). The cache advances by
+        ``len(tokens)``. A prompt longer than ``UBATCH`` runs in steps of
+        ``UBATCH`` tokens. Raises PyEngineError when the tokens would pass the
+        cache's ``n_ctx`` or an id is outside the vocabulary.
+        """
+        tokens = self._check_tokens(tokens, cache, logits)
+        outs = []
+        for i in range(0, len(tokens), UBATCH):
+            step = tokens[i:i + UBATCH]
+            last = i + UBATCH >= len(tokens)
+            mode = logits if logits == "all" or last else "none"
+            outs.append(self._forward(step, cache, mode))
+        if logits == "last":
+            return outs[-1][0]
+        return outs[0] if len(outs) == 1 else np.concatenate(outs)
+
+    def _forward(self, tokens: np.ndarray, cache: KVCache, logits: str) -> np.ndarray:
+        c = self.config
+        t, pos = len(tokens), cache.n
+        cache.reserve(pos + t)
+        rows = {"last": slice(t - 1, t), "all": slice(0, t), "none": slice(0, 0)}[logits]
+        x = self.token_embd.rows(tokens)                                 # (T, n_embd)
+        if c.spec.embd_scale:
+            x *= np.float32(math.sqrt(c.n_embd))
+        for il, layer in enumerate(self.layers):
+            h = self.attention(layer, rmsnorm(x, layer.attn_norm, c.rms_eps), cache, il, pos)  # (T, n_embd)
+            if il == c.n_layer - 1:                      # past the last attention only the output rows matter
+                x, h = x[rows], h[rows]
+            x = x + self.post_norm(h, layer.post_attn_norm)
+            h = self.ffn(layer, rmsnorm(x, layer.ffn_norm, c.rms_eps))   # (R, n_embd)
+            x = x + self.post_norm(h, layer.post_ffn_norm)
+        cache.n = pos + t
+        if logits == "none":
+            return np.empty((0, c.n_vocab), np.float32)
+        out = self.output(rmsnorm(x, self.output_norm, c.rms_eps))      # (R, n_vocab)
+        if c.final_logit_softcap:
+            out = softcap(out, c.final_logit_softcap)
+        return out
+
+    def attention(self, layer: Layer, x: np.ndarray, cache: KVCache, il: int, pos: int) -> np.ndarray:
+        """Self-attention of x (T, n_embd), already normed, at positions pos.. -> (T, n_embd); fills the cache."""
+        c = self.config
+        t, hkv, dk, dv = x.shape[0], c.n_head_kv, c.head_dim_k, c.head_dim_v
+        nq, nk = c.n_head * dk, hkv * dk
+        qkv = layer.wqkv(x)                                              # (T, nq + nk + nv)
+        q = qkv[:, :nq].reshape(t, c.n_head, dk)                         # (T, H, Dk)
+        k = qkv[:, nq:nq + nk].reshape(t, hkv, dk)                       # (T, Hkv, Dk)
+        v = qkv[:, nq + nk:].reshape(t, hkv, dv)                         # (T, Hkv, Dv)
+        if layer.q_norm is not None:
+            q = rmsnorm(q, layer.q_norm, c.rms_eps)
+            k = rmsnorm(k, layer.k_norm, c.rms_eps)
+        rope = self.rope_swa if layer.swa else self.rope
+        q, k = rope(q, pos), rope(k, pos)
+        cache.k[il][:, pos:pos + t] = k.transpose(1, 0, 2)               # (Hkv, T, Dk)
+        cache.v[il][:, pos:pos + t] = v.transpose(1, 0, 2)               # (Hkv, T, Dv)
+        q = (q * np.float32(c.attn_scale)).reshape(t, hkv, -1, dk).transpose(1, 2, 0, 3)  # (Hkv, G, T, Dk)
+        o = attention(q, cache.k[il][:, :pos + t], cache.v[il][:, :pos + t], pos,
+                      c.sliding_window if layer.swa else 0)             # (Hkv, G, T, Dv)
+        return layer.wo(o.transpose(2, 0, 1, 3).reshape(t, c.n_head * dv))
+
+    def ffn(self, layer: Layer, x: np.ndarray) -> np.ndarray:
+        """Gated feed-forward of x (R, n_embd), already normed -> (R, n_embd)."""
+        n_ff = self.config.n_ff
+        gate_up = layer.w_gate_up(x)                                     # (R, 2*n_ff)
+        act = geglu if self.config.spec.ffn_gelu else swiglu
+        return layer.w_down(act(gate_up[:, :n_ff], gate_up[:, n_ff:]))  # (R, n_embd)
+
+    def post_norm(self, h: np.ndarray, weight: np.ndarray | None) -> np.ndarray:
+        """gemma3's post-attention / post-FFN RMSNorm; the identity for the other architectures."""
+        return h if weight is None else rmsnorm(h, weight, self.config.rms_eps)
+
+    def _check_tokens(self, tokens, cache: KVCache, logits: str) -> np.ndarray:
+        if logits not in LOGITS_MODES:
+            raise PyEngineError(f"logits must be one of {', '.join(LOGITS_MODES)}, got {logits!r}")
+        ids = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        if len(ids) == 0:
+            raise PyEngineError("forward needs at least one token")
+        if ids.min() < 0 or ids.max() >= self.config.n_vocab:
+            bad = int(ids[(ids < 0) | (ids >= self.config.n_vocab)][0])
+            raise PyEngineError(f"token id {bad} is outside the vocabulary (0..{self.config.n_vocab - 1})")
+        if cache.n + len(ids) > cache.n_ctx:
+            raise PyEngineError(f"context full: {cache.n} tokens in the cache + {len(ids)} new "
+                                f"> n_ctx = {cache.n_ctx}")
+        return ids
+
+
+# ----------------------------------------------------------------------------
+# loading
+
+def layer_tensors(c: ModelConfig) -> list[tuple[str, tuple, bool]]:
+    """The tensors of one block: (name after ``blk.N.``, ggml ne shape, required)."""
+    e, f, dk, dv = c.n_embd, c.n_ff, c.head_dim_k, c.head_dim_v
+    nq, nk, nv, no = c.n_head * dk, c.n_head_kv * dk, c.n_head_kv * dv, c.n_head * dv
+    qk, post = c.spec.qk_norm, c.spec.post_norms
+    rows = [
+        ("attn_norm.weight", (e,), True),
+        ("attn_q.weight", (e, nq), True), ("attn_q.bias", (nq,), False),
+        ("attn_k.weight", (e, nk), True), ("attn_k.bias", (nk,), False),
+        ("attn_v.weight", (e, nv), True), ("attn_v.bias", (nv,), False),
+        ("attn_q_norm.weight", (dk,), True), ("attn_k_norm.weight", (dk,), True),
+        ("attn_output.weight", (no, e), True), ("attn_output.bias", (e,), False),
+        ("post_attention_norm.weight", (e,), True),
+        ("ffn_norm.weight", (e,), True),
+        ("ffn_gate.weight", (e, f), True), ("ffn_gate.bias", (f,), False),
+        ("ffn_up.weight", (e, f), True), ("ffn_up.bias", (f,), False),
+        ("ffn_down.weight", (f, e), True), ("ffn_down.bias", (e,), False),
+        ("post_ffw_norm.weight", (e,), True),
+    ]
+    skip = set()
+    if not qk:
+        skip |= {"attn_q_norm.weight", "attn_k_norm.weight"}
+    if not post:
+        skip |= {"post_attention_norm.weight", "post_ffw_norm.weight"}
+    return [r for r in rows if r[0] not in skip]
+
+
+def model_tensors(c: ModelConfig) -> list[tuple[str, tuple, bool]]:
+    """Every tensor the model reads: (GGUF name, ggml ne shape, required)."""
+    names = [("token_embd.weight", (c.n_embd, c.n_vocab), True),
+             ("output_norm.weight", (c.n_embd,), True),
+             ("output.weight", (c.n_embd, c.n_vocab), False),
+             ("rope_freqs.weight", (c.rope_dim // 2,), False)]
+    for il in range(c.n_layer):
+        names += [(f"blk.{il}.{n}", shape, req) for n, shape, req in layer_tensors(c)]
+    return names
+
+
+class _Loader:
+    """Reads and checks every tensor once, reports progress, and lays the weights out for the hot loop."""
+
+    def __init__(self, gguf_file, config: ModelConfig, progress, weights: str):
+        self.gf, self.config, self.progress = gguf_file, config, progress
+        wanted = model_tensors(config)
+        for name, ne, required in wanted:
+            info = gguf_file.tensors.get(name)
+            if info is None and required:
+                raise ModelError(f"missing tensor {name!r} (the {config.arch} architecture needs it)")
+            if info is not None and tuple(info.shape) != ne:
+                raise ModelError(f"tensor {name!r} has shape {tuple(info.shape)}, expected {ne} "
+                                 f"from the metadata")
+        self.names = [n for n, _, _ in wanted if n in gguf_file.tensors]
+        self.total_bytes = sum(gguf_file.tensors[n].n_bytes for n in self.names)
+        self.done, self.done_bytes = 0, 0
+        f32_bytes = sum(4 * math.prod(gguf_file.tensors[n].shape) for n in self.names)
+        if weights == "auto":
+            weights = "f32" if f32_bytes <= WEIGHTS_BUDGET else "int8"
+        if weights not in ("f32", "int8"):
+            raise PyEngineError(f"weights must be 'auto', 'f32' or 'int8', got {weights!r}")
+        self.int8 = weights == "int8"
+
+    def _tick(self, name: str) -> None:
+        self.done += 1
+        self.done_bytes += self.gf.tensors[name].n_bytes
+        if self.progress is not None:
+            self.progress(self.done, len(self.names), self.done_bytes, self.total_bytes)
+
+    def vector(self, name: str) -> np.ndarray | None:
+        """A 1-D tensor as float32, or None when absent (optional)."""
+        if name not in self.gf.tensors:
+            return None
+        a = np.ascontiguousarray(self.gf.tensor(name), dtype=np.float32).reshape(-1)
+        self._tick(name)
+        return a
+
+    def matrix(self, names: list[str], bias_names: list[str] | None = None) -> Linear:
+        """The weights ``names`` stacked by rows into one Linear (n_out, n_in), with their biases if any."""
+        parts = []
+        for name in names:
+            parts.append(np.asarray(self.gf.tensor(name), dtype=np.float32))   # (n_out, n_in)
+            self._tick(name)
+        w = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        del parts
+        b = None
+        if bias_names and any(n in self.gf.tensors for n in bias_names):
+            b = np.concatenate([self.vector(n) if n in self.gf.tensors else np.zeros(self._rows(m), np.float32)
+                                for n, m in zip(bias_names, names)])
+        if self.int8:
+            q, scale = quantize_rows_int8(w)
+            return Linear(q, b, scale)
+        return Linear(np.ascontiguousarray(w), b)
+
+    def _rows(self, name: str) -> int:
+        return self.gf.tensors[name].shape[1]
+
+    def layer(self, il: int) -> Layer:
+        c, p = self.config, f"blk.{il}."
+        return Layer(
+            attn_norm=self.vector(p + "attn_norm.weight"),
+            wqkv=self.matrix([p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"],
+                             [p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"]),
+            q_norm=self.vector(p + "attn_q_norm.weight"),
+            k_norm=self.vector(p + "attn_k_norm.weight"),
+            wo=self.matrix([p + "attn_output.weight"], [p + "attn_output.bias"]),
+            post_attn_norm=self.vector(p + "post_attention_norm.weight"),
+            ffn_norm=self.vector(p + "ffn_norm.weight"),
+            w_gate_up=self.matrix([p + "ffn_gate.weight", p + "ffn_up.weight"],
+                                  [p + "ffn_gate.bias", p + "ffn_up.bias"]),
+            w_down=self.matrix([p + "ffn_down.weight"], [p + "ffn_down.bias"]),
+            post_ffn_norm=self.vector(p + "post_ffw_norm.weight"),
+            swa=c.swa_layers[il],
+        )
+
+    def load(self) -> Model:
+        if self.progress is not None:
+            self.progress(0, len(self.names), 0, self.total_bytes)
+        token_embd = self.matrix(["token_embd.weight"])
+        output_norm = self.vector("output_norm.weight")
+        output = self.matrix(["output.weight"]) if "output.weight" in self.gf.tensors else token_embd
+        rope_freqs = self.vector("rope_freqs.weight")
+        layers = [self.layer(il) for il in range(self.config.n_layer)]
+        return Model(self.config, token_embd, layers, output_norm, output, rope_freqs)
