@@ -1,0 +1,414 @@
+// The page: pick or drop a GGUF, show what is inside it, chat with it.
+// All the work happens in worker.js (Python + numpy under Pyodide); this file only
+// sends it commands and draws what it posts back. Text from the model or the file
+// is always set with textContent, never parsed as HTML.
+
+const byId = (id) => document.querySelector(`[data-testid="${id}"]`);
+const el = {
+  status: byId("status"),
+  error: byId("error"),
+  errorText: document.querySelector(".error-text"),
+  dropzone: byId("dropzone"),
+  fileInput: byId("file-input"),
+  loadDemo: byId("load-demo"),
+  progress: byId("progress"),
+  progressFill: document.querySelector(".progress-fill"),
+  progressText: document.querySelector(".progress-text"),
+  modelInfo: byId("model-info"),
+  inspector: byId("inspector"),
+  messages: document.querySelector(".messages"),
+  prompt: byId("prompt"),
+  send: byId("send"),
+  stop: byId("stop"),
+  newChat: byId("new-chat"),
+  stats: byId("stats"),
+  systemPrompt: byId("system-prompt"),
+  tensorSearch: document.querySelector(".tensor-search"),
+};
+// The sampling inputs: data-testid -> the name pyengine.worker expects, and how to read the value.
+const SETTINGS = [
+  ["temperature", "temperature", parseFloat],
+  ["top-k", "top_k", (v) => parseInt(v, 10)],
+  ["top-p", "top_p", parseFloat],
+  ["min-p", "min_p", parseFloat],
+  ["repeat-penalty", "repeat_penalty", parseFloat],
+  ["max-tokens", "max_tokens", (v) => parseInt(v, 10)],
+  ["seed", "seed", (v) => parseInt(v, 10)],
+];
+
+// ---------------------------------------------------------------- state
+// phase: starting -> no model -> loading -> ready <-> generating (-> stopping) ; "failed" if Python cannot start.
+const state = { phase: "starting", hasModel: false, reply: null, replyText: "", pieces: 0 };
+
+function setPhase(phase) {
+  state.phase = phase;
+  el.status.textContent = phase;
+  el.status.dataset.state = phase.replace(" ", "-");
+  const busy = phase === "loading" || phase === "starting" || phase === "failed";
+  const generating = phase === "generating" || phase === "stopping";
+  el.prompt.disabled = !state.hasModel || busy;
+  el.send.disabled = !(state.hasModel && phase === "ready");
+  el.stop.disabled = phase !== "generating";
+  el.fileInput.disabled = phase === "loading" || phase === "failed";
+  el.dropzone.classList.toggle("disabled", el.fileInput.disabled);
+  el.loadDemo.disabled = el.fileInput.disabled;
+  el.newChat.disabled = busy && phase !== "starting";
+  document.body.classList.toggle("generating", generating);
+}
+
+function showError(message) {
+  el.errorText.textContent = message;
+  el.error.hidden = false;
+}
+function clearError() {
+  el.error.hidden = true;
+  el.errorText.textContent = "";
+}
+document.querySelector(".error-close").addEventListener("click", clearError);
+
+// ---------------------------------------------------------------- the worker
+const worker = new Worker("./worker.js", { type: "module" });
+// Cross-origin isolated (COOP/COEP headers): Stop writes SIGINT (2) into shared memory that
+// Python polls, so even a long matmul stops at once. Otherwise the worker's generation loop
+// yields between tokens and sees the "stop" message.
+const interrupt = self.crossOriginIsolated ? new Int32Array(new SharedArrayBuffer(4)) : null;
+worker.postMessage({ type: "init", interrupt });
+
+worker.onerror = (e) => {
+  showError(`the worker failed: ${e.message || "could not start (see the browser console)"}`);
+  setPhase("failed");
+};
+
+const handlers = {
+  boot(msg) { showProgress(msg.stage, null); },
+  booted() {
+    hideProgress();
+    setPhase(state.hasModel ? "ready" : "no model");
+  },
+  "boot-error"(msg) {
+    hideProgress();
+    showError(msg.message);
+    setPhase("failed");
+  },
+  progress(msg) {
+    const frac = msg.total_bytes ? msg.bytes / msg.total_bytes : null;
+    const tensors = msg.n_tensors ? ` · ${msg.tensors} / ${msg.n_tensors} tensors` : "";
+    showProgress(`${msg.stage}: ${formatBytes(msg.bytes)} of ${formatBytes(msg.total_bytes)}${tensors}`, frac);
+  },
+  model(msg) {
+    hideProgress();
+    state.hasModel = true;
+    showModelCard(msg.card);
+    showInspector(msg.inspect);
+    clearMessages();
+    el.stats.textContent = `loaded in ${msg.seconds.toFixed(1)} s`;
+    setPhase("ready");
+    el.prompt.focus();
+  },
+  piece(msg) {
+    state.replyText += msg.text;
+    state.pieces += 1;
+    setMessageText(state.reply, state.replyText);
+    scrollToEnd();
+  },
+  done(msg) {
+    finishReply(msg.stopped ? "stopped" : null);
+    showStats(msg.stats);
+    setPhase("ready");
+  },
+  cleared() {
+    clearMessages();
+    el.stats.textContent = "";
+  },
+  error(msg) {
+    hideProgress();
+    showError(msg.message);
+    if (msg.during === "chat") finishReply("error");
+    setPhase(state.hasModel ? "ready" : "no model");
+  },
+};
+worker.onmessage = (e) => {
+  const handle = handlers[e.data.type];
+  if (handle) handle(e.data);
+  else console.warn("pyengine: unknown message from the worker", e.data);
+};
+
+// ---------------------------------------------------------------- loading a model
+function loadFiles(files) {
+  files = Array.from(files);
+  if (files.length === 0 || el.fileInput.disabled) return;
+  clearError();
+  if (state.phase === "generating") stopReply();
+  showProgress(`reading ${files.length > 1 ? `${files.length} files` : files[0].name}`, 0);
+  el.progressText.title = files.map((f) => f.name).join("\n");
+  setPhase("loading");
+  worker.postMessage({ type: "load", files });
+}
+
+el.fileInput.addEventListener("change", () => {
+  loadFiles(el.fileInput.files);
+  el.fileInput.value = "";
+});
+el.dropzone.addEventListener("dragover", (e) => {
+  e.preventDefault();
+  el.dropzone.classList.add("over");
+});
+el.dropzone.addEventListener("dragleave", () => el.dropzone.classList.remove("over"));
+el.dropzone.addEventListener("drop", (e) => {
+  e.preventDefault();
+  el.dropzone.classList.remove("over");
+  loadFiles(e.dataTransfer.files);
+});
+el.dropzone.addEventListener("keydown", (e) => {
+  if (e.key === "Enter" || e.key === " ") { e.preventDefault(); el.fileInput.click(); }
+});
+// A file dropped anywhere else must not make the browser navigate away from the chat.
+window.addEventListener("dragover", (e) => e.preventDefault());
+window.addEventListener("drop", (e) => e.preventDefault());
+
+// The demo model is a file beside the page (static/models/), described by models/demo.json.
+let demo = null;
+async function findDemo() {
+  try {
+    const r = await fetch("models/demo.json", { cache: "no-store" });
+    if (!r.ok) return;
+    demo = await r.json();
+    el.loadDemo.textContent = `Load the demo model: ${demo.display_name || demo.file} (${formatBytes(demo.size)})`;
+    el.loadDemo.hidden = false;
+  } catch { /* no demo model (or offline): the button stays hidden */ }
+}
+
+async function fetchDemo() {
+  clearError();
+  el.loadDemo.disabled = true;
+  try {
+    const url = new URL(demo.url || `models/${demo.file}`, location.href);
+    const r = await fetch(url);
+    if (!r.ok) throw new Error(`HTTP ${r.status} for ${url.pathname}`);
+    const total = Number(r.headers.get("content-length")) || demo.size || 0;
+    const chunks = [];
+    let got = 0;
+    for (const reader = r.body.getReader(); ;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      chunks.push(value);
+      got += value.length;
+      showProgress(`downloading ${demo.file}: ${formatBytes(got)} of ${formatBytes(total)}`, total ? got / total : null);
+    }
+    loadFiles([new File(chunks, demo.file, { type: "application/octet-stream" })]);
+  } catch (err) {
+    hideProgress();
+    showError(`could not fetch the demo model: ${err.message}`);
+    setPhase(state.phase);
+  }
+}
+el.loadDemo.addEventListener("click", fetchDemo);
+
+// ---------------------------------------------------------------- chat
+function readSettings() {
+  const settings = {};
+  for (const [id, name, parse] of SETTINGS) {
+    const v = parse(byId(id).value);
+    settings[name] = Number.isFinite(v) ? v : null;
+  }
+  return settings;
+}
+
+function send() {
+  const text = el.prompt.value;
+  if (!text.trim() || el.send.disabled) return;
+  clearError();
+  el.prompt.value = "";
+  addMessage("user", text);
+  state.reply = addMessage("assistant", "");
+  state.reply.classList.add("streaming");
+  state.replyText = "";
+  state.pieces = 0;
+  setPhase("generating");
+  worker.postMessage({ type: "chat", text, system: el.systemPrompt.value, settings: readSettings() });
+}
+
+function stopReply() {
+  if (state.phase !== "generating") return;
+  if (interrupt) Atomics.store(interrupt, 0, 2); // SIGINT: KeyboardInterrupt in Python
+  worker.postMessage({ type: "stop" });
+  setPhase("stopping");
+}
+
+function finishReply(note) {
+  const li = state.reply;
+  if (!li) return;
+  li.classList.remove("streaming");
+  if (note) {
+    li.dataset.note = note;
+    const tag = document.createElement("span");
+    tag.className = "note";
+    tag.textContent = note === "stopped" ? "stopped" : "no reply";
+    li.append(tag);
+  }
+  state.reply = null;
+}
+
+el.prompt.addEventListener("keydown", (e) => {
+  if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+    e.preventDefault();
+    send();
+  }
+});
+document.querySelector(".composer").addEventListener("submit", (e) => {
+  e.preventDefault();
+  send();
+});
+el.stop.addEventListener("click", stopReply);
+el.newChat.addEventListener("click", () => {
+  stopReply();
+  clearError();
+  worker.postMessage({ type: "new-chat" });
+});
+
+// ---------------------------------------------------------------- drawing
+function addMessage(role, text) {
+  el.messages.querySelector(".empty")?.remove();
+  const li = document.createElement("li");
+  li.className = `message ${role}`;
+  li.dataset.testid = "message";
+  li.dataset.role = role;
+  const who = document.createElement("div");
+  who.className = "who";
+  who.textContent = role === "user" ? "You" : "Model";
+  const body = document.createElement("div");
+  body.className = "body";
+  li.append(who, body);
+  setMessageText(li, text);
+  el.messages.append(li);
+  scrollToEnd();
+  return li;
+}
+const setMessageText = (li, text) => { li.querySelector(".body").textContent = text; };
+const scrollToEnd = () => { el.messages.scrollTop = el.messages.scrollHeight; };
+
+function clearMessages() {
+  el.messages.replaceChildren();
+  const li = document.createElement("li");
+  li.className = "empty";
+  li.textContent = state.hasModel ? "Ask the model something." : "Load a model, then ask it something.";
+  el.messages.append(li);
+  state.reply = null;
+}
+
+function showStats(s) {
+  if (!s) return;
+  const parts = [
+    `${s.prompt_tokens} prompt tokens`,
+    s.prefill_tokens != null && s.prefill_tokens !== s.prompt_tokens ? `${s.prefill_tokens} prefilled` : null,
+    `prefill ${s.prefill_tok_s.toFixed(1)} tok/s`,
+    `${s.generated_tokens} generated`,
+    `decode ${s.decode_tok_s.toFixed(1)} tok/s`,
+    s.finish ? `(${s.finish})` : null,
+  ];
+  el.stats.textContent = parts.filter(Boolean).join(" · ");
+}
+
+function showProgress(text, frac) {
+  el.progress.hidden = false;
+  el.progressText.textContent = text;
+  el.progress.classList.toggle("indeterminate", frac == null);
+  el.progressFill.style.width = frac == null ? "" : `${(100 * Math.min(1, frac)).toFixed(1)}%`;
+}
+const hideProgress = () => { el.progress.hidden = true; };
+
+function formatBytes(n) {
+  if (n == null) return "?";
+  const units = ["bytes", "KiB", "MiB", "GiB"];
+  let i = 0;
+  for (; n >= 1024 && i < units.length - 1; i++) n /= 1024;
+  return i === 0 ? `${n} bytes` : `${n.toFixed(n < 10 ? 2 : 1)} ${units[i]}`;
+}
+const formatCount = (n) => (n >= 1e9 ? `${(n / 1e9).toFixed(2)} B` : n >= 1e6 ? `${(n / 1e6).toFixed(1)} M` : `${n}`);
+const withCommas = (n) => Number(n).toLocaleString("en-US");
+
+function row(cells, tag = "td") {
+  const tr = document.createElement("tr");
+  for (const c of cells) {
+    const td = document.createElement(tag);
+    td.textContent = c;
+    tr.append(td);
+  }
+  return tr;
+}
+
+function showModelCard(card) {
+  el.modelInfo.hidden = false;
+  el.modelInfo.querySelector(".model-name").textContent = card.name;
+  const fields = [
+    ["architecture", card.architecture],
+    ["parameters", `${formatCount(card.parameters)} (${withCommas(card.parameters)})`],
+    ["quant types", card.quant_types],
+    ["context length", `${withCommas(card.context_length)} tokens`],
+    ["file size", `${formatBytes(card.file_size)}${card.files > 1 ? ` in ${card.files} files` : ""}`],
+    ["chat template", card.chat_template],
+  ];
+  const dl = el.modelInfo.querySelector(".card");
+  dl.replaceChildren();
+  for (const [k, v] of fields) {
+    const dt = document.createElement("dt");
+    dt.textContent = k;
+    const dd = document.createElement("dd");
+    dd.textContent = v;
+    dd.dataset.field = k.replace(" ", "-");
+    dl.append(dt, dd);
+  }
+}
+
+function showInspector(info) {
+  el.inspector.querySelector(".empty").hidden = true;
+  el.inspector.querySelector(".inspect-body").hidden = false;
+  const bar = el.inspector.querySelector(".sections-bar");
+  const rows = el.inspector.querySelector(".sections-table tbody");
+  bar.replaceChildren();
+  rows.replaceChildren();
+  info.sections.forEach((s, i) => {
+    const size = s.end - s.start;
+    const part = document.createElement("div");
+    part.className = `part part-${i}`;
+    part.style.flexGrow = String(size);
+    part.title = `${s.name}: bytes ${withCommas(s.start)}–${withCommas(s.end)} (${formatBytes(size)})`;
+    bar.append(part);
+    const tr = row([s.name, `${withCommas(s.start)} – ${withCommas(s.end)}`, formatBytes(size)]);
+    tr.firstChild.classList.add(`key-${i}`);
+    rows.append(tr);
+  });
+  const meta = el.inspector.querySelector(".meta-table tbody");
+  meta.replaceChildren(...info.metadata.map((m) => row([m.key, m.type, m.value])));
+  el.inspector.querySelector(".meta-count").textContent = `(${info.metadata.length} keys)`;
+  const tensors = el.inspector.querySelector(".tensor-table tbody");
+  tensors.replaceChildren(...info.tensors.map((t) => {
+    const tr = row([t.name, t.shape.join(" × "), t.type, withCommas(t.offset), withCommas(t.n_bytes)]);
+    tr.dataset.search = `${t.name} ${t.type}`.toLowerCase();
+    return tr;
+  }));
+  el.inspector.querySelector(".tensor-count").textContent = `(${info.tensors.length})`;
+  filterTensors();
+}
+
+function filterTensors() {
+  const q = el.tensorSearch.value.trim().toLowerCase();
+  for (const tr of el.inspector.querySelectorAll(".tensor-table tbody tr")) {
+    tr.hidden = q !== "" && !tr.dataset.search.includes(q);
+  }
+}
+el.tensorSearch.addEventListener("input", filterTensors);
+
+for (const tab of document.querySelectorAll(".tab")) {
+  tab.addEventListener("click", () => {
+    for (const t of document.querySelectorAll(".tab")) t.setAttribute("aria-selected", String(t === tab));
+    for (const pane of document.querySelectorAll(".tabpane")) pane.hidden = pane.dataset.pane !== tab.dataset.tab;
+  });
+}
+
+// ---------------------------------------------------------------- start
+setPhase("starting");
+findDemo();
+if ("serviceWorker" in navigator) {
+  navigator.serviceWorker.register("./sw.js").catch((err) => console.warn("pyengine: no service worker:", err));
+}
