@@ -109,15 +109,15 @@ def wheel_name(wheel: Path) -> str:
 def build_wheels(dest: Path) -> dict[Path, str]:
     """Fill ``dest`` (``static/wheels/``) with the wheels and ``manifest.json``, listed in install order.
 
-    manifest.json: ``{"pyodide_packages": ["numpy"], "wheels": [{"name", "file", "sha256", "size"}, ...]}``.
+    manifest.json: ``{"pyodide_packages": ["numpy"], "wheels": [{"name", "file", "sha256", "size"}, ...]}``;
+    pyengine's entry also has ``sources_sha256`` (see ``sources_digest``).
     """
     wheels = [markupsafe_wheel(), pip_download(*JINJA2), pyengine_wheel()]
     done = {dest / w.name: install_file(w, dest / w.name) for w in wheels}
-    manifest = {
-        "pyodide_packages": ["numpy"],
-        "wheels": [{"name": wheel_name(w), "file": w.name, "sha256": sha256_of(w), "size": w.stat().st_size}
-                   for w in wheels],
-    }
+    entries = [{"name": wheel_name(w), "file": w.name, "sha256": sha256_of(w), "size": w.stat().st_size}
+               for w in wheels]
+    entries[-1]["sources_sha256"] = sources_digest()  # lets tests tell a stale pyengine wheel from a fresh one
+    manifest = {"pyodide_packages": ["numpy"], "wheels": entries}
     text = json.dumps(manifest, indent=2) + "\n"
     done[dest / "manifest.json"] = install_bytes(text.encode(), dest / "manifest.json")
     return done

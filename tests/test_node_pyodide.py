@@ -1,0 +1,197 @@
+"""pyengine under Pyodide 0.27.7 in Node (the browser's runtime) gives what it gives under CPython.
+
+Each probe below is one piece of Python run twice: here, in CPython, and in Pyodide through
+tests/node/run_pyodide.mjs, which loads everything from the built static/ (the npm core, the lock-checked
+numpy wheel, the pyengine/jinja2/markupsafe wheels of static/wheels/manifest.json) and mounts the fixture
+and model folders with NODEFS. The two JSON results must be equal:
+- the reader: every key, value and type of each tiny fixture's metadata, every tensor's info and the
+  sha256 of every dequantized tensor (so every quant type in the fixtures, bit for bit); for the real
+  models, the metadata and one tensor of each ggml type;
+- the model: greedy ids from the same prompt on each tiny fixture (8 tokens) and on SmolLM2-135M-Instruct
+  (8 tokens after a ChatML prompt), plus the first step's logits within 1e-3.
+
+One Node process per group of probes (Pyodide starts in ~6 s). Needs node and static/ (make build).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, MODELS, ROOT, SMOLLM2, TINY
+
+pytestmark = pytest.mark.node
+
+STATIC = ROOT / "static"
+HARNESS = Path(__file__).resolve().parent / "node" / "run_pyodide.mjs"
+GREEDY_STEPS = 8
+PROMPT_IDS = [1, 5, 9, 42]  # the fixtures' reference prompt (tests/fixtures/README.md)
+CHAT_PROMPT = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+
+# Python run on both sides. FX is the fixture folder and MODELS the model folder on each side.
+PROBES = '''
+import hashlib
+import numpy as np
+from pyengine.gguf import open_gguf
+
+
+def sha(a):
+    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+
+
+def describe(path, tensors="all"):
+    """Header, metadata and tensor table of a GGUF, with the sha256 of dequantized tensors.
+
+    tensors="all": every tensor; "one per type": the first tensor of each ggml type.
+    """
+    with open_gguf(path) as g:
+        infos = {n: [list(i.shape), i.type.name, i.offset, i.n_bytes] for n, i in g.tensors.items()}
+        picked, seen = [], set()
+        for name, info in g.tensors.items():
+            if tensors == "all" or info.type.name not in seen:
+                picked.append(name)
+                seen.add(info.type.name)
+        values = {}
+        for name in picked:
+            t = g.tensor(name)
+            values[name] = [str(t.dtype), list(t.shape), sha(t)]
+        return {"version": g.version, "alignment": g.alignment, "data_offset": g.data_offset,
+                "metadata": g.metadata, "value_types": g.value_types, "tensors": infos, "values": values}
+
+
+def greedy(path, prompt, n_steps):
+    """Greedy ids after ``prompt`` (ids, or text for the model's tokenizer) and the first step's logits."""
+    from pyengine.model import Model
+    with open_gguf(path) as g:
+        model = Model.from_gguf(g)
+        if isinstance(prompt, str):
+            from pyengine.tokenizer import Tokenizer
+            prompt = Tokenizer.from_metadata(g.metadata).encode(prompt, add_special=True, parse_special=True)
+    cache = model.new_cache(len(prompt) + n_steps)
+    logits = model.forward(prompt, cache)
+    first = logits.astype(float).tolist()
+    ids = []
+    for _ in range(n_steps):
+        ids.append(int(np.argmax(logits)))
+        logits = model.forward([ids[-1]], cache)
+    return {"prompt": list(prompt), "ids": ids, "logits": first}
+'''
+
+
+def need(condition: bool, why: str) -> None:
+    """Skip when a prerequisite is missing; under CI (CI=true) that is a failure: make test provides them."""
+    if not condition:
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+
+
+def has_module(name: str) -> bool:
+    return (ROOT / "pyengine" / f"{name}.py").exists()
+
+
+@pytest.fixture(scope="module")
+def static_ready() -> None:
+    need(shutil.which("node") is not None, "node is not installed (build_scripts/install_test_deps.sh)")
+    need((STATIC / "wheels" / "manifest.json").exists(), "static/ is not built (make build)")
+    sys.path.insert(0, str(ROOT / "build_scripts"))
+    from build_wheels import sources_digest
+    manifest = json.loads((STATIC / "wheels" / "manifest.json").read_text())
+    built = next(w for w in manifest["wheels"] if w["name"] == "pyengine")
+    if built.get("sources_sha256") != sources_digest():
+        pytest.fail("static/wheels has a pyengine wheel of other sources than pyengine/: run make build")
+
+
+def in_pyodide(code: str, timeout: float = 900) -> object:
+    """The JSON value of ``code``'s last line, run under Pyodide in Node with FX and MODELS mounted."""
+    setup = 'FX, MODELS = "/fx", "/models"\n'
+    args = ["node", str(HARNESS), "--static", str(STATIC), "--mount", f"{FIXTURES}:/fx"]
+    if MODELS.is_dir():
+        args += ["--mount", f"{MODELS}:/models"]
+    proc = subprocess.run(args, input=setup + PROBES + code, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"Pyodide run failed:\n{proc.stderr[-4000:]}"
+    return json.loads(proc.stdout)
+
+
+def in_cpython(code: str) -> object:
+    """The same under this CPython (pyengine from the work tree), through the same JSON round trip."""
+    ns = {"__name__": "__probe__"}
+    lines = (f"FX, MODELS = {str(FIXTURES)!r}, {str(MODELS)!r}\n" + PROBES + code).rstrip().splitlines()
+    exec("\n".join(lines[:-1]), ns)
+    return json.loads(json.dumps(eval(lines[-1], ns)))
+
+
+TINY_CODE = f'''
+names = {sorted(p.name for p in TINY.values())!r}
+result = {{"describe": {{n: describe(f"{{FX}}/{{n}}") for n in names}}}}
+if {has_module("model")!r}:
+    result["greedy"] = {{n: greedy(f"{{FX}}/{{n}}", {PROMPT_IDS!r}, {GREEDY_STEPS}) for n in names}}
+result
+'''
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(static_ready) -> tuple[dict, dict]:
+    need(has_module("gguf"), "pyengine/gguf.py has not landed")
+    return in_pyodide(TINY_CODE), in_cpython(TINY_CODE)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in TINY.values()))
+def test_reader_in_pyodide_matches_cpython_on_fixture(tiny_runs, name):
+    pyodide, cpython = (run["describe"][name] for run in tiny_runs)
+    assert pyodide["metadata"] == cpython["metadata"]
+    assert pyodide["value_types"] == cpython["value_types"]
+    assert pyodide["tensors"] == cpython["tensors"]
+    assert pyodide["values"] == cpython["values"]  # every tensor, dequantized, bit for bit
+    assert (pyodide["version"], pyodide["alignment"], pyodide["data_offset"]) == \
+        (cpython["version"], cpython["alignment"], cpython["data_offset"])
+    assert len(pyodide["values"]) == len(cpython["tensors"]) > 0
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in TINY.values()))
+def test_greedy_in_pyodide_matches_cpython_on_fixture(tiny_runs, name):
+    need(has_module("model"), "pyengine/model.py has not landed")
+    pyodide, cpython = (run["greedy"][name] for run in tiny_runs)
+    assert pyodide["ids"] == cpython["ids"]
+    assert len(pyodide["ids"]) == GREEDY_STEPS
+    diff = max(abs(a - b) for a, b in zip(pyodide["logits"], cpython["logits"]))
+    assert diff < 1e-3, f"first-step logits differ by {diff}"
+
+
+REAL_CODE = f'''
+result = {{"gemma3": describe(f"{{MODELS}}/gemma-3-270m-q4_k_m.gguf", "one per type"),
+          "smollm2": describe(f"{{MODELS}}/{SMOLLM2.name}", "one per type")}}
+if {has_module("model") and has_module("tokenizer")!r}:
+    result["greedy"] = greedy(f"{{MODELS}}/{SMOLLM2.name}", {CHAT_PROMPT!r}, {GREEDY_STEPS})
+result
+'''
+
+
+@pytest.fixture(scope="module")
+def real_runs(static_ready, gemma3_path, smollm2_path) -> tuple[dict, dict]:
+    need(has_module("gguf"), "pyengine/gguf.py has not landed")
+    return in_pyodide(REAL_CODE), in_cpython(REAL_CODE)
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("name", ["gemma3", "smollm2"])
+def test_reader_in_pyodide_matches_cpython_on_real_model(real_runs, name):
+    pyodide, cpython = (run[name] for run in real_runs)
+    assert pyodide == cpython
+    assert len(pyodide["metadata"]) > 20 and len(pyodide["values"]) >= 2
+
+
+@pytest.mark.real_model
+def test_greedy_in_pyodide_matches_cpython_on_smollm2(real_runs):
+    need(has_module("model") and has_module("tokenizer"), "pyengine/model.py or tokenizer.py has not landed")
+    pyodide, cpython = (run["greedy"] for run in real_runs)
+    assert pyodide["prompt"] == cpython["prompt"] and len(pyodide["prompt"]) > 10
+    assert pyodide["ids"] == cpython["ids"], "greedy tokens differ between Pyodide and CPython"
+    diff = max(abs(a - b) for a, b in zip(pyodide["logits"], cpython["logits"]))
+    assert diff < 1e-3, f"first-step logits differ by {diff}"
