@@ -10,13 +10,14 @@ models:
 	$(PYTHON) build_scripts/fetch_models.py
 
 build:
+	PYTHON=$(PYTHON) bash build_scripts/install_build_deps.sh
 	$(PYTHON) build_scripts/build_static.py
 
 run: build
 	$(PYTHON) build_scripts/serve.py --port $(PORT)
 
 test-deps:
-	bash build_scripts/install_test_deps.sh
+	PYTHON=$(PYTHON) bash build_scripts/install_test_deps.sh
 
 test: test-deps models build
 	$(PYTHON) -m pytest

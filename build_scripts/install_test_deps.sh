@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Install everything the test suite needs on a fresh Debian machine (run as root):
-# the package with its test extras, Debian's Chromium for Playwright, and Node for the Pyodide tests.
-# Never `playwright install`: the tests drive /usr/bin/chromium.
+# Install everything the test suite needs on a fresh Debian machine (run as root): the package with its test
+# extras (pytest, gguf, playwright + pytest-playwright from PyPI), Debian's Chromium, and Node for the Pyodide
+# tests. Never `playwright install`: the browser tests drive /usr/bin/chromium.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -9,10 +9,14 @@ PYTHON=${PYTHON:-python3}
 $PYTHON -m pip install --quiet --disable-pip-version-check -e '.[test]'
 
 need_apt=()
-command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
-command -v node >/dev/null 2>&1 || need_apt+=(nodejs npm)
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
+command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
+command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 if [ ${#need_apt[@]} -gt 0 ]; then
+    echo "installing ${need_apt[*]} (apt)"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
-echo "test dependencies ready: $(chromium --version 2>/dev/null | head -1), node $(node --version)"
+PYTHON=$PYTHON bash build_scripts/install_build_deps.sh
+echo "test dependencies ready: $(/usr/bin/chromium --version 2>/dev/null | head -1), node $(node --version)," \
+     "playwright $($PYTHON -c 'import importlib.metadata as m; print(m.version("playwright"))')"
