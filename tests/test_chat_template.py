@@ -1,0 +1,164 @@
+"""Chat templates: built-in formats against llama.cpp, choosing a template, Jinja rendering, BOS, bounds."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+from pyengine.chat_template import (BUILTIN_BY_NAME, BUILTIN_TEMPLATES, ChatTemplate, check_messages,
+                                    detect_builtin, render_jinja)
+from pyengine.errors import TemplateError
+
+CHAT = [
+    {"role": "system", "content": "Be brief. "},
+    {"role": "user", "content": " Hi "},
+    {"role": "assistant", "content": "Hello!"},
+    {"role": "user", "content": "2+2?"},
+]
+
+# SmolLM2-135M-Instruct's tokenizer.chat_template, verbatim.
+SMOLLM2_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
+    "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+
+def llama_cpp_builtin(name: str, messages: list[dict], add_ass: bool) -> str:
+    """llama.cpp's own rendering (``llama_chat_apply_template``) through llama-cpp-python."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    arr = (llama_cpp.llama_chat_message * len(messages))(
+        *[llama_cpp.llama_chat_message(role=m["role"].encode(), content=m["content"].encode()) for m in messages])
+    buf = ctypes.create_string_buffer(1 << 14)
+    n = llama_cpp.llama_chat_apply_template(name.encode(), arr, len(messages), add_ass, buf, len(buf))
+    assert 0 <= n < len(buf)
+    return buf.raw[:n].decode()
+
+
+# --- built-in formats -------------------------------------------------------------------------
+
+def test_gemma_format_written_out():
+    t = ChatTemplate(None, BUILTIN_BY_NAME["gemma"])
+    assert t.render(CHAT) == ("<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n"
+                              "<start_of_turn>model\nHello!<end_of_turn>\n"
+                              "<start_of_turn>user\n2+2?<end_of_turn>\n<start_of_turn>model\n")
+
+
+def test_chatml_format_written_out():
+    t = ChatTemplate(None, BUILTIN_BY_NAME["chatml"])
+    assert t.render(CHAT[1:2], add_generation_prompt=False) == "<|im_start|>user\n Hi <|im_end|>\n"
+
+
+@pytest.mark.parametrize("name", [b.name for b in BUILTIN_TEMPLATES])
+@pytest.mark.parametrize("add_ass", [True, False])
+@pytest.mark.parametrize("chat", [CHAT, CHAT[1:], CHAT[:2], CHAT[:3]], ids=["sys-4", "user-3", "sys-user", "sys-3"])
+def test_builtin_equals_llama_cpp(name, add_ass, chat):
+    assert ChatTemplate(None, BUILTIN_BY_NAME[name]).render(chat, add_ass) == llama_cpp_builtin(name, chat, add_ass)
+
+
+@pytest.mark.parametrize("text, name", [
+    (SMOLLM2_TEMPLATE, "chatml"),
+    ("{{ '<|im_start|>' + role + '<|im_sep|>' }}", "phi4"),
+    ("{{ '[INST] ' + m['content'] + ' [/INST]' }}", "llama2"),
+    ("{{ bos_token + '[INST] ' + m['content'] + ' [/INST]' }}", "llama2-sys-bos"),
+    ("[INST] <<SYS>>\n{{ s }}\n<</SYS>>", "llama2-sys"),
+    ("{{ bos_token + '[INST] ' + content.strip() }}", "llama2-sys-strip"),
+    ("{{ '<|user|>' }}{{ '<|assistant|>' }}{{ '<|end|>' }}", "phi3"),
+    ("{{ '<start_of_turn>' + role }}", "gemma"),
+    ("<|start_header_id|>{{ role }}<|end_header_id|>", "llama3"),
+    ("gemma", "gemma"),
+    ("no markers here", None),
+])
+def test_detect_builtin_by_markers_and_names(text, name):
+    found = detect_builtin(text)
+    assert (found.name if found else None) == name
+
+
+# --- choosing a model's template -------------------------------------------------------------
+
+def test_no_template_gemma3_uses_gemma_llama_uses_chatml():
+    assert ChatTemplate.from_metadata({"general.architecture": "gemma3"}).name == "gemma"
+    assert ChatTemplate.from_metadata({"general.architecture": "llama"}).name == "chatml"
+    assert ChatTemplate.from_metadata({"general.architecture": "qwen3", "tokenizer.chat_template": " "}).name == "chatml"
+
+
+def test_jinja_template_is_rendered_by_jinja_unless_unavailable():
+    md = {"general.architecture": "llama", "tokenizer.chat_template": SMOLLM2_TEMPLATE}
+    jinja = ChatTemplate.from_metadata(md)
+    assert jinja.name == "jinja"
+    assert jinja.render([{"role": "user", "content": "Hi"}]) == (
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    assert ChatTemplate.from_metadata(md, use_jinja=False).name == "chatml"
+    with pytest.raises(TemplateError, match="needs jinja2"):
+        ChatTemplate.from_metadata({"tokenizer.chat_template": "{{ x }}"}, use_jinja=False)
+    assert ChatTemplate.from_metadata({"tokenizer.chat_template": "llama3"}).name == "llama3"
+
+
+def test_bos_is_never_doubled():
+    md = {"tokenizer.chat_template": "{{ bos_token }}{% for m in messages %}[{{ m.content }}]{% endfor %}{{ eos_token }}"}
+    msgs = [{"role": "user", "content": "a"}]
+    assert ChatTemplate.from_metadata(md, "<s>", "</s>", add_bos=True).render(msgs) == "[a]</s>"
+    assert ChatTemplate.from_metadata(md, "<s>", "</s>", add_bos=False).render(msgs) == "<s>[a]</s>"
+    assert ChatTemplate.from_metadata(md, "<s>", "</s>", add_bos=True, add_eos=True).render(msgs) == "[a]"
+
+
+# --- Jinja as transformers renders it -------------------------------------------------------
+
+def test_jinja_names_templates_use():
+    src = ("{%- for m in messages -%}{% generation %}{{ m.content }}{% endgeneration %}"
+           "{%- if loop.index == 1 %}{% break %}{% endif %}{% endfor %}\n"
+           "{{ messages[1:] | tojson }}|{{ strftime_now('%Y') | length }}|{{ add_generation_prompt }}")
+    out = render_jinja(src, {"messages": [{"role": "user", "content": "é"}, {"role": "x", "content": "ü"}],
+                             "add_generation_prompt": True})
+    assert out == 'é[{"role": "x", "content": "ü"}]|4|True'
+
+
+def test_trim_and_lstrip_blocks():
+    assert render_jinja("  {% if true %}\nA\n  {% endif %}\nB", {}) == "A\nB"
+
+
+@pytest.mark.parametrize("src, match", [
+    ("{{ raise_exception('no system role') }}", "chat template: no system role"),
+    ("{% for %}", "does not parse"),
+    ("{{ ''.__class__.__mro__ }}", "SecurityError"),
+    ("{{ messages.append(1) }}", "SecurityError"),
+    ("{{ 'x' * 10000000 }}", r"'\*' gives more than"),
+    ("{{ 'x'.center(100000000) }}", "argument of center"),
+    ("{{ 'x'|center(100000000) }}", "argument of filter"),
+    ("{{ '%100000000s' % 'x' }}", "format width"),
+    ("{{ '{:100000000}'.format(1) }}", "format width"),
+    ("{{ 7 ** 100000 }}", "too large"),
+    ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "recursion too deep"),
+    ("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+     "gives more than"),
+    ("{% set ns = namespace(s=[1]) %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+     r"'\+' gives more than"),
+    ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "steps"),
+    ("{{ undefined_thing.attr }}", "UndefinedError"),
+])
+def test_hostile_or_broken_templates_raise_template_error(src, match):
+    with pytest.raises(TemplateError, match=match):
+        render_jinja(src, {"messages": []}, max_steps=20_000)
+
+
+def test_time_bound():
+    with pytest.raises(TemplateError, match="took more than"):
+        render_jinja("{% for i in range(5000) %}{% endfor %}", {}, max_seconds=0.0)
+
+
+def test_render_errors_keep_tracing_state():
+    import sys
+    before = sys.gettrace()
+    with pytest.raises(TemplateError):
+        render_jinja("{{ raise_exception('x') }}", {})
+    assert sys.gettrace() is before
+
+
+def test_check_messages():
+    assert check_messages(CHAT) is CHAT
+    with pytest.raises(TemplateError, match="message 1"):
+        check_messages([{"role": "user", "content": "a"}, {"role": "user"}])
+    with pytest.raises(TemplateError, match="list"):
+        check_messages({"role": "user", "content": "a"})

@@ -1,0 +1,97 @@
+"""Sampling: each step of llama.cpp's chain on hand-made logits, greedy, the seed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pyengine.errors import PyEngineError
+from pyengine.sampling import Sampler, SamplerParams, apply_penalties, min_p, top_k, top_p
+
+# probabilities 0.5, 0.3, 0.15, 0.05 at ids 2, 0, 3, 1 (an unsorted vocab)
+PROBS = np.array([0.3, 0.05, 0.5, 0.15])
+LOGITS = np.log(PROBS).astype(np.float32) + np.float32(7.0)
+
+
+def all_candidates(logits):
+    return np.arange(len(logits)), logits, False
+
+
+def test_greedy_is_argmax_after_penalties():
+    s = Sampler(SamplerParams(temperature=0.0))
+    assert s.sample(LOGITS) == 2
+    logits = np.array([1.0, 2.9, 3.0], np.float32)
+    assert Sampler(SamplerParams(temperature=0, repeat_penalty=1.1)).sample(logits, [2]) == 1  # 3.0/1.1 < 2.9
+
+
+def test_repetition_penalty_divides_positive_multiplies_negative():
+    logits = np.array([2.0, -1.0, 0.5, 3.0, 0.0], np.float32)
+    out = apply_penalties(logits, [0, 1, 1, 4], 2.0, 64)
+    assert out.tolist() == [1.0, -2.0, 0.5, 3.0, 0.0]       # each recent id once; 0 stays 0
+    assert logits.tolist() == [2.0, -1.0, 0.5, 3.0, 0.0]    # the input is not touched
+    assert apply_penalties(logits, [0, 3], 2.0, 1).tolist() == [2.0, -1.0, 0.5, 1.5, 0.0]   # last 1 token only
+    assert apply_penalties(logits, [0, 3], 2.0, -1).tolist() == [1.0, -1.0, 0.5, 1.5, 0.0]  # -1: all history
+    assert apply_penalties(logits, [0, 3], 2.0, 0) is logits                                 # 0: off
+    assert apply_penalties(logits, [0, 3], 1.0, 64) is logits                                # 1.0: off
+
+
+def test_top_k_keeps_the_k_largest_sorted():
+    ids, vals, is_sorted = top_k(LOGITS, 2)
+    assert ids.tolist() == [2, 0] and is_sorted
+    assert vals.tolist() == [LOGITS[2], LOGITS[0]]
+    assert top_k(LOGITS, 0)[0].tolist() == [0, 1, 2, 3]
+    assert top_k(LOGITS, 10)[0].tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("p, kept", [(0.4, [2]), (0.75, [2, 0]), (0.9, [2, 0, 3]), (0.99, [2, 0, 3, 1]), (1.0, [0, 1, 2, 3])])
+def test_top_p_keeps_the_shortest_prefix_reaching_p(p, kept):
+    assert top_p(*all_candidates(LOGITS), p)[0].tolist() == kept
+
+
+def test_top_p_on_a_wide_vocab_looks_past_the_first_256():
+    rng = np.random.default_rng(5)
+    logits = rng.permutation(np.linspace(0.0, -2.0, 5000)).astype(np.float32)   # flat: p=0.5 needs ~1/3 of it
+    ids, _, _ = top_p(*all_candidates(logits), 0.5)
+    order = np.argsort(-logits, kind="stable")
+    probs = np.exp(logits[order].astype(np.float64)) / np.exp(logits.astype(np.float64)).sum()
+    n = int(np.searchsorted(np.cumsum(probs), 0.5)) + 1
+    assert n > 256 * 8 // 2 and ids.tolist() == order[:n].tolist()
+
+
+@pytest.mark.parametrize("p, kept", [(0.05, [0, 1, 2, 3]), (0.2, [0, 2, 3]), (0.5, [0, 2]), (0.7, [2])])
+def test_min_p_keeps_tokens_within_p_of_the_top(p, kept):
+    # relative to the top (0.5): 0.6, 0.1, 1.0, 0.3
+    assert sorted(min_p(*all_candidates(LOGITS), p)[0].tolist()) == kept
+
+
+def test_chain_order_top_k_then_top_p_renormalizes():
+    # after top-k 2 the survivors are 0.5/0.8 = 0.625 and 0.375: top-p 0.6 keeps one token only
+    s = Sampler(SamplerParams(temperature=1.0, top_k=2, top_p=0.6, min_p=0.0, seed=0))
+    assert {s.sample(LOGITS) for _ in range(50)} == {2}
+    s = Sampler(SamplerParams(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0, seed=0))
+    assert {s.sample(LOGITS) for _ in range(200)} == {0, 2, 3}
+
+
+def test_temperature_sharpens_and_flattens():
+    hot = Sampler(SamplerParams(temperature=100.0, top_k=0, top_p=1.0, min_p=0.0, seed=1))
+    cold = Sampler(SamplerParams(temperature=0.05, top_k=0, top_p=1.0, min_p=0.0, seed=1))
+    assert {hot.sample(LOGITS) for _ in range(200)} == {0, 1, 2, 3}
+    assert {cold.sample(LOGITS) for _ in range(200)} == {2}      # 0.5 vs 0.3 at T=0.05: (3/5)^20 odds
+
+
+def test_seed_repeats_runs():
+    logits = np.random.default_rng(0).standard_normal(262_144).astype(np.float32)
+    params = SamplerParams(temperature=1.0, top_k=40, top_p=0.95, min_p=0.0, seed=1234)
+    runs = [[s.sample(logits, [1, 2]) for _ in range(20)] for s in (Sampler(params), Sampler(params))]
+    assert runs[0] == runs[1] and len(set(runs[0])) > 3
+    assert set(runs[0]) <= set(np.argsort(-logits)[:40].tolist())
+    firsts = [Sampler(SamplerParams(**{**vars(params), "seed": seed})).sample(logits) for seed in range(8)]
+    assert len(set(firsts)) > 1
+
+
+@pytest.mark.parametrize("field, value", [("temperature", -1.0), ("top_k", -1), ("top_p", 0.0), ("top_p", 1.5),
+                                          ("min_p", 2.0), ("repeat_penalty", 0.0), ("repeat_last_n", -2),
+                                          ("seed", -5)])
+def test_bad_settings_are_named(field, value):
+    with pytest.raises(PyEngineError, match=field):
+        SamplerParams(**{field: value}).check()
