@@ -9,7 +9,8 @@ size. So the engine is written against this tiny interface and nothing else:
 - ``read(offset, length) -> bytes`` -- exactly ``length`` bytes, fewer only at
   end of file,
 - ``reads: int``  -- how many ``read`` calls were made (tests and benchmarks
-  count them; readers must ask for large chunks).
+  count them; readers must ask for large chunks), and ``bytes_read: int``
+  (progress bars).
 
 :class:`FileSource` reads a local file with plain ``seek``/``read``;
 :class:`BytesSource` serves bytes in memory (tests). The worker adds a source
@@ -39,13 +40,16 @@ class FileSource:
         self._f = open(self.path, "rb")
         self.size = os.fstat(self._f.fileno()).st_size
         self.reads = 0
+        self.bytes_read = 0
 
     def read(self, offset: int, length: int) -> bytes:
         """``length`` bytes from ``offset`` (fewer only at end of file)."""
         _check_range(offset, length)
-        self.reads += 1
         self._f.seek(offset)
-        return self._f.read(length)
+        data = self._f.read(length)
+        self.reads += 1
+        self.bytes_read += len(data)
+        return data
 
     def close(self) -> None:
         self._f.close()
@@ -68,12 +72,15 @@ class BytesSource:
         self.name = name
         self.size = len(self._data)
         self.reads = 0
+        self.bytes_read = 0
 
     def read(self, offset: int, length: int) -> bytes:
         """``length`` bytes from ``offset`` (fewer only at the end of the data)."""
         _check_range(offset, length)
+        data = bytes(self._data[offset:offset + length])
         self.reads += 1
-        return bytes(self._data[offset:offset + length])
+        self.bytes_read += len(data)
+        return data
 
     def close(self) -> None:
         pass

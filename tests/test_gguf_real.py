@@ -6,6 +6,7 @@ import gguf
 import numpy as np
 import pytest
 
+from gguf_oracle import fields, reader, value_type
 from pyengine.gguf import open_gguf
 from pyengine.source import FileSource
 
@@ -17,14 +18,8 @@ def model(request):
     path = request.getfixturevalue(f"{request.param}_path")
     src = FileSource(path)
     g = open_gguf(src)
-    yield request.param, src, g, gguf.GGUFReader(path)
+    yield request.param, src, g, reader(path)
     src.close()
-
-
-def reader_type(field) -> str:
-    """gguf-py's field types as our type name: ``[ARRAY, STRING]`` -> ``"ARRAY[STRING]"``."""
-    names = [t.name for t in field.types]
-    return "".join(f"{n}[" for n in names[:-1]) + names[-1] + "]" * (len(names) - 1)
 
 
 def test_header_in_a_few_reads(model):
@@ -36,11 +31,10 @@ def test_header_in_a_few_reads(model):
 
 def test_every_key_agrees_with_gguf_reader(model):
     _, _, g, r = model
-    fields = {k: f for k, f in r.fields.items() if not k.startswith("GGUF.")}
-    assert list(g.metadata) == list(fields)
-    assert r.fields["GGUF.kv_count"].contents() == g.n_kv == len(fields)
-    for key, f in fields.items():
-        assert g.value_types[key] == reader_type(f), key
+    assert list(g.metadata) == list(fields(r))
+    assert r.fields["GGUF.kv_count"].contents() == g.n_kv == len(fields(r))
+    for key, f in fields(r).items():
+        assert g.value_types[key] == value_type(f), key
         assert g.metadata[key] == f.contents(), key
 
 

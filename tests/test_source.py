@@ -32,7 +32,7 @@ def test_reads_are_exact_and_counted(source):
     assert source.read(300, 3) == bytes([44, 45, 46])
     assert source.read(1000, 280) == DATA[1000:]
     assert source.read(5, 0) == b""
-    assert source.reads == 4
+    assert source.reads == 4 and source.bytes_read == 4 + 3 + 280
 
 
 def test_short_read_only_at_eof(source):
