@@ -43,15 +43,13 @@ from pyengine.errors import PyEngineError
 
 PROGRESS_EVERY = 0.1  # seconds between two progress messages while loading
 
-# The page's sampling settings: name -> (type, default). Empty fields arrive as None and take the default.
-SETTINGS: dict[str, tuple[type, Any]] = {
-    "temperature": (float, 0.7),
-    "top_k": (int, 40),
-    "top_p": (float, 0.95),
-    "min_p": (float, 0.05),
-    "repeat_penalty": (float, 1.0),
-    "max_tokens": (int, 256),
-    "seed": (int, None),
+MAX_TOKENS = 256      # a reply's default length limit, in tokens
+
+# The page's settings: name -> type. Sampling ones are pyengine.sampling.SamplerParams fields (its
+# defaults apply to a field left empty); max_tokens limits the reply.
+SETTINGS: dict[str, type] = {
+    "temperature": float, "top_k": int, "top_p": float, "min_p": float,
+    "repeat_penalty": float, "seed": int, "max_tokens": int,
 }
 
 
@@ -103,41 +101,34 @@ class BrowserFileSource:
 # What the page shows: the model card and the inspector
 # ---------------------------------------------------------------------------
 
-def model_card(gguf: Any, chat_template: str) -> dict:
-    """The model card: name, architecture, parameters, quant types, context length, file size."""
-    meta = gguf.metadata
+def model_card(d: dict, chat_template: str) -> dict:
+    """The model card from :func:`pyengine.inspect.describe`'s dict: name, architecture, parameters,
+    quant types (most bytes first), context length (tokens), file size (bytes, all parts)."""
+    meta = d["metadata"]
     arch = str(meta.get("general.architecture", "?"))
-    counts: dict[str, int] = {}
-    for t in gguf.tensors.values():
-        counts[t.type.name] = counts.get(t.type.name, 0) + t.n_elements
-    by_weight = sorted(counts, key=counts.get, reverse=True)  # the type holding most weights first
     return {
-        "name": str(meta.get("general.name") or gguf.name),
+        "name": str(meta.get("general.name") or d["files"][0]),
         "architecture": arch,
-        "parameters": sum(counts.values()),
-        "quant_types": ", ".join(by_weight),
-        "context_length": int(meta.get(f"{arch}.context_length", 0)),
-        "file_size": gguf.file_size,
-        "files": len(gguf.parts),
+        "parameters": d["n_params"],
+        "quant_types": ", ".join(t["type"] for t in d["types"]),
+        "context_length": meta.get(f"{arch}.context_length", 0),
+        "file_size": d["file_size"],
+        "files": len(d["files"]),
         "chat_template": chat_template,
     }
 
 
-def inspector(gguf: Any) -> dict:
-    """The inspector's data: ``sections`` (name, start, end), ``metadata`` (key, type, value as text),
-    ``tensors`` (name, shape, type, offset, n_bytes), from :func:`pyengine.inspect.describe`."""
-    from pyengine.inspect import describe
-    d = describe(gguf)
+def inspector(d: dict) -> dict:
+    """The inspector's data from :func:`pyengine.inspect.describe`'s dict: ``sections`` (name, start,
+    end), ``metadata`` (key, type, value as text; strings whole, long arrays cut), ``tensors``."""
+    from pyengine.inspect import _show as show_value  # the CLI's text for a value
+    types = d["value_types"]
     return {
-        "sections": [{"name": s["name"], "start": s["start"], "end": s["end"]} for s in d["sections"]],
-        "metadata": [{"key": k, "type": gguf.value_types.get(k, "?"), "value": _show_value(v)}
+        "sections": d["sections"],
+        "metadata": [{"key": k, "type": types[k], "value": v if isinstance(v, str) else show_value(v, types[k])}
                      for k, v in d["metadata"].items()],
         "tensors": [{k: t[k] for k in ("name", "shape", "type", "offset", "n_bytes")} for t in d["tensors"]],
     }
-
-
-def _show_value(v: Any) -> str:
-    return v if isinstance(v, str) else repr(v)
 
 
 # ---------------------------------------------------------------------------
@@ -155,27 +146,35 @@ class WorkerSession:
 
     # --- load
     def load(self, files: list) -> None:
-        """Open the files, build the model and a new chat; post ``progress`` then ``model``.
+        """Open the files, build the model and a new chat; post ``progress``..., then ``model``.
 
         The model loaded before stays until the new one is ready, so a broken file
-        leaves the app as it was.
+        leaves the app (model and conversation) as it was.
         """
-        from pyengine import generate
         from pyengine.gguf import open_gguf
+        from pyengine.inspect import describe
 
         t0 = time.perf_counter()
-        sources = [f if hasattr(f, "read") else BrowserFileSource(f) for f in files]
-        total = sum(s.size for s in sources)
-        progress = _Progress(self.post, sources, total)
-        gguf = open_gguf(sources)
-        progress("header", force=True)
-        engine = generate.load(gguf, progress=lambda done, n: progress("tensors", done, n))
-        chat = generate.ChatSession(engine)
-        progress("tensors", force=True)
-        card = model_card(gguf, chat.template_name)
-        info = inspector(gguf)
-        self.gguf, self.chat = gguf, chat
-        self.post({"type": "model", "card": card, "inspect": info, "seconds": time.perf_counter() - t0})
+        gguf = open_gguf([f if hasattr(f, "read") else BrowserFileSource(f) for f in files])
+        from pyengine import generate
+        d = describe(gguf)
+        chat = generate.ChatSession(generate.load(gguf, progress=self._progress(d["n_tensors"])))
+        self.chat = chat
+        self.post({"type": "model", "card": model_card(d, chat.template_name), "inspect": inspector(d),
+                   "seconds": time.perf_counter() - t0})
+
+    def _progress(self, n_tensors: int) -> Callable[..., None]:
+        """A ``progress(done_tensors, total_tensors, done_bytes, total_bytes)`` callback for
+        ``Model.from_gguf`` that posts ``progress`` at most every PROGRESS_EVERY seconds (and at the end)."""
+        last = [0.0]
+
+        def progress(done: int, total: int, done_bytes: int, total_bytes: int) -> None:
+            now = time.perf_counter()
+            if now - last[0] >= PROGRESS_EVERY or done == total:
+                last[0] = now
+                self.post({"type": "progress", "stage": "reading tensors", "bytes": done_bytes,
+                           "total_bytes": total_bytes, "tensors": done, "n_tensors": total})
+        return progress
 
     # --- chat
     async def reply(self, text: str, system: str, settings: dict) -> None:
@@ -208,48 +207,25 @@ class WorkerSession:
         self.post({"type": "cleared"})
 
 
-class _Progress:
-    """Posts ``progress`` messages (bytes read over all files, tensors built), at most every PROGRESS_EVERY s."""
+def sampler_params(settings: dict) -> tuple[Any, int]:
+    """The page's settings (a field missing or None takes its default) as (SamplerParams, max_tokens).
 
-    def __init__(self, post: Callable[[dict], None], sources: list, total: int):
-        self.post, self.sources, self.total = post, sources, total
-        self.tensors, self.n_tensors, self.last = 0, 0, 0.0
-
-    def __call__(self, stage: str, tensors: int | None = None, n_tensors: int | None = None,
-                 force: bool = False) -> None:
-        if tensors is not None:
-            self.tensors, self.n_tensors = tensors, n_tensors
-        now = time.perf_counter()
-        if not force and now - self.last < PROGRESS_EVERY:
-            return
-        self.last = now
-        done = sum(getattr(s, "bytes_read", 0) for s in self.sources)
-        self.post({"type": "progress", "stage": stage, "bytes": min(done, self.total), "total_bytes": self.total,
-                   "tensors": self.tensors, "n_tensors": self.n_tensors})
-
-
-def sampler_params(settings: dict) -> dict:
-    """The page's settings (missing or None -> default) as ``{"sampler": {...}, "max_tokens": int}``.
-
-    Raises PyEngineError for a value of the wrong kind or range.
+    Raises PyEngineError for a value that is not a number or is out of range.
     """
-    out = {}
-    for name, (kind, default) in SETTINGS.items():
+    from pyengine.sampling import SamplerParams
+    values = {}
+    for name, kind in SETTINGS.items():
         v = settings.get(name)
         if v is None:
-            out[name] = default
             continue
         try:
-            out[name] = kind(v)
-        except (TypeError, ValueError):
+            values[name] = kind(v)
+        except (TypeError, ValueError, OverflowError):
             raise PyEngineError(f"setting {name}: {v!r} is not a number") from None
-    for name in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty"):
-        if out[name] < 0:
-            raise PyEngineError(f"setting {name}: {out[name]} must be >= 0")
-    if out["max_tokens"] < 1:
-        raise PyEngineError(f"setting max_tokens: {out['max_tokens']} must be >= 1")
-    max_tokens = out.pop("max_tokens")
-    return {"sampler": out, "max_tokens": max_tokens}
+    max_tokens = values.pop("max_tokens", MAX_TOKENS)
+    if max_tokens < 1:
+        raise PyEngineError(f"setting max_tokens: {max_tokens} must be at least 1")
+    return SamplerParams(**values).check(), max_tokens
 
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,117 @@
+"""Playwright fixtures: Debian's Chromium, the app served from static/ by build_scripts/serve.py, a network guard.
+
+- Chromium is ``/usr/bin/chromium`` (``apt-get install chromium``), never a browser from ``playwright install``.
+- ``server`` runs serve.py on a free port for the whole session; the app must be built (``make build``)
+  and static/ must hold the current web/ (checked, so a stale build fails with a clear message).
+- Every request to a host other than 127.0.0.1 is aborted and recorded; ``app`` fails the test that made one.
+- ``app`` is one page with Python started (status past ``starting``), shared by the tests of a module,
+  since Pyodide takes ~8 s to start in a worker.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from browser.pages import wait_status
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+STATIC = ROOT / "static"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+BOOT_MS = 120_000  # Python start in the worker: ~8 s alone, much more on a busy machine
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args):
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (make test-deps)")
+    return {**browser_type_launch_args, "executable_path": CHROMIUM, "args": CHROMIUM_ARGS}
+
+
+def check_static() -> None:
+    """static/ must exist and hold the page as web/ has it now."""
+    if not (STATIC / "index.html").is_file():
+        pytest.fail("static/ is not built: run `make build`")
+    stale = [p.name for p in (ROOT / "web").iterdir()
+             if p.is_file() and (not (STATIC / p.name).is_file() or (STATIC / p.name).read_bytes() != p.read_bytes())]
+    if stale:
+        pytest.fail(f"static/ is older than web/ ({', '.join(stale)}): run `make build`")
+
+
+def start_server() -> tuple[subprocess.Popen, str]:
+    """serve.py on a free port: (process, base URL)."""
+    proc = subprocess.Popen([sys.executable, str(ROOT / "build_scripts" / "serve.py"), "--port", "0"],
+                            env={**os.environ, "SERVE_QUIET": "1"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    m = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
+    if not m:
+        proc.kill()
+        pytest.fail(f"serve.py printed no URL: {line!r} {proc.stderr.read()!r}")
+    return proc, m.group(1)
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def server():
+    check_static()
+    proc, url = start_server()
+    yield url
+    stop_server(proc)
+
+
+class NetworkGuard:
+    """Aborts every request to a host other than 127.0.0.1 (data: and blob: URLs stay local) and keeps them."""
+
+    def __init__(self, context):
+        self.outside: list[str] = []
+        context.route("**/*", self.route)
+        context.on("request", self.seen)
+
+    @staticmethod
+    def is_outside(url: str) -> bool:
+        parts = urlsplit(url)
+        return parts.scheme not in ("data", "blob") and parts.hostname != "127.0.0.1"
+
+    def seen(self, request) -> None:
+        if self.is_outside(request.url) and request.url not in self.outside:
+            self.outside.append(request.url)
+
+    def route(self, route) -> None:
+        if self.is_outside(route.request.url):
+            self.seen(route.request)
+            route.abort()
+        else:
+            route.continue_()
+
+
+def open_app(browser, url: str):
+    """A new context and page on the app, with the guard on, after Python has started. (context, page, guard)"""
+    context = browser.new_context(viewport={"width": 1280, "height": 860})
+    guard = NetworkGuard(context)
+    page = context.new_page()
+    page.goto(url)
+    wait_status(page, ("no model", "ready"), BOOT_MS)
+    return context, page, guard
+
+
+@pytest.fixture(scope="module")
+def app(browser, server):
+    """One page on the app for a module's tests (Python started); asserts no request left 127.0.0.1."""
+    context, page, guard = open_app(browser, server)
+    page.guard = guard
+    yield page
+    context.close()
+    assert guard.outside == [], f"requests left 127.0.0.1: {guard.outside}"

@@ -1,0 +1,90 @@
+"""Helpers that drive the app's page in the browser tests: drop files, send a message, read the chat."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+LOAD_MS = 300_000   # a real model: read, dequantize, lay out (Gemma 3 270M is 253 MB)
+REPLY_MS = 300_000  # a reply of a few dozen tokens at a few tokens/s on a busy machine
+
+# Records every text the newest assistant message shows, so a test can see the reply grow.
+WATCH_REPLY = """() => {
+  window.replyUpdates = [];
+  const list = document.querySelector('.messages');
+  new MutationObserver(() => {
+    const all = list.querySelectorAll('[data-testid=message][data-role=assistant] .body');
+    const text = all.length ? all[all.length - 1].textContent : '';
+    if (window.replyUpdates[window.replyUpdates.length - 1] !== text) window.replyUpdates.push(text);
+  }).observe(list, {subtree: true, childList: true, characterData: true});
+}"""
+
+DROP = """files => {
+  const dt = new DataTransfer();
+  for (const f of files) {
+    const bytes = Uint8Array.from(atob(f.b64), (c) => c.charCodeAt(0));
+    dt.items.add(new File([bytes], f.name));
+  }
+  const zone = document.querySelector('[data-testid=dropzone]');
+  for (const type of ['dragenter', 'dragover', 'drop']) {
+    zone.dispatchEvent(new DragEvent(type, {dataTransfer: dt, bubbles: true, cancelable: true}));
+  }
+}"""
+
+
+def wait_status(page, states: tuple[str, ...], timeout_ms: float = 60_000) -> str:
+    """Wait until the status badge reads one of ``states``; return it."""
+    page.wait_for_function("states => states.includes(document.querySelector('[data-testid=status]').textContent)",
+                           arg=list(states), timeout=timeout_ms)
+    return page.get_by_test_id("status").text_content()
+
+
+def drop_files(page, paths: list[Path]) -> None:
+    """A synthetic drop of ``paths`` on the drop zone (a DataTransfer of Files, as a person's drop makes).
+
+    The bytes travel through the test protocol as base64: small files only."""
+    page.evaluate(DROP, [{"name": p.name, "b64": base64.b64encode(p.read_bytes()).decode()} for p in paths])
+
+
+def pick_files(page, paths: list[Path]) -> None:
+    """Choose ``paths`` with the file picker (Playwright hands Chromium the paths: any size)."""
+    page.get_by_test_id("file-input").set_input_files([str(p) for p in paths])
+
+
+def wait_loaded(page) -> None:
+    """Wait for the end of a load: 'ready' with a model, or the error of a failed load."""
+    page.wait_for_function("""() => {
+      const s = document.querySelector('[data-testid=status]').textContent;
+      return s !== 'loading' && s !== 'starting';
+    }""", timeout=LOAD_MS)
+
+
+def set_settings(page, **values) -> None:
+    """Fill sampling inputs by data-testid (underscores for dashes): set_settings(page, temperature=0, max_tokens=8)."""
+    for name, value in values.items():
+        page.get_by_test_id(name.replace("_", "-")).fill("" if value is None else str(value))
+
+
+def send(page, text: str) -> None:
+    """Type ``text`` in the prompt and press Enter (which sends)."""
+    prompt = page.get_by_test_id("prompt")
+    prompt.fill(text)
+    prompt.press("Enter")
+
+
+def wait_reply(page) -> str:
+    """Wait for the reply to finish; return the last assistant message's text."""
+    wait_status(page, ("ready",), REPLY_MS)
+    return messages(page)[-1][1]
+
+
+def messages(page) -> list[tuple[str, str]]:
+    """The chat as (role, text) pairs."""
+    return page.evaluate("""() => [...document.querySelectorAll('[data-testid=message]')]
+        .map((m) => [m.dataset.role, m.querySelector('.body').textContent])""")
+
+
+def error_text(page) -> str | None:
+    """The error banner's text, or None when it is hidden."""
+    err = page.get_by_test_id("error")
+    return err.locator(".error-text").text_content() if err.is_visible() else None

@@ -1,0 +1,95 @@
+"""The app end to end with SmolLM2-135M-Instruct: pick the file, chat at temperature 0, stop, new chat.
+
+The page's greedy reply must equal the CPython engine's for the same conversation, which also checks
+that a stopped reply leaves the model (its KV cache) ready for the next message.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from browser.pages import (WATCH_REPLY, error_text, messages, pick_files, send, set_settings, wait_loaded,
+                           wait_reply, wait_status)
+from browser.reference import cpython_reply
+
+pytestmark = pytest.mark.browser
+
+QUESTION = "What is the capital of France?"
+LONG_QUESTION = "Write a long story about a dragon who learns to cook."
+FOLLOW_UP = "Name three colors."
+
+
+@pytest.fixture(scope="module")
+def smollm(app, smollm2_path):
+    """The app with SmolLM2-135M-Instruct picked and loaded."""
+    pick_files(app, [smollm2_path])
+    wait_loaded(app)
+    assert app.get_by_test_id("status").text_content() == "ready", error_text(app)
+    return app
+
+
+def test_model_card(smollm):
+    card = smollm.get_by_test_id("model-info")
+    assert card.locator("dd[data-field=architecture]").text_content() == "llama"
+    assert card.locator(".model-name").text_content() == "SmolLM2 135M Instruct"
+    assert "Q4_1" in card.locator("dd[data-field=quant-types]").text_content()
+    assert card.locator("dd[data-field=context-length]").text_content() == "8,192 tokens"
+    assert card.locator("dd[data-field=file-size]").text_content() == "93.8 MiB"
+
+
+def test_inspector_shows_parts_metadata_and_searchable_tensors(smollm):
+    smollm.get_by_role("tab", name="Inspect the file").click()
+    inspector = smollm.get_by_test_id("inspector")
+    assert inspector.locator(".sections-bar .part").count() == 5
+    names = inspector.locator(".sections-table tbody td:first-child").all_text_contents()
+    assert len(names) == 5
+    assert inspector.locator(".meta-table").get_by_text("tokenizer.ggml.pre", exact=True).count() == 1
+    rows = inspector.locator(".tensor-table tbody tr")
+    assert rows.count() == 272
+    inspector.locator(".tensor-search").fill("blk.0.")
+    assert inspector.locator(".tensor-table tbody tr:not([hidden])").count() == 9
+    inspector.locator(".tensor-search").fill("")
+    smollm.get_by_role("tab", name="Chat").click()
+
+
+def test_greedy_reply_streams_and_equals_cpython(smollm, smollm2_path):
+    smollm.get_by_test_id("new-chat").click()
+    set_settings(smollm, temperature=0, max_tokens=24, seed=None)
+    smollm.evaluate(WATCH_REPLY)
+    send(smollm, QUESTION)
+    reply = wait_reply(smollm)
+    updates = smollm.evaluate("window.replyUpdates")
+    assert len(updates) >= 4, updates                       # the reply grew piece by piece
+    assert all(updates[i + 1].startswith(updates[i]) for i in range(len(updates) - 1))
+    assert reply == cpython_reply(smollm2_path, [QUESTION], max_tokens=24)
+    stats = smollm.get_by_test_id("stats").text_content()
+    assert "tok/s" in stats and " generated" in stats
+    assert messages(smollm) == [("user", QUESTION), ("assistant", reply)]
+    assert error_text(smollm) is None
+
+
+def test_stop_mid_reply_then_the_next_message_works(smollm, smollm2_path):
+    smollm.get_by_test_id("new-chat").click()
+    set_settings(smollm, temperature=0, max_tokens=200)
+    smollm.evaluate(WATCH_REPLY)
+    send(smollm, LONG_QUESTION)
+    smollm.wait_for_function("window.replyUpdates.length >= 3", timeout=120_000)
+    smollm.get_by_test_id("stop").click()
+    wait_status(smollm, ("ready",), 60_000)
+    last = smollm.locator("[data-testid=message][data-role=assistant]").last
+    assert last.get_attribute("data-note") == "stopped"
+    partial = messages(smollm)[-1][1]
+    assert partial and partial != cpython_reply(smollm2_path, [LONG_QUESTION], max_tokens=200)
+
+    set_settings(smollm, max_tokens=16)
+    send(smollm, FOLLOW_UP)
+    reply = wait_reply(smollm)
+    assert reply == cpython_reply(smollm2_path, [LONG_QUESTION, partial, FOLLOW_UP], max_tokens=16)
+    assert error_text(smollm) is None
+
+
+def test_new_chat_clears_the_conversation(smollm):
+    assert len(messages(smollm)) > 0
+    smollm.get_by_test_id("new-chat").click()
+    smollm.wait_for_function("document.querySelectorAll('[data-testid=message]').length === 0")
+    assert smollm.get_by_test_id("status").text_content() == "ready"

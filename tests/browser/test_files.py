@@ -1,0 +1,71 @@
+"""Dropping files on the app: a split model as several files, a broken file, a hostile name, Gemma 3 270M."""
+
+from __future__ import annotations
+
+import pytest
+
+from browser.pages import (drop_files, error_text, messages, pick_files, send, set_settings, wait_loaded,
+                           wait_reply)
+from browser.reference import cpython_reply
+from conftest import TINY
+from gguf_split import split_gguf
+from gguf_write import gguf_bytes
+from pyengine.gguf import open_gguf
+
+pytestmark = pytest.mark.browser
+
+HOSTILE_NAME = '<img src=x onerror="window.pwned = 1">Tiny <b>bold</b>'
+
+
+def card_field(page, field: str) -> str:
+    return page.get_by_test_id("model-info").locator(f"dd[data-field={field}]").text_content()
+
+
+def test_split_model_dropped_as_several_files(app, tmp_path):
+    parts = split_gguf(TINY["llama"], 3, tmp_path)
+    drop_files(app, parts[::-1])  # any order
+    wait_loaded(app)
+    assert app.get_by_test_id("status").text_content() == "ready", error_text(app)
+    assert card_field(app, "architecture") == "llama"
+    assert card_field(app, "file-size").endswith("in 3 files")
+    set_settings(app, temperature=0, max_tokens=6)
+    send(app, "hello")
+    assert wait_reply(app) == cpython_reply(TINY["llama"], ["hello"], max_tokens=6)
+
+
+def test_a_broken_file_shows_an_error_and_keeps_the_app(app, tmp_path):
+    before = messages(app)
+    assert before, "runs after a chat in this module"
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(TINY["llama"].read_bytes()[:5000])  # cut in the metadata
+    drop_files(app, [broken])
+    wait_loaded(app)
+    err = error_text(app)
+    assert err is not None and err.startswith("broken.gguf") and "internal error" not in err
+    assert app.get_by_test_id("status").text_content() == "ready"  # the model loaded before is still there
+    assert messages(app) == before                                  # and so is the conversation
+    send(app, "again")
+    assert wait_reply(app)
+    assert error_text(app) is None
+
+
+def test_model_text_is_never_html(app, tmp_path):
+    with open_gguf(TINY["llama"]) as g:
+        kvs = [(k, g.value_types[k], HOSTILE_NAME if k == "general.name" else v) for k, v in g.metadata.items()]
+        tensors = [(n, t.shape, t.type.id, g.tensor_bytes(n).tobytes()) for n, t in g.tensors.items()]
+        data = gguf_bytes(kvs, tensors, alignment=g.alignment)
+    hostile = tmp_path / "hostile.gguf"
+    hostile.write_bytes(data)
+    pick_files(app, [hostile])
+    wait_loaded(app)
+    assert app.get_by_test_id("model-info").locator(".model-name").text_content() == HOSTILE_NAME
+    assert app.locator("img, b").count() == 0
+    assert app.evaluate("window.pwned") is None
+
+
+def test_gemma3_card(app, gemma3_path):
+    pick_files(app, [gemma3_path])
+    wait_loaded(app)
+    assert app.get_by_test_id("status").text_content() == "ready", error_text(app)
+    assert card_field(app, "architecture") == "gemma3"
+    assert "Q8_0" in card_field(app, "quant-types")

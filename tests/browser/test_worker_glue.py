@@ -1,0 +1,116 @@
+"""pyengine.worker in CPython: the browser File source over a fake File, the settings, and the
+commands' error handling (every failure is an "error" message; nothing escapes handle())."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from pyengine import worker
+from pyengine.errors import PyEngineError
+from pyengine.gguf import open_gguf
+from pyengine.source import BytesSource, FileSource
+
+from conftest import TINY
+
+
+class FakeBlob:
+    """The part of the browser's File/Blob that BrowserFileSource uses."""
+
+    def __init__(self, data: bytes, name: str = "blob"):
+        self.data, self.name, self.size = data, name, len(data)
+        self.slices: list[tuple[int, int]] = []
+
+    def slice(self, a: int, b: int) -> "FakeBlob":
+        self.slices.append((a, b))
+        return FakeBlob(self.data[a:b], self.name)
+
+
+class FakeArrayBuffer:
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def to_bytes(self) -> bytes:
+        return self.data
+
+
+class FakeFileReaderSync:
+    def readAsArrayBuffer(self, blob: FakeBlob) -> FakeArrayBuffer:  # noqa: N802 (the DOM's name)
+        return FakeArrayBuffer(blob.data)
+
+
+def browser_source(path) -> worker.BrowserFileSource:
+    return worker.BrowserFileSource(FakeBlob(path.read_bytes(), path.name), reader=FakeFileReaderSync())
+
+
+def test_browser_file_source_reads_slices_and_counts():
+    blob = FakeBlob(bytes(range(100)), "m.gguf")
+    src = worker.BrowserFileSource(blob, reader=FakeFileReaderSync())
+    assert (src.name, src.size) == ("m.gguf", 100)
+    assert src.read(10, 5) == bytes([10, 11, 12, 13, 14])
+    assert src.read(95, 50) == bytes([95, 96, 97, 98, 99])   # short only at the end
+    assert src.read(100, 8) == b"" and src.read(500, 8) == b""
+    assert blob.slices == [(10, 15), (95, 100)]                # never a slice past the end, none for empty reads
+    assert (src.reads, src.bytes_read) == (4, 10)
+    with pytest.raises(ValueError):
+        src.read(-1, 4)
+
+
+def test_gguf_through_the_browser_source_equals_the_file():
+    path = TINY["llama-q4km"]
+    src = browser_source(path)
+    with open_gguf(path) as want:
+        got = open_gguf(src)
+        assert got.metadata == want.metadata
+        assert list(got.tensors) == list(want.tensors)
+        name = next(iter(want.tensors))
+        assert (got.tensor(name) == want.tensor(name)).all()
+    assert src.reads <= 3  # the header in one large read, then the tensor
+
+
+def test_settings_become_sampler_params():
+    params, max_tokens = worker.sampler_params({"temperature": 0, "top_k": 5.0, "top_p": 0.5, "min_p": None,
+                                                "repeat_penalty": 1.1, "seed": 7, "max_tokens": 12})
+    assert (params.temperature, params.top_k, params.top_p, params.repeat_penalty, params.seed) == (0.0, 5, 0.5, 1.1, 7)
+    assert params.min_p == 0.05 and max_tokens == 12              # empty fields take the defaults
+    assert worker.sampler_params({})[1] == worker.MAX_TOKENS
+    with pytest.raises(PyEngineError, match="top_k: 'many' is not a number"):
+        worker.sampler_params({"top_k": "many"})
+    with pytest.raises(PyEngineError, match="top_p"):
+        worker.sampler_params({"top_p": 1.5})
+    with pytest.raises(PyEngineError, match="max_tokens: 0"):
+        worker.sampler_params({"max_tokens": 0})
+
+
+@pytest.fixture
+def posted():
+    """Run handle() with a fresh session whose messages land in the returned list."""
+    messages: list[dict] = []
+    worker.setup(messages.append)
+    return messages
+
+
+def run(msg: dict) -> None:
+    asyncio.run(worker.handle(msg))
+
+
+def test_a_broken_file_is_an_error_message(posted, tmp_path):
+    run({"type": "load", "files": [BytesSource(b"GGUF\x03\x00\x00\x00" + b"\xff" * 8, "broken.gguf")]})
+    assert [m["type"] for m in posted] == ["error"]
+    assert posted[0]["during"] == "load"
+    assert posted[0]["message"].startswith("broken.gguf") and "internal error" not in posted[0]["message"]
+
+
+def test_chat_without_a_model_and_unknown_commands_are_errors(posted):
+    run({"type": "chat", "text": "hi", "system": "", "settings": {}})
+    run({"type": "frobnicate"})
+    assert [m["message"] for m in posted] == ["no model is loaded: drop a .gguf file first",
+                                              "unknown command 'frobnicate'"]
+
+
+def test_a_bug_is_an_internal_error_message(posted, capsys):
+    run({"type": "load", "files": [object()]})  # not a byte source, not a File: a bug in the caller
+    assert posted[0]["type"] == "error"
+    assert posted[0]["message"].startswith("internal error: AttributeError")
+    assert "Traceback" in capsys.readouterr().err  # the console keeps the traceback
