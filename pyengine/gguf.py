@@ -207,30 +207,42 @@ class _Cursor:
         return out
 
     def string(self, what: str = "string") -> str:
+        return self.string_bytes(what).decode("utf-8", "surrogateescape")
+
+    def string_bytes(self, what: str = "string") -> bytes:
         n = self.u64(f"{what} length")
-        return self.raw(n, what).decode("utf-8", "surrogateescape")
+        return self.raw(n, what)
 
     def strings(self, count: int) -> list[str]:
         """``count`` strings: the hot loop of header parsing (262,144 vocab entries).
 
-        Strings wholly inside the buffer are cut straight out of it; the first
-        one that is not goes through :meth:`string`, which refills.
+        Strings wholly inside the buffer are cut straight out of it; one that
+        runs past the buffer's end goes through :meth:`string_bytes`, which
+        refills. All are decoded at the end.
         """
         self.check_count(count, 8, "array of strings")
-        out: list[str] = []
-        append, unpack = out.append, _U64.unpack_from
-        buf, p, end = self.buf, self.p, len(self.buf)
-        for _ in range(count):
-            if p + 8 > end or p + 8 + (n := unpack(buf, p)[0]) > end:
-                self.p = p
-                append(self.string("string"))
-                buf, p, end = self.buf, self.p, len(self.buf)
-                continue
-            p += 8
-            append(buf[p:p + n].decode("utf-8", "surrogateescape"))
-            p += n
-        self.p = p
-        return out
+        raw: list[bytes] = [b""] * count
+        unpack = _U64.unpack_from
+        i = 0
+        while i < count:
+            buf, p = self.buf, self.p
+            last = len(buf) - 8  # the last position a length can start at
+            for i in range(i, count):  # the hot loop
+                if p > last:
+                    break
+                q = p + 8
+                r = q + unpack(buf, p)[0]
+                if r > last + 8:
+                    break
+                raw[i] = buf[q:r]
+                p = r
+            else:
+                i = count
+            self.p = p
+            if i < count:
+                raw[i] = self.string_bytes()
+                i += 1
+        return [b.decode("utf-8", "surrogateescape") for b in raw]
 
     def numbers(self, dtype: str, count: int, what: str) -> np.ndarray:
         """``count`` fixed-size items: a 1-D numpy view of the buffer."""
