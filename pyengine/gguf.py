@@ -585,9 +585,9 @@ class GGUFFile:
 
         t = self._info(name)
         try:
-            x = quants.dequantize(self.tensor_bytes(name), t.type, t.n_elements)  # (n_elements,)
-        except GGUFError as e:
-            raise GGUFError(f"{self.parts[t.part].source.name}: tensor {name!r}: {e}") from None
+            x = quants.dequantize(self.tensor_bytes(name), t.type, t.n_elements, name=name)  # (n_elements,)
+        except GGUFError as e:  # quants names the tensor and type; add the file and byte
+            raise GGUFError(f"{self.parts[t.part].source.name}: byte {t.offset}: {e}") from None
         return x.reshape(tuple(reversed(t.shape)))  # (ne[3], ne[2], ne[1], ne[0])
 
     def close(self) -> None:

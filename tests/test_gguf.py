@@ -137,6 +137,16 @@ def test_unknown_tensor_name():
         g.tensor_bytes("nope")
 
 
+def test_type_without_dequantizer_is_named():
+    iq2 = GGML_TYPES_BY_NAME["IQ2_XXS"]
+    data = gguf_bytes([], [("blk.0.ffn_up.weight", (256, 2), iq2.id, bytes(2 * iq2.type_size))])
+    g = open_gguf(BytesSource(data, "iq.gguf"))
+    assert g.tensor_bytes("blk.0.ffn_up.weight").size == 132
+    with pytest.raises(GGUFError, match=r"^iq\.gguf: byte \d+: tensor 'blk\.0\.ffn_up\.weight': "
+                                        r"cannot dequantize ggml type IQ2_XXS"):
+        g.tensor("blk.0.ffn_up.weight")
+
+
 def test_tensor_data_is_one_read_per_tensor():
     src = BytesSource(_two_tensor_file(), "two.gguf")
     g = open_gguf(src)
