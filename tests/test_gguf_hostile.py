@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import re
 
 import pytest
@@ -59,3 +60,21 @@ def test_zero_dim_tensor_is_empty():
     g = open_gguf(assemble([kv("general.architecture", "STRING", "x")],
                            [tensor_info("e", (0, 4), 0, 0), tensor_info("t", (8,), 0, 0)], bytes(32)))
     assert g.tensors["e"].n_bytes == 0 and g.tensor("e").shape == (4, 0)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_corruption_is_a_gguf_error_or_a_valid_file(seed):
+    """Flip 1-4 random bytes of the small file, 25 times per seed: the reader either
+    reads a consistent file or raises GGUFError, never anything else."""
+    rng = random.Random(seed)
+    for _ in range(25):
+        data = bytearray(SMALL)
+        for _ in range(rng.randint(1, 4)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        try:
+            g = open_gguf(BytesSource(bytes(data), "fuzz.gguf"))
+        except GGUFError as e:
+            assert str(e).startswith("fuzz.gguf: "), e
+            continue
+        for name, t in g.tensors.items():
+            assert g.tensor_bytes(name).size == t.n_bytes
