@@ -610,20 +610,21 @@ def open_gguf(paths_or_sources: Any) -> GGUFFile:
     """Open one GGUF file, or every part of a split model given in any order.
 
     ``paths_or_sources``: a path, a byte source (see :mod:`pyengine.source`),
-    ``bytes``, or a list of those. Only the headers are read here: a few
+    bytes, or a list of those. Only the headers are read here: a few
     large reads per file. Raises :class:`GGUFError` for malformed, hostile or
     mismatched files, naming the file and byte offset; ``OSError`` if a path
     cannot be opened.
     """
+    one = (str, bytes, bytearray, memoryview, os.PathLike)
     items = [paths_or_sources] if _is_source(paths_or_sources) or isinstance(
-        paths_or_sources, (str, bytes, os.PathLike)) else list(paths_or_sources)
+        paths_or_sources, one) else list(paths_or_sources)
     if not items:
         raise GGUFError("no GGUF file given")
     owned: list[Any] = []
     try:
         sources = []
         for x in items:
-            if isinstance(x, bytes):
+            if isinstance(x, (bytes, bytearray, memoryview)):
                 x = BytesSource(x)
             elif not _is_source(x):
                 x = FileSource(x)

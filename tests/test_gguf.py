@@ -194,6 +194,14 @@ def test_file_source_and_paths(tmp_path):
     assert g.parts[0].source._f.closed  # a path opened here is closed
 
 
+def test_bytes_like_inputs():
+    data = _two_tensor_file()
+    for x in (data, bytearray(data), memoryview(data), [data]):
+        assert list(open_gguf(x).tensors) == ["w", "h"]
+    with pytest.raises(GGUFError, match="no GGUF file given"):
+        open_gguf([])
+
+
 def test_key_offsets_point_at_values():
     data = gguf_bytes([("a", "UINT32", 7)], [])
     g = open_gguf(data)
