@@ -42,6 +42,7 @@ but absent) is a :class:`TokenizerError` naming the key.
 from __future__ import annotations
 
 import heapq
+from itertools import compress
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -94,8 +95,7 @@ ATTR_USER_DEFINED = 1 << 4
 ATTR_BYTE = 1 << 5
 ATTR_LSTRIP = 1 << 7
 ATTR_RSTRIP = 1 << 8
-TYPE_TO_ATTR = {TYPE_NORMAL: ATTR_NORMAL, TYPE_UNKNOWN: ATTR_UNKNOWN, TYPE_CONTROL: ATTR_CONTROL,
-                TYPE_USER_DEFINED: ATTR_USER_DEFINED, TYPE_UNUSED: ATTR_UNUSED, TYPE_BYTE: ATTR_BYTE}
+TYPE_ATTRS = (0, ATTR_NORMAL, ATTR_UNKNOWN, ATTR_CONTROL, ATTR_USER_DEFINED, ATTR_UNUSED, ATTR_BYTE)  # by type
 ATTR_SPECIAL = ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN   # cut out before tokenizing
 ATTR_HIDDEN = ATTR_CONTROL | ATTR_UNKNOWN                        # rendered only with special=True
 
@@ -198,15 +198,16 @@ def _get(meta: dict, key: str, kind: type, default: Any = None) -> Any:
 
 
 def _get_list(meta: dict, key: str, item: type | tuple, n: int | None) -> list | None:
-    """``meta[key]`` checked to be a list of ``item`` of length ``n`` (any length if None)."""
+    """``meta[key]`` checked to be a list of ``item`` (bool is no int) of length ``n`` (any if None)."""
     value = _get(meta, key, list)
     if value is None:
         return None
     if n is not None and len(value) != n:
         raise TokenizerError(f"{key}: {len(value)} entries, but {KEY_TOKENS} has {n} tokens")
-    for i, x in enumerate(value):
-        if not isinstance(x, item) or isinstance(x, bool):
-            raise TokenizerError(f"{key}: entry {i} is {type(x).__name__}, not {getattr(item, '__name__', 'a number')}")
+    for kind in set(map(type, value)):   # one pass in C; the loop sees each distinct type once
+        if not issubclass(kind, item) or issubclass(kind, bool):
+            i = next(i for i, x in enumerate(value) if type(x) is kind)
+            raise TokenizerError(f"{key}: entry {i} is a {kind.__name__}")
     return value
 
 
@@ -220,11 +221,14 @@ def _read_tokens(meta: dict) -> list[str]:
 
 
 def _read_attrs(meta: dict, n: int) -> list[int]:
-    """Attribute bits per token from ``tokenizer.ggml.token_type`` (all normal if absent)."""
+    """Attribute bits per token from ``tokenizer.ggml.token_type`` (all normal if absent;
+    an unknown type is undefined, as in llama.cpp)."""
     types = _get_list(meta, KEY_TOKEN_TYPE, int, n)
     if types is None:
         return [ATTR_NORMAL] * n
-    return [TYPE_TO_ATTR.get(t, 0) for t in types]
+    if min(types) < 0 or max(types) >= len(TYPE_ATTRS):
+        return [TYPE_ATTRS[t] if 0 <= t < len(TYPE_ATTRS) else 0 for t in types]
+    return list(map(TYPE_ATTRS.__getitem__, types))
 
 
 def _read_special_ids(meta: dict, n: int, defaults: dict[str, int]) -> dict[str, int | None]:
@@ -276,7 +280,7 @@ class Tokenizer:
         self.n_vocab = n = len(self.tokens)
         self.token_to_id: dict[str, int] = dict(zip(self.tokens, range(n)))   # the last of duplicates wins
         self.attrs = _read_attrs(meta, n)
-        self.pre, self.merges, self.pre_patterns, self.ignore_merges = "", {}, [], False
+        self.pre, self.merges, self.pre_patterns, self.ignore_merges = _get(meta, KEY_PRE, str, ""), {}, (), False
         if kind == "spm":
             self.scores = _get_list(meta, KEY_SCORES, (float, int), n) or [0.0] * n
             self._byte_ids = [self.token_to_id.get("<0x%02X>" % b, self.token_to_id.get(chr(b)) if b < 128 else None)
@@ -354,7 +358,7 @@ class Tokenizer:
         """The tokens cut out before tokenizing, longest text first (``cache_special_tokens``),
         bucketed by their first 3 characters so that a text is searched only for tokens that may
         occur in it."""
-        special = [i for i, a in enumerate(self.attrs) if a & ATTR_SPECIAL]
+        special = list(compress(range(self.n_vocab), map(ATTR_SPECIAL.__and__, self.attrs)))
         special.sort(key=lambda i: -len(self.tokens[i]))
         self._special_order = {tid: rank for rank, tid in enumerate(special)}
         self._buckets: tuple[dict[str, list[int]], dict[str, list[int]]] = ({}, {})   # (always, parse_special)
@@ -530,12 +534,15 @@ class Tokenizer:
         """The text of ``ids``: their :meth:`token_bytes` joined, decoded as UTF-8 (bad bytes → U+FFFD).
 
         With ``add_space_prefix`` (SPM models like Llama 2), the space the
-        encoder put before the first word is dropped (after a leading BOS, as
-        llama-cpp-python's ``detokenize`` does), so ``decode(encode(s)) == s``.
+        encoder put before the first word is dropped: one leading space of the
+        first token after an optional BOS, if that is a normal token (llama.cpp's
+        ``llama_detokenize`` strips it from whatever token comes first), so
+        ``decode(encode(s)) == s`` when ``s`` starts with plain text.
         """
         pieces = [self.token_bytes(t, special) for t in ids]
         first = 1 if ids and ids[0] == self.bos_id else 0
-        if self.add_space_prefix and first < len(pieces) and pieces[first][:1] == b" ":
+        if (self.add_space_prefix and first < len(pieces) and pieces[first][:1] == b" "
+                and self.attrs[ids[first]] & ATTR_NORMAL):
             pieces[first] = pieces[first][1:]
         return b"".join(pieces).decode("utf-8", "replace")
 
