@@ -69,19 +69,12 @@ def test_real_model_facts_match_llama_cpp(request, name):
 
 
 @pytest.mark.parametrize("name", REAL)
-def test_real_model_encodes_corpus_like_llama_cpp(request, name):
+@pytest.mark.parametrize("cases,parse_special,count", [("cases", False, 48), ("cases_special", True, 16)])
+def test_real_model_encodes_like_llama_cpp(request, name, cases, parse_special, count):
     tok, ref = real_tokenizer(request, name), golden("tokenize.json")[name]
-    assert len(ref["cases"]) == 48
-    for case in ref["cases"]:
-        assert tok.encode(case["text"], add_special=True, parse_special=False) == case["ids"], case["text"]
-
-
-@pytest.mark.parametrize("name", REAL)
-def test_real_model_parses_special_tokens_like_llama_cpp(request, name):
-    tok, ref = real_tokenizer(request, name), golden("tokenize.json")[name]
-    assert len(ref["cases_special"]) == 16
-    for case in ref["cases_special"]:
-        assert tok.encode(case["text"], add_special=True, parse_special=True) == case["ids"], case["text"]
+    assert len(ref[cases]) == count
+    for case in ref[cases]:
+        assert tok.encode(case["text"], add_special=True, parse_special=parse_special) == case["ids"], case["text"]
 
 
 @pytest.mark.parametrize("name", REAL)
