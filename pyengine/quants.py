@@ -37,6 +37,13 @@ CHUNK_ELEMENTS = 1 << 18  # weights dequantized per step: 1 MiB of float32 outpu
 # ---------------------------------------------------------------------------
 # Helpers: fields, f16 scales, bit planes
 # ---------------------------------------------------------------------------
+# Layouts, chosen for speed (numpy pays per inner loop, most of all in Pyodide):
+# - per-block scales are worked on transposed, (k, n_blocks), so their small
+#   arithmetic runs in long loops over the blocks;
+# - bit fields are unpacked from a contiguous copy of the field into planes,
+#   (count, n_blocks, bytes), one whole-array operation per plane;
+# - the hot loop, the float32 multiply (and add/subtract) per weight, reads the
+#   planes through a transposed view in weight order and writes ``out``.
 
 def _fields(blocks: np.ndarray, *sizes: int) -> list[np.ndarray]:
     """Split (n, type_size) blocks into column views of the given byte sizes, in struct order."""
@@ -46,20 +53,30 @@ def _fields(blocks: np.ndarray, *sizes: int) -> list[np.ndarray]:
 
 
 def _f16(field: np.ndarray) -> np.ndarray:
-    """(n, 2k) uint8 -> (n, k) float32: little-endian f16 scales, converted exactly."""
-    return field.view("<f2").astype(np.float32)
+    """(n, 2) uint8 -> (n,) float32: a little-endian f16 per block, converted exactly."""
+    return field.view("<f2").astype(np.float32).reshape(len(field))
+
+
+def _per_block(field: np.ndarray) -> np.ndarray:
+    """(n, k) uint8 -> (k, n) uint8 contiguous: a per-block field, blocks innermost."""
+    return np.ascontiguousarray(field.T)
 
 
 def _planes(x: np.ndarray, bits: int, count: int) -> np.ndarray:
     """Unpack ``count`` fields of ``bits`` bits from each element of x, lowest bits first.
 
-    x (..., m) unsigned -> (..., count, m) of x's dtype, plane k = (x >> (bits * k)) & mask.
-    Nibbles are ``_planes(x, 4, 2)``, 2-bit codes ``_planes(x, 2, 4)``, single bits
-    ``_planes(x, 1, 8)``.
+    x (...) unsigned -> (count, ...) contiguous, plane k = (x >> (bits * k)) & mask.
+    Nibbles are ``_planes(x, 4, 2)``, 2-bit codes ``_planes(x, 2, 4)``, single
+    bits ``_planes(x, 1, 8)``.
     """
-    shifts = np.arange(0, bits * count, bits, dtype=x.dtype).reshape(count, 1)
-    q = np.right_shift(x[..., None, :], shifts)  # (..., count, m)
-    np.bitwise_and(q, (1 << bits) - 1, out=q)
+    x = np.ascontiguousarray(x)
+    mask = (1 << bits) - 1
+    q = np.empty((count,) + x.shape, x.dtype)
+    np.bitwise_and(x, mask, out=q[0])
+    for k in range(1, count):
+        np.right_shift(x, bits * k, out=q[k])
+    masked = count if bits * count < 8 * x.itemsize else count - 1  # the top plane may need no mask
+    np.bitwise_and(q[1:masked], mask, out=q[1:masked])
     return q
 
 
@@ -67,6 +84,12 @@ def _offset(q: np.ndarray, zero: int) -> np.ndarray:
     """uint8 codes q (in place) -> int8 q - zero, for the symmetric types."""
     np.subtract(q, zero, out=q)  # wraps modulo 256; the int8 view reads it signed
     return q.view(np.int8)
+
+
+def _put_high(q: np.ndarray, high: np.ndarray, shift: int) -> None:
+    """q |= high << shift, in place (high is modified): add the high bits to low codes."""
+    np.left_shift(high, shift, out=high)
+    np.bitwise_or(q, high, out=q)
 
 
 # ---------------------------------------------------------------------------
@@ -94,17 +117,22 @@ def dequantize_bf16(blocks: np.ndarray, out: np.ndarray) -> None:
 # The 5-bit types add qh (32 bits, little-endian): bit i is bit 4 of w[i].
 
 def _q4_codes(qs: np.ndarray) -> np.ndarray:
-    """qs (n, 16) uint8 -> (n, 32) uint8 4-bit codes in weight order."""
-    return _planes(qs, 4, 2).reshape(len(qs), 32)
+    """qs (n, 16) -> (2, n, 16) uint8 codes: [0] weights 0..15, [1] weights 16..31."""
+    return _planes(qs, 4, 2)
 
 
 def _q5_codes(qh: np.ndarray, qs: np.ndarray) -> np.ndarray:
-    """qh (n, 4), qs (n, 16) uint8 -> (n, 32) uint8 5-bit codes in weight order."""
-    q = _q4_codes(qs)                                     # (n, 32) low 4 bits
-    h = np.unpackbits(qh, axis=1, bitorder="little")      # (n, 32) bit i of qh -> weight i
-    np.left_shift(h, 4, out=h)
-    np.bitwise_or(q, h, out=q)
+    """qh (n, 4), qs (n, 16) -> (2, n, 16) uint8 5-bit codes, as ``_q4_codes``."""
+    q = _q4_codes(qs)                                 # (2, n, 16) bits 0-3
+    qh = _per_block(qh.view("<u2")).view(np.uint8)   # (2, 2n): bytes with bit 4 of w 0..15, of w 16..31
+    h = np.unpackbits(qh.reshape(-1), bitorder="little").reshape(q.shape)  # (2, n, 16) bit 4
+    _put_high(q, h, 4)
     return q
+
+
+def _scale_32(q: np.ndarray, d: np.ndarray, out: np.ndarray) -> None:
+    """The hot loop of the 32-weight types: out (n, 32) = q * d, q (2, n, 16) codes, d (n,)."""
+    np.multiply(q.transpose(1, 0, 2), d[:, None, None], out=out.reshape(len(out), 2, 16), order="C")
 
 
 def dequantize_q4_0(blocks: np.ndarray, out: np.ndarray) -> None:
@@ -113,7 +141,7 @@ def dequantize_q4_0(blocks: np.ndarray, out: np.ndarray) -> None:
     ggml ``dequantize_row_q4_0``.
     """
     d, qs = _fields(blocks, 2, 16)
-    np.multiply(_offset(_q4_codes(qs), 8), _f16(d), out=out)  # (n, 32) * (n, 1)
+    _scale_32(_offset(_q4_codes(qs), 8), _f16(d), out)
 
 
 def dequantize_q4_1(blocks: np.ndarray, out: np.ndarray) -> None:
@@ -122,8 +150,8 @@ def dequantize_q4_1(blocks: np.ndarray, out: np.ndarray) -> None:
     ggml ``dequantize_row_q4_1``.
     """
     d, m, qs = _fields(blocks, 2, 2, 16)
-    np.multiply(_q4_codes(qs), _f16(d), out=out)  # (n, 32) * (n, 1)
-    np.add(out, _f16(m), out=out)
+    _scale_32(_q4_codes(qs), _f16(d), out)
+    np.add(out, _f16(m)[:, None], out=out)  # (n, 32) + (n, 1)
 
 
 def dequantize_q5_0(blocks: np.ndarray, out: np.ndarray) -> None:
@@ -132,7 +160,7 @@ def dequantize_q5_0(blocks: np.ndarray, out: np.ndarray) -> None:
     ggml ``dequantize_row_q5_0``.
     """
     d, qh, qs = _fields(blocks, 2, 4, 16)
-    np.multiply(_offset(_q5_codes(qh, qs), 16), _f16(d), out=out)  # (n, 32) * (n, 1)
+    _scale_32(_offset(_q5_codes(qh, qs), 16), _f16(d), out)
 
 
 def dequantize_q5_1(blocks: np.ndarray, out: np.ndarray) -> None:
@@ -141,8 +169,8 @@ def dequantize_q5_1(blocks: np.ndarray, out: np.ndarray) -> None:
     ggml ``dequantize_row_q5_1``.
     """
     d, m, qh, qs = _fields(blocks, 2, 2, 4, 16)
-    np.multiply(_q5_codes(qh, qs), _f16(d), out=out)  # (n, 32) * (n, 1)
-    np.add(out, _f16(m), out=out)
+    _scale_32(_q5_codes(qh, qs), _f16(d), out)
+    np.add(out, _f16(m)[:, None], out=out)  # (n, 32) + (n, 1)
 
 
 def dequantize_q8_0(blocks: np.ndarray, out: np.ndarray) -> None:
@@ -151,28 +179,39 @@ def dequantize_q8_0(blocks: np.ndarray, out: np.ndarray) -> None:
     ggml ``dequantize_row_q8_0``.
     """
     d, qs = _fields(blocks, 2, 32)
-    np.multiply(qs.view(np.int8), _f16(d), out=out)  # (n, 32) * (n, 1)
+    np.multiply(qs.view(np.int8), _f16(d)[:, None], out=out)  # (n, 32) * (n, 1)
 
 
 # ---------------------------------------------------------------------------
 # K-quants: 256-weight super-blocks of 16 or 8 sub-blocks with their own scales
 # ---------------------------------------------------------------------------
 
+def _scale_k(out: np.ndarray, q: np.ndarray, dl: np.ndarray, ml: np.ndarray | None = None) -> None:
+    """The hot loop of the K-quants: out = q * dl - ml, float32, one rounding per operation.
+
+    out (n, ..., L) float32, q (n, ..., L) integer codes (a view in weight order),
+    dl, ml (n, ...) float32 per sub-block, broadcast over its L weights.
+    """
+    np.multiply(q, dl[..., None], out=out, order="C")
+    if ml is not None:
+        np.subtract(out, ml[..., None], out=out, order="C")
+
+
 def _scale_min_k4(scales: np.ndarray) -> np.ndarray:
     """The 8 six-bit scales and 8 six-bit mins of Q4_K/Q5_K (ggml ``get_scale_min_k4``).
 
-    scales (n, 12) uint8 -> (n, 2, 8) uint8: [:, 0] scales, [:, 1] mins.
+    scales (12, n) uint8, blocks innermost -> (2, 8, n) uint8: [0] scales, [1] mins.
 
         byte  0..3   EEaaaaaa   a = scale 0..3,  EE = bits 4-5 of scale 4..7
         byte  4..7   FFbbbbbb   b = min 0..3,    FF = bits 4-5 of min 4..7
         byte  8..11  ffffeeee   eeee = bits 0-3 of scale 4..7, ffff = of min 4..7
     """
-    a, b, c = scales[:, 0:4], scales[:, 4:8], scales[:, 8:12]
-    sm = np.empty((len(scales), 2, 8), np.uint8)
-    np.bitwise_and(a, 63, out=sm[:, 0, :4])
-    np.bitwise_and(b, 63, out=sm[:, 1, :4])
-    sm[:, 0, 4:] = (c & 15) | ((a >> 6) << 4)
-    sm[:, 1, 4:] = (c >> 4) | ((b >> 6) << 4)
+    a, b, c = scales[0:4], scales[4:8], scales[8:12]  # (4, n) each
+    sm = np.empty((2, 8, scales.shape[1]), np.uint8)
+    np.bitwise_and(a, 63, out=sm[0, :4])
+    np.bitwise_and(b, 63, out=sm[1, :4])
+    sm[0, 4:] = (c & 15) | ((a >> 6) << 4)
+    sm[1, 4:] = (c >> 4) | ((b >> 6) << 4)
     return sm
 
 
@@ -185,18 +224,18 @@ def dequantize_q2_k(blocks: np.ndarray, out: np.ndarray) -> None:
     """
     n = len(blocks)
     scales, qs, d, dmin = _fields(blocks, 16, 64, 2, 2)
-    dl = _f16(d) * (scales & 15)                                # (n, 16) float32
-    ml = _f16(dmin) * (scales >> 4)                             # (n, 16) float32
-    q = _planes(qs.reshape(n, 2, 32), 2, 4).reshape(n, 16, 16)  # (n, sub-block, weight)
-    o = out.reshape(n, 16, 16)
-    np.multiply(q, dl[:, :, None], out=o)
-    np.subtract(o, ml[:, :, None], out=o)
+    sm = _planes(_per_block(scales), 4, 2)        # (2, 16, n): [0] scales, [1] mins
+    dl = _f16(d) * sm[0]                          # (16, n) float32
+    ml = _f16(dmin) * sm[1]                       # (16, n) float32
+    q = _planes(qs, 2, 4).reshape(4, n, 2, 2, 16)  # (k, n, h, l // 16, l % 16)
+    _scale_k(out.reshape(n, 2, 4, 2, 16), q.transpose(1, 2, 0, 3, 4),
+             dl.T.reshape(n, 2, 4, 2), ml.T.reshape(n, 2, 4, 2))
 
 
 def dequantize_q3_k(blocks: np.ndarray, out: np.ndarray) -> None:
     """Q3_K block (110 bytes): hmask[32] | qs[64] | scales[12] | d f16.
 
-    Weight 128h + 32k + l (half h, field k, byte l): low 2 bits are field k of
+    Weight 128h + 32k + l (half h, field k, byte l): bits 0-1 are field k of
     qs[32h + l]; bit 2 is bit 4h + k of hmask[l]; q = that 3-bit code - 4.
     16 six-bit scales s (offset by 32), one per 16 weights:
 
@@ -207,16 +246,15 @@ def dequantize_q3_k(blocks: np.ndarray, out: np.ndarray) -> None:
     """
     n = len(blocks)
     hmask, qs, scales, d = _fields(blocks, 32, 64, 12, 2)
-    s = _planes(scales[:, :8], 4, 2).reshape(n, 16)           # bits 0-3
-    hi = _planes(scales[:, 8:], 2, 4).reshape(n, 16)          # bits 4-5
-    np.left_shift(hi, 4, out=hi)
-    np.bitwise_or(s, hi, out=s)
-    dl = _f16(d) * _offset(s, 32)                             # (n, 16) float32
-    q = _planes(qs.reshape(n, 2, 32), 2, 4).reshape(n, 8, 32)  # (n, 4h + k, l) low 2 bits
-    h = _planes(hmask, 1, 8)                                  # (n, 4h + k, l) bit 2
-    np.left_shift(h, 2, out=h)
-    np.bitwise_or(q, h, out=q)
-    np.multiply(_offset(q, 4).reshape(n, 16, 16), dl[:, :, None], out=out.reshape(n, 16, 16))
+    sc = _per_block(scales)                                       # (12, n)
+    s = _planes(sc[:8], 4, 2).reshape(16, n)                      # bits 0-3 of scale i
+    _put_high(s, _planes(sc[8:], 2, 4).reshape(16, n), 4)         # bits 4-5
+    dl = _f16(d) * _offset(s, 32)                                 # (16, n) float32
+    q = _planes(qs.reshape(n, 2, 32).transpose(1, 0, 2), 2, 4)    # (k, h, n, l) bits 0-1
+    h = _planes(hmask, 1, 8).reshape(2, 4, n, 32)                 # (h, k, n, l) bit 2
+    _put_high(q, h.transpose(1, 0, 2, 3), 2)
+    q = _offset(q, 4).reshape(4, 2, n, 2, 16)                     # (k, h, n, l // 16, l % 16)
+    _scale_k(out.reshape(n, 2, 4, 2, 16), q.transpose(2, 1, 0, 3, 4), dl.T.reshape(n, 2, 4, 2))
 
 
 def dequantize_q4_k(blocks: np.ndarray, out: np.ndarray) -> None:
@@ -229,13 +267,11 @@ def dequantize_q4_k(blocks: np.ndarray, out: np.ndarray) -> None:
     """
     n = len(blocks)
     d, dmin, scales, qs = _fields(blocks, 2, 2, 12, 128)
-    sm = _scale_min_k4(scales)
-    dl = _f16(d) * sm[:, 0]                                    # (n, 8) float32
-    ml = _f16(dmin) * sm[:, 1]                                 # (n, 8) float32
-    q = _planes(qs.reshape(n, 4, 32), 4, 2).reshape(n, 8, 32)  # (n, sub-block, weight)
-    o = out.reshape(n, 8, 32)
-    np.multiply(q, dl[:, :, None], out=o)
-    np.subtract(o, ml[:, :, None], out=o)
+    sm = _scale_min_k4(_per_block(scales))                 # (2, 8, n)
+    dl = _f16(d) * sm[0]                                   # (8, n) float32
+    ml = _f16(dmin) * sm[1]                                # (8, n) float32
+    q = _planes(qs, 4, 2).reshape(2, n, 4, 32)             # (nibble, n, c, l)
+    _scale_k(out.reshape(n, 4, 2, 32), q.transpose(1, 2, 0, 3), dl.T.reshape(n, 4, 2), ml.T.reshape(n, 4, 2))
 
 
 def dequantize_q5_k(blocks: np.ndarray, out: np.ndarray) -> None:
@@ -246,34 +282,30 @@ def dequantize_q5_k(blocks: np.ndarray, out: np.ndarray) -> None:
     """
     n = len(blocks)
     d, dmin, scales, qh, qs = _fields(blocks, 2, 2, 12, 32, 128)
-    sm = _scale_min_k4(scales)
-    dl = _f16(d) * sm[:, 0]                                    # (n, 8) float32
-    ml = _f16(dmin) * sm[:, 1]                                 # (n, 8) float32
-    q = _planes(qs.reshape(n, 4, 32), 4, 2).reshape(n, 8, 32)  # (n, sub-block, weight) low 4 bits
-    h = _planes(qh, 1, 8)                                      # (n, sub-block, weight) bit 4
-    np.left_shift(h, 4, out=h)
-    np.bitwise_or(q, h, out=q)
-    o = out.reshape(n, 8, 32)
-    np.multiply(q, dl[:, :, None], out=o)
-    np.subtract(o, ml[:, :, None], out=o)
+    sm = _scale_min_k4(_per_block(scales))                        # (2, 8, n)
+    dl = _f16(d) * sm[0]                                          # (8, n) float32
+    ml = _f16(dmin) * sm[1]                                       # (8, n) float32
+    q = _planes(qs.reshape(n, 4, 32).transpose(1, 0, 2), 4, 2)    # (nibble, c, n, l) bits 0-3
+    h = _planes(qh, 1, 8).reshape(4, 2, n, 32)                    # (c, nibble, n, l) bit 4
+    _put_high(q, h.transpose(1, 0, 2, 3), 4)
+    _scale_k(out.reshape(n, 4, 2, 32), q.transpose(2, 1, 0, 3), dl.T.reshape(n, 4, 2), ml.T.reshape(n, 4, 2))
 
 
 def dequantize_q6_k(blocks: np.ndarray, out: np.ndarray) -> None:
     """Q6_K block (210 bytes): ql[128] | qh[64] | scales[16] int8 | d f16.
 
-    Weight 128h + 32k + l (half h, quarter k, l < 32): low 4 bits are nibble
-    k // 2 of ql[64h + 32(k % 2) + l]; bits 4-5 are field k (bits 2k..2k+1) of
+    Weight 128h + 32k + l (half h, quarter k = 2i + j, l < 32): bits 0-3 are
+    nibble i of ql[64h + 32j + l]; bits 4-5 are field k (bits 2k..2k+1) of
     qh[32h + l]; q = that 6-bit code - 32.  One int8 scale s per 16 weights:
     w = (d * s) * q.  ggml ``dequantize_row_q6_K``.
     """
     n = len(blocks)
     ql, qh, scales, d = _fields(blocks, 128, 64, 16, 2)
-    q = _planes(ql.reshape(n, 2, 64), 4, 2).reshape(n, 2, 4, 32)  # (n, h, k, l) low 4 bits
-    hi = _planes(qh.reshape(n, 2, 32), 2, 4)                      # (n, h, k, l) bits 4-5
-    np.left_shift(hi, 4, out=hi)
-    np.bitwise_or(q, hi, out=q)
-    dl = _f16(d) * scales.view(np.int8)                           # (n, 16) float32
-    np.multiply(_offset(q, 32).reshape(n, 16, 16), dl[:, :, None], out=out.reshape(n, 16, 16))
+    q = _planes(ql.reshape(n, 2, 2, 32).transpose(2, 0, 1, 3), 4, 2)  # (i, j, n, h, l) bits 0-3
+    _put_high(q, _planes(qh, 2, 4).reshape(2, 2, n, 2, 32), 4)        # (i, j, n, h, l) bits 4-5
+    dl = _f16(d) * _per_block(scales).view(np.int8)                   # (16, n) float32
+    q = _offset(q, 32).reshape(2, 2, n, 2, 2, 16)                     # (i, j, n, h, l // 16, l % 16)
+    _scale_k(out.reshape(n, 2, 2, 2, 2, 16), q.transpose(2, 3, 0, 1, 4, 5), dl.T.reshape(n, 2, 2, 2, 2))
 
 
 # ---------------------------------------------------------------------------
@@ -299,7 +331,7 @@ def _iq4_values(qs: np.ndarray) -> np.ndarray:
 
     One table lookup per byte gives both of its weights (lookups are the slow part).
     """
-    pairs = _IQ4_PAIRS[qs].view(np.int8)                  # (..., 32): lo0 hi0 lo1 hi1 ...
+    pairs = _IQ4_PAIRS[np.ascontiguousarray(qs)].view(np.int8)  # (..., 32): lo0 hi0 lo1 hi1 ...
     return pairs.reshape(qs.shape + (2,)).swapaxes(-1, -2)
 
 
@@ -310,7 +342,7 @@ def dequantize_iq4_nl(blocks: np.ndarray, out: np.ndarray) -> None:
     """
     n = len(blocks)
     d, qs = _fields(blocks, 2, 16)
-    np.multiply(_iq4_values(qs), _f16(d)[:, :, None], out=out.reshape(n, 2, 16))
+    np.multiply(_iq4_values(qs), _f16(d)[:, None, None], out=out.reshape(n, 2, 16))
 
 
 def dequantize_iq4_xs(blocks: np.ndarray, out: np.ndarray) -> None:
@@ -323,12 +355,11 @@ def dequantize_iq4_xs(blocks: np.ndarray, out: np.ndarray) -> None:
     """
     n = len(blocks)
     d, scales_h, scales_l, qs = _fields(blocks, 2, 2, 4, 128)
-    s = _planes(scales_l[:, :, None], 4, 2).reshape(n, 8)                 # bits 0-3
-    hi = _planes(scales_h.view("<u2"), 2, 8).reshape(n, 8).astype(np.uint8)  # bits 4-5
-    np.left_shift(hi, 4, out=hi)
-    np.bitwise_or(s, hi, out=s)
-    dl = _f16(d) * _offset(s, 32)                                         # (n, 8) float32
-    np.multiply(_iq4_values(qs.reshape(n, 8, 16)), dl[:, :, None, None], out=out.reshape(n, 8, 2, 16))
+    s = _planes(_per_block(scales_l), 4, 2).transpose(1, 0, 2).reshape(8, n)      # bits 0-3
+    hi = _planes(_per_block(scales_h.view("<u2")), 2, 8).reshape(8, n)           # bits 4-5
+    _put_high(s, hi.astype(np.uint8), 4)
+    dl = _f16(d) * _offset(s, 32)                                                # (8, n) float32
+    np.multiply(_iq4_values(qs.reshape(n, 8, 16)), dl.T[:, :, None, None], out=out.reshape(n, 8, 2, 16))
 
 
 # ---------------------------------------------------------------------------
@@ -400,6 +431,7 @@ def dequantize(blocks: np.ndarray | bytes, ggml_type: GGMLType, n_elements: int,
     src = raw.reshape(n_blocks, ts)
     dst = out.reshape(n_blocks, bs)
     step = max(1, CHUNK_ELEMENTS // bs)  # blocks per step
-    for start in range(0, n_blocks, step):
-        fn(src[start:start + step], dst[start:start + step])
+    with np.errstate(all="ignore"):  # inf/NaN scales in a hostile file give inf/NaN weights, as in ggml
+        for start in range(0, n_blocks, step):
+            fn(src[start:start + step], dst[start:start + step])
     return out.reshape(n_elements)

@@ -1,0 +1,68 @@
+"""Dequantization throughput per ggml type (a benchmark, not a test).
+
+    python bench/bench_quants.py [--elements N] [--repeat R]
+
+For each type in ``quants.DEQUANTIZERS``: random blocks of N weights (default
+2^22), the best of R runs of ``quants.dequantize``, printed as million elements
+per second, and the peak memory traced during one run as a multiple of the
+float32 output (chunking keeps it near 1.0). Plain Python + numpy, so it runs
+unchanged under Pyodide.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import tracemalloc
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from pyengine import quants  # noqa: E402
+from pyengine.ggml import GGML_TYPES_BY_NAME  # noqa: E402
+
+
+def random_blocks(type_name: str, n_elements: int, rng: np.random.Generator) -> np.ndarray:
+    """Random bytes for n_elements weights of the type (scales may be any f16, even inf/NaN)."""
+    t = GGML_TYPES_BY_NAME[type_name]
+    return rng.integers(0, 256, n_elements // t.block_size * t.type_size, dtype=np.uint8)
+
+
+def bench_type(type_name: str, n_elements: int, repeat: int, rng: np.random.Generator) -> tuple[float, float]:
+    """-> (million elements per second, best of repeat; peak traced bytes / output bytes)."""
+    t = GGML_TYPES_BY_NAME[type_name]
+    raw = random_blocks(type_name, n_elements, rng)
+    best = float("inf")
+    with np.errstate(all="ignore"):
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            quants.dequantize(raw, t, n_elements)
+            best = min(best, time.perf_counter() - t0)
+        tracemalloc.start()
+        quants.dequantize(raw, t, n_elements)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return n_elements / best / 1e6, peak / (4 * n_elements)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--elements", type=int, default=1 << 22, help="weights per type (default 2^22)")
+    ap.add_argument("--repeat", type=int, default=5, help="runs per type; the best is kept (default 5)")
+    ap.add_argument("--types", nargs="*", default=list(quants.DEQUANTIZERS), help="ggml type names")
+    args = ap.parse_args()
+    rng = np.random.default_rng(0)
+    print(f"numpy {np.__version__}, {sys.implementation.name} {sys.version.split()[0]} on {sys.platform}, "
+          f"{args.elements} elements per type, chunk {quants.CHUNK_ELEMENTS}")
+    print(f"{'type':8} {'Melem/s':>9} {'ns/elem':>8} {'peak/out':>9}")
+    for name in args.types:
+        n = args.elements // 256 * 256
+        mps, peak = bench_type(name, n, args.repeat, rng)
+        print(f"{name:8} {mps:9.1f} {1e3 / mps:8.2f} {peak:9.2f}")
+
+
+if __name__ == "__main__":
+    main()
