@@ -21,19 +21,73 @@ EINSUM_MAX = 1 << 30    # elements one einsum may iterate over: wasm32 numpy fai
 # ----------------------------------------------------------------------------
 # matmul: where nearly all the time goes
 
+# ggml's CPU matmul first converts the activations to the weight type's "vec_dot_type"
+# (ggml-cpu.c type_traits_cpu): 8-bit blocks for the quantized types. Doing the same
+# rounding here keeps pyengine's logits within float rounding of llama.cpp's.
+VEC_DOT_TYPE = {
+    "F32": None, "F16": "F16", "BF16": "BF16",
+    "Q4_0": "Q8_0", "Q5_0": "Q8_0", "Q8_0": "Q8_0", "IQ4_NL": "Q8_0", "MXFP4": "Q8_0",
+    "Q4_1": "Q8_1", "Q5_1": "Q8_1",
+    "Q2_K": "Q8_K", "Q3_K": "Q8_K", "Q4_K": "Q8_K", "Q5_K": "Q8_K", "Q6_K": "Q8_K",
+    "IQ2_XXS": "Q8_K", "IQ2_XS": "Q8_K", "IQ2_S": "Q8_K", "IQ3_XXS": "Q8_K", "IQ3_S": "Q8_K",
+    "IQ1_S": "Q8_K", "IQ1_M": "Q8_K", "IQ4_XS": "Q8_K", "TQ1_0": "Q8_K", "TQ2_0": "Q8_K",
+}
+
+
+def round_activations(x: np.ndarray, vec_dot_type: str | None) -> np.ndarray:
+    """x (..., K) as ggml's matmul sees it after converting it to ``vec_dot_type`` (float32 out).
+
+    Q8_0 / Q8_1 (ggml-cpu x86 ``quantize_row_q8_0``): blocks of 32,
+    ``q = round(x * 127 / amax)`` half to even, scale ``fp16(amax / 127)``.
+    Q8_K (``quantize_row_q8_K_ref``): blocks of 256, ``q = min(127, round(-127 / max * x))``
+    where ``max`` is the signed value of largest magnitude, scale ``max / -127``.
+    F16 / BF16: x rounded to that float type. None: x unchanged.
+    """
+    if vec_dot_type is None:
+        return x
+    if vec_dot_type == "F16":
+        return x.astype(np.float16).astype(np.float32)
+    if vec_dot_type == "BF16":   # round to nearest even on the top 16 bits
+        b = x.astype(np.float32).view(np.uint32)
+        b = (b + 0x7FFF + ((b >> 16) & 1)) & np.uint32(0xFFFF0000)
+        return b.view(np.float32)
+    block = 256 if vec_dot_type == "Q8_K" else 32
+    xb = x.reshape(*x.shape[:-1], -1, block)                              # (..., K/block, block)
+    if vec_dot_type == "Q8_K":
+        i = np.abs(xb).argmax(axis=-1)[..., None]
+        mx = np.take_along_axis(xb, i, axis=-1)                           # (..., K/256, 1) signed
+        with np.errstate(divide="ignore", invalid="ignore"):
+            iscale = np.float32(-127.0) / mx
+            q = np.minimum(np.rint(xb * iscale), 127)
+            xq = np.where(mx != 0, q * (np.float32(1.0) / iscale), np.float32(0.0))
+    else:
+        amax = np.abs(xb).max(axis=-1, keepdims=True)                     # (..., K/32, 1)
+        d = (amax / np.float32(127.0)).astype(np.float16).astype(np.float32)
+        with np.errstate(divide="ignore"):
+            inv = np.where(amax > 0, np.float32(127.0) / amax, np.float32(0.0))
+        xq = np.rint(xb * inv) * d
+    return xq.reshape(x.shape)
+
+
 class Linear:
     """``y = W x (+ b)`` for a weight ``W (n_out, n_in)``: float32, or int8 rows with a float32 scale each.
 
+    ``act`` is the ggml vec_dot_type the activations are rounded to first
+    (see ``round_activations``); when rows of different types were stacked,
+    ``groups`` lists ``(first_row, end_row, act)`` and each group gets its own.
     The int8 form (``W ≈ scale[:, None] * q``, ``q`` in -127..127) is the
     low-memory policy of :mod:`pyengine.model`: a quarter of the memory,
     converted per use inside the einsum.
     """
-    __slots__ = ("w", "scale", "b")
+    __slots__ = ("w", "scale", "b", "act", "groups")
 
-    def __init__(self, w: np.ndarray, b: np.ndarray | None = None, scale: np.ndarray | None = None):
+    def __init__(self, w: np.ndarray, b: np.ndarray | None = None, scale: np.ndarray | None = None,
+                 act: str | None = None, groups: list | None = None):
         self.w = w            # (n_out, n_in) float32 or int8
         self.scale = scale    # (n_out,) float32, for int8 rows
         self.b = b            # (n_out,) float32 or None
+        self.act = act        # vec_dot_type of all rows, or None
+        self.groups = groups  # [(r0, r1, vec_dot_type)] when rows differ, else None
 
     @property
     def shape(self) -> tuple:
@@ -45,7 +99,11 @@ class Linear:
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """(n_in,) -> (n_out,), or (T, n_in) -> (T, n_out)."""
-        y = matmul(self.w, x)
+        if self.groups is None:
+            y = matmul(self.w, round_activations(x, self.act))
+        else:
+            y = np.concatenate([matmul(self.w[r0:r1], round_activations(x, act))
+                                for r0, r1, act in self.groups], axis=-1)
         if self.scale is not None:
             y *= self.scale
         if self.b is not None:

@@ -52,7 +52,7 @@ import numpy as np
 
 from pyengine.config import ModelConfig
 from pyengine.errors import ModelError, PyEngineError
-from pyengine.kernels import Linear, Rope, attention, geglu, matmul, quantize_rows_int8, rmsnorm, softcap, swiglu
+from pyengine.kernels import VEC_DOT_TYPE, Linear, Rope, attention, geglu, matmul, quantize_rows_int8, rmsnorm, softcap, swiglu
 
 WEIGHTS_BUDGET = int(2.5 * 2**30)   # bytes of float32 weights above which matrices are kept as int8 rows
 UBATCH = 512                         # tokens per forward step of a long prompt (llama.cpp's n_ubatch)
@@ -141,17 +141,22 @@ class Model:
         return sum(a.nbytes for a in arrays)
 
     @classmethod
-    def from_gguf(cls, gguf_file, progress=None, weights: str = "auto") -> "Model":
+    def from_gguf(cls, gguf_file, progress=None, weights: str = "auto", ggml_rounding: bool = False) -> "Model":
         """Build the model that ``gguf_file`` (a :class:`pyengine.gguf.GGUFFile`) holds.
 
         ``weights``: "f32", "int8", or "auto" (f32 unless that passes
         ``WEIGHTS_BUDGET``). ``progress(done_tensors, total_tensors, done_bytes,
         total_bytes)`` is called as tensors are read (bytes as stored in the
-        file). Raises ModelError for an unsupported architecture, a missing key
+        file). ``ggml_rounding`` rounds each matmul's activations as ggml's
+        CPU backend does for the weight's type (8-bit blocks for quantized
+        weights, see ``kernels.round_activations``): logits then equal
+        llama.cpp's to float rounding on small models, at a few percent of
+        speed; deep quantized models amplify any rounding difference (about
+        0.5 logit whatever is done), so it is off by default. Raises ModelError for an unsupported architecture, a missing key
         or tensor, or a tensor of the wrong shape.
         """
         config = ModelConfig.from_metadata(gguf_file.metadata, gguf_file.tensors)
-        return _Loader(gguf_file, config, progress, weights).load()
+        return _Loader(gguf_file, config, progress, weights, ggml_rounding).load()
 
     def new_cache(self, n_ctx: int | None = None) -> KVCache:
         """An empty KV cache for ``n_ctx`` positions (default: the training context)."""
@@ -298,8 +303,9 @@ def model_tensors(c: ModelConfig) -> list[tuple[str, tuple, bool]]:
 class _Loader:
     """Reads and checks every tensor once, reports progress, and lays the weights out for the hot loop."""
 
-    def __init__(self, gguf_file, config: ModelConfig, progress, weights: str):
+    def __init__(self, gguf_file, config: ModelConfig, progress, weights: str, ggml_rounding: bool):
         self.gf, self.config, self.progress = gguf_file, config, progress
+        self.ggml_rounding = ggml_rounding
         wanted = model_tensors(config)
         for name, ne, required in wanted:
             info = gguf_file.tensors.get(name)
@@ -334,9 +340,15 @@ class _Loader:
 
     def matrix(self, names: list[str], bias_names: list[str] | None = None) -> Linear:
         """The weights ``names`` stacked by rows into one Linear (n_out, n_in), with their biases if any."""
-        parts = []
+        parts, groups, r0 = [], [], 0
         for name in names:
             parts.append(np.asarray(self.gf.tensor(name), dtype=np.float32))   # (n_out, n_in)
+            act = VEC_DOT_TYPE.get(self.gf.tensors[name].type.name) if self.ggml_rounding else None
+            if groups and groups[-1][2] == act:
+                groups[-1] = (groups[-1][0], r0 + len(parts[-1]), act)
+            else:
+                groups.append((r0, r0 + len(parts[-1]), act))
+            r0 += len(parts[-1])
             self._tick(name)
         w = parts[0] if len(parts) == 1 else np.concatenate(parts)
         del parts
@@ -344,10 +356,11 @@ class _Loader:
         if bias_names and any(n in self.gf.tensors for n in bias_names):
             b = np.concatenate([self.vector(n) if n in self.gf.tensors else np.zeros(self._rows(m), np.float32)
                                 for n, m in zip(bias_names, names)])
+        act, groups = (groups[0][2], None) if len(groups) == 1 else (None, groups)
         if self.int8:
             q, scale = quantize_rows_int8(w)
-            return Linear(q, b, scale)
-        return Linear(np.ascontiguousarray(w), b)
+            return Linear(q, b, scale, act, groups)
+        return Linear(np.ascontiguousarray(w), b, None, act, groups)
 
     def _rows(self, name: str) -> int:
         return self.gf.tensors[name].shape[1]
