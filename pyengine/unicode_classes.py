@@ -21,8 +21,9 @@ Planes 4-13 hold no assigned characters and planes 15-16 only private use
 (category ``Co``), so they fall in none of the classes, as in llama.cpp.
 
 The category data is Python's ``unicodedata`` (Unicode 14.0 in CPython 3.11,
-15.0 in Pyodide's 3.12), while llama.cpp's tables come from a newer Unicode:
-a character assigned after 14.0 may split differently. Constructs ``re``
+15.0 in Pyodide's 3.12) plus the characters Unicode 15.0 and 15.1 added
+(:data:`UNICODE_15_ADDITIONS`), which makes both agree with llama.cpp's tables
+(Unicode 15.1) on every code point. Constructs ``re``
 lacks that the supported pre-tokenizers use are rewritten by hand in their
 table (``(?i:'s|...)`` as llama.cpp itself rewrites it: ``'[sS]|...``);
 ``\\s+(?!\\S)`` and ``{1,3}`` are native ``re``.
@@ -42,6 +43,23 @@ WHITESPACE = (
 )
 CATEGORIES = "LNPSM"                 # the \p{X} classes a pattern may name
 SCAN_RANGES = ((0x0, 0x40000), (0xE0000, 0xE1000))   # planes 0-3, start of plane 14
+
+# Characters assigned in Unicode 15.0 and 15.1, the version of llama.cpp's tables
+# (``unicode-data.cpp``), by major category, as inclusive ranges: CPython 3.11's
+# unicodedata (14.0) calls them unassigned, Pyodide's (15.0) the 15.1 ones. They
+# join their class wherever this Python's unicodedata says "Cn" (CJK Extension
+# H and I, Kawi, Nag Mundari, ...; new emoji are symbols, which the GPT-2-style
+# patterns treat like unassigned code points anyway).
+UNICODE_15_ADDITIONS = {
+    "L": "1123F-11240 11F02 11F04-11F10 11F12-11F33 1342F 13441-13446 1B132 1B155 1DF25-1DF2A "
+         "1E030-1E06D 1E4D0-1E4EB 2B739 2EBF0-2EE5D 31350-323AF",
+    "N": "11F50-11F59 1D2C0-1D2D3 1E4F0-1E4F9",
+    "P": "11B00-11B09 11F43-11F4F",
+    "S": "2FFC-2FFF 31EF 1F6DC 1F774-1F776 1F77B-1F77F 1F7D9 1FA75-1FA77 1FA87-1FA88 1FAAD-1FAAF "
+         "1FABB-1FABD 1FABF 1FACE-1FACF 1FADA-1FADB 1FAE8 1FAF7-1FAF8",
+    "M": "CF3 ECE 10EFD-10EFF 11241 11F00-11F01 11F03 11F34-11F3A 11F3E-11F42 13440 13447-13455 "
+         "1E08F 1E4EC-1E4EF",
+}
 
 
 def _escape(cp: int) -> str:
@@ -69,7 +87,24 @@ def category_ranges() -> dict[str, list[tuple[int, int]]]:
                 if run_cat in ranges:
                     ranges[run_cat].append((run_start, cp - 1))
                 run_cat, run_start = cat, cp
+    for cat, spans in UNICODE_15_ADDITIONS.items():
+        for span in spans.split():
+            a, _, b = span.partition("-")
+            new = [cp for cp in range(int(a, 16), int(b or a, 16) + 1) if category(chr(cp)) == "Cn"]
+            ranges[cat].extend((cp, cp) for cp in new)
+        ranges[cat] = _merge(sorted(ranges[cat]))
     return ranges
+
+
+def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted inclusive ranges with touching neighbours joined."""
+    out: list[tuple[int, int]] = []
+    for a, b in ranges:
+        if out and a <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(b, out[-1][1]))
+        else:
+            out.append((a, b))
+    return out
 
 
 @lru_cache(maxsize=None)

@@ -303,6 +303,9 @@ def test_unicode_classes_follow_unicodedata():
     assert any(a <= 0x4E2D <= b for a, b in letters)          # 中
     assert any(a <= 0x0663 <= b for a, b in ranges["N"])      # ARABIC-INDIC DIGIT THREE
     assert not any(a <= 0x0378 <= b for r in ranges.values() for a, b in r)   # unassigned
+    # assigned in Unicode 15.0/15.1 (llama.cpp's tables), unknown to CPython 3.11's unicodedata
+    assert any(a <= 0x31350 <= b for a, b in letters) and any(a <= 0x2EBF0 <= b for a, b in letters)
+    assert any(a <= 0x11F50 <= b for a, b in ranges["N"]) and any(a <= 0x11F00 <= b for a, b in ranges["M"])
     letter = compile_pattern(r"\p{L}+")
     assert letter.fullmatch("Straße中文") and not letter.search("12 _\u0301")
 
@@ -315,4 +318,5 @@ def test_regex_split_keeps_gaps_and_matches_like_llama_cpp():
     smollm = [compile_pattern(r) for r in PRE_TOKENIZERS["smollm"].regexes]
     assert regex_split("x 123", smollm) == ["x", " ", "1", "2", "3"]
     assert regex_split("", smollm) == []
+    assert regex_split("\U00031350\U00031351!", gpt2) == ["\U00031350\U00031351", "!"]   # Unicode 15 letters
     assert "".join(regex_split("mixed \u3000text\u00a0 42\r\n", smollm)) == "mixed \u3000text\u00a0 42\r\n"

@@ -62,7 +62,8 @@ POOL = (list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") *
         + list("٠١٢٣४५६๑๒½²³ⅣⅫ")
         + list("\u00a0\u2009\u3000\u2028\u0085\u200b\u200d\ufeff\u1680\u202f\u205f\u001c")
         + list("\u0301\u0308\u0327") + list("😀🎉👍🏽🇫🇷")
-        + ["\U0001F9FF", "\U000E0041", "\U000F0000", "\u0378", "\U0002A6E0"])
+        + ["\U0001F9FF", "\U000E0041", "\U000F0000", "\u0378", "\U0002A6E0"]
+        + ["\U00031350", "\U0002EBF0", "\U00011F50", "\U0001FA77", "\U00011F00"])   # Unicode 15.0/15.1
 SPECIALS = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<start_of_turn>", "<end_of_turn>", "<bos>",
             "<eos>", "</s>", "<s>", "<unk>", "<table>", "<b>", "  ", "\n\n", "<unused12>", "<reponame>"]
 WORDS = ["don't", "I'M", "hello", "world", " the", "12345678", "3.14", "'re", "'ll", "x'S"]
