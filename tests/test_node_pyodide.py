@@ -8,7 +8,8 @@ and model folders with NODEFS. The two JSON results must be equal:
   sha256 of every dequantized tensor (so every quant type in the fixtures, bit for bit); for the real
   models, the metadata and one tensor of each ggml type;
 - the model: greedy ids from the same prompt on each tiny fixture (8 tokens) and on SmolLM2-135M-Instruct
-  (8 tokens after a ChatML prompt), plus the first step's logits within 1e-3.
+  (8 tokens after a ChatML prompt), plus the first step's logits (within 1e-3 on the fixtures; on SmolLM2,
+  whose activations are rounded to Q8 as in ggml, the same top 5 and a bounded difference).
 
 One Node process per group of probes (Pyodide starts in ~6 s). Needs node and static/ (make build).
 """
@@ -19,16 +20,16 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import FIXTURES, MODELS, ROOT, SMOLLM2, TINY
+from static_build import STATIC, current_static
 
 pytestmark = pytest.mark.node
 
-STATIC = ROOT / "static"
 HARNESS = Path(__file__).resolve().parent / "node" / "run_pyodide.mjs"
 GREEDY_STEPS = 8
 PROMPT_IDS = [1, 5, 9, 42]  # the fixtures' reference prompt (tests/fixtures/README.md)
@@ -48,15 +49,16 @@ def sha(a):
 def describe(path, tensors="all"):
     """Header, metadata and tensor table of a GGUF, with the sha256 of dequantized tensors.
 
-    tensors="all": every tensor; "one per type": the first tensor of each ggml type.
+    tensors="all": every tensor; "one per type": the smallest tensor of each ggml type.
     """
     with open_gguf(path) as g:
         infos = {n: [list(i.shape), i.type.name, i.offset, i.n_bytes] for n, i in g.tensors.items()}
-        picked, seen = [], set()
-        for name, info in g.tensors.items():
-            if tensors == "all" or info.type.name not in seen:
-                picked.append(name)
-                seen.add(info.type.name)
+        picked = list(g.tensors)
+        if tensors == "one per type":
+            smallest = {}
+            for name, info in sorted(g.tensors.items(), key=lambda kv: -kv[1].n_bytes):
+                smallest[info.type.name] = name
+            picked = sorted(smallest.values())
         values = {}
         for name in picked:
             t = g.tensor(name)
@@ -99,13 +101,7 @@ def has_module(name: str) -> bool:
 @pytest.fixture(scope="module")
 def static_ready() -> None:
     need(shutil.which("node") is not None, "node is not installed (build_scripts/install_test_deps.sh)")
-    need((STATIC / "wheels" / "manifest.json").exists(), "static/ is not built (make build)")
-    sys.path.insert(0, str(ROOT / "build_scripts"))
-    from build_wheels import sources_digest
-    manifest = json.loads((STATIC / "wheels" / "manifest.json").read_text())
-    built = next(w for w in manifest["wheels"] if w["name"] == "pyengine")
-    if built.get("sources_sha256") != sources_digest():
-        pytest.fail("static/wheels has a pyengine wheel of other sources than pyengine/: run make build")
+    current_static()
 
 
 def in_pyodide(code: str, timeout: float = 900) -> object:
@@ -193,5 +189,11 @@ def test_greedy_in_pyodide_matches_cpython_on_smollm2(real_runs):
     pyodide, cpython = (run["greedy"] for run in real_runs)
     assert pyodide["prompt"] == cpython["prompt"] and len(pyodide["prompt"]) > 10
     assert pyodide["ids"] == cpython["ids"], "greedy tokens differ between Pyodide and CPython"
-    diff = max(abs(a - b) for a, b in zip(pyodide["logits"], cpython["logits"]))
-    assert diff < 1e-3, f"first-step logits differ by {diff}"
+    # Native numpy sums with SIMD, wasm without: the last bits differ, and since the engine rounds activations
+    # to Q8 as ggml does, a value can cross a rounding step. Measured on this prompt: mean |diff| 0.10, max 0.64,
+    # over logits spanning 40; the top 5 agree. Bounds: 1% / 5% of the span, same top 5.
+    p, c = np.array(pyodide["logits"]), np.array(cpython["logits"])
+    span = c.max() - c.min()
+    diff = np.abs(p - c)
+    assert diff.mean() < 0.01 * span and diff.max() < 0.05 * span, (diff.mean(), diff.max(), span)
+    assert list(np.argsort(-p)[:5]) == list(np.argsort(-c)[:5])

@@ -1,0 +1,42 @@
+"""Test helper: a static/ that is built and holds the work tree's pyengine, for the Node and browser tests.
+
+``make test`` builds static/ before pytest. When a test runs after pyengine/ changed, ``current_static()``
+re-runs the build (offline, a few seconds: only the pyengine wheel and the listings change) instead of
+testing a stale wheel. Skips when static/ was never built, except under CI (CI=true), where that fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+STATIC = ROOT / "static"
+sys.path.insert(0, str(ROOT / "build_scripts"))
+from build_wheels import sources_digest  # noqa: E402
+
+
+def built_sources() -> str | None:
+    """``sources_sha256`` of the pyengine wheel in static/wheels/manifest.json (None: no build)."""
+    manifest = STATIC / "wheels" / "manifest.json"
+    if not manifest.exists():
+        return None
+    return next(w for w in json.loads(manifest.read_text())["wheels"] if w["name"] == "pyengine")["sources_sha256"]
+
+
+def current_static() -> Path:
+    """static/, rebuilt first when its pyengine wheel is older than pyengine/."""
+    built = built_sources()
+    if built is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("static/ is not built (make build)")
+        pytest.skip("static/ is not built (make build)")
+    if built != sources_digest():
+        subprocess.run([sys.executable, str(ROOT / "build_scripts" / "build_static.py")],
+                       check=True, capture_output=True, timeout=600)
+    return STATIC
