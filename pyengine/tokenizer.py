@@ -37,6 +37,21 @@ joins the pieces (no ``clean_spaces`` pass: the text a streaming chat shows).
 Errors: a vocab that cannot work (unknown ``tokenizer.ggml.model`` or ``pre``,
 arrays of the wrong type or length, special ids out of range, BOS required
 but absent) is a :class:`TokenizerError` naming the key.
+
+Where this differs from llama.cpp, on purpose:
+- a special-token id key outside the vocab is an error (llama.cpp warns and
+  keeps its default id);
+- when no key names the EOT token and several texts qualify (SmolLM2:
+  ``<|endoftext|>`` and ``<|im_end|>``), the lowest id is taken (llama.cpp
+  takes the first in hash-map order; on the models tested they agree). The
+  set ``eog_ids`` holds all of them either way;
+- special tokens of equal length are cut out in id order (llama.cpp's sort
+  leaves their order unspecified; it matters only for overlapping texts);
+- of llama.cpp's per-model attribute patches only phi-3's (special tokens eat
+  the spaces after them) is kept; those for gpt-oss, gemma4, plamo, jina and
+  modern-bert are not;
+- :meth:`Tokenizer.decode` joins the pieces without llama.cpp's
+  ``clean_spaces`` pass (as llama.cpp's own streaming output does).
 """
 
 from __future__ import annotations
@@ -85,8 +100,9 @@ MODELS = {
     "gpt2": ("bpe", {"bos": 11, "eos": 11}, False, False),
 }
 
-# Token types (``tokenizer.ggml.token_type``) and llama.cpp's attribute bits (``llama_token_attr``).
-TYPE_UNDEFINED, TYPE_NORMAL, TYPE_UNKNOWN, TYPE_CONTROL, TYPE_USER_DEFINED, TYPE_UNUSED, TYPE_BYTE = range(7)
+# llama.cpp's token attribute bits (``llama_token_attr``), and the attribute of each token type
+# (``tokenizer.ggml.token_type``: 0 undefined, 1 normal, 2 unknown, 3 control, 4 user-defined,
+# 5 unused, 6 byte).
 ATTR_UNKNOWN = 1 << 0
 ATTR_UNUSED = 1 << 1
 ATTR_NORMAL = 1 << 2
@@ -95,7 +111,7 @@ ATTR_USER_DEFINED = 1 << 4
 ATTR_BYTE = 1 << 5
 ATTR_LSTRIP = 1 << 7
 ATTR_RSTRIP = 1 << 8
-TYPE_ATTRS = (0, ATTR_NORMAL, ATTR_UNKNOWN, ATTR_CONTROL, ATTR_USER_DEFINED, ATTR_UNUSED, ATTR_BYTE)  # by type
+TYPE_ATTRS = (0, ATTR_NORMAL, ATTR_UNKNOWN, ATTR_CONTROL, ATTR_USER_DEFINED, ATTR_UNUSED, ATTR_BYTE)
 ATTR_SPECIAL = ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN   # cut out before tokenizing
 ATTR_HIDDEN = ATTR_CONTROL | ATTR_UNKNOWN                        # rendered only with special=True
 
@@ -264,7 +280,7 @@ def _pre_tokenizer(meta: dict) -> tuple[str, PreTokenizer]:
 class Tokenizer:
     """A vocab from GGUF metadata and the llama.cpp algorithm its ``tokenizer.ggml.model`` names.
 
-    Attributes: ``model`` ("llama" | "gpt2"), ``pre`` (the BPE pre-tokenizer name, "" for SPM),
+    Attributes: ``model`` ("llama" | "gpt2"), ``pre`` (``tokenizer.ggml.pre``; used by BPE only),
     ``n_vocab``, ``tokens`` (list[str], index = id), ``bos_id``, ``eos_id``, ``eot_id``
     (int or None), ``eog_ids`` (frozenset: every id that ends generation), ``add_bos``,
     ``add_eos``, ``add_space_prefix``.
@@ -283,7 +299,7 @@ class Tokenizer:
         self.pre, self.merges, self.pre_patterns, self.ignore_merges = _get(meta, KEY_PRE, str, ""), {}, (), False
         if kind == "spm":
             self.scores = _get_list(meta, KEY_SCORES, (float, int), n) or [0.0] * n
-            self._byte_ids = [self.token_to_id.get("<0x%02X>" % b, self.token_to_id.get(chr(b)) if b < 128 else None)
+            self._byte_ids = [self.token_to_id.get("<0x%02X>" % b, self.token_to_id.get(_raw_byte(b)))
                               for b in range(256)]
         else:
             self.pre, pre = _pre_tokenizer(meta)
@@ -367,8 +383,14 @@ class Tokenizer:
             for buckets in (self._buckets[1], self._buckets[0]) if always else (self._buckets[1],):
                 buckets.setdefault(self.tokens[tid][:3], []).append(tid)
 
+    def _check_id(self, tid: int) -> None:
+        if not 0 <= tid < self.n_vocab:
+            raise TokenizerError(f"token id {tid} is outside the vocab (0..{self.n_vocab - 1})")
+
     def is_control(self, tid: int) -> bool:
-        """True for a control token (llama.cpp's ``llama_vocab_is_control``)."""
+        """True for a control token (llama.cpp's ``llama_vocab_is_control``). Raises
+        TokenizerError for an id outside the vocab."""
+        self._check_id(tid)
         return bool(self.attrs[tid] & ATTR_CONTROL)
 
     def token_id(self, text: str) -> int | None:
@@ -494,7 +516,7 @@ class Tokenizer:
             if tid is not None:
                 ids.append(tid)
             else:   # llama.cpp looks up each byte of the piece's UTF-8 text
-                ids.extend(vocab[chr(b)] for b in piece.encode("utf-8") if b < 0x80 and chr(b) in vocab)
+                ids.extend(vocab[_raw_byte(b)] for b in piece.encode("utf-8") if _raw_byte(b) in vocab)
         return tuple(ids)
 
     # --- decoding -----------------------------------------------------------------------------
@@ -508,8 +530,7 @@ class Tokenizer:
         unused and undefined tokens: ``b""``. Raises TokenizerError for an id
         outside the vocab.
         """
-        if not 0 <= tid < self.n_vocab:
-            raise TokenizerError(f"token id {tid} is outside the vocab (0..{self.n_vocab - 1})")
+        self._check_id(tid)
         attr = self.attrs[tid]
         if attr & ATTR_HIDDEN and not special:
             return b""
@@ -590,6 +611,12 @@ def merge_pairs(text: str, priority: Callable[[str, int], float | None]) -> list
         pieces.append(text[i:i + size[i]])
         i = nxt[i]
     return pieces
+
+
+def _raw_byte(b: int) -> str:
+    """The text of a token made of the single byte ``b``, as the GGUF reader decodes it
+    (UTF-8 with surrogateescape: bytes >= 0x80 alone become U+DC80..U+DCFF)."""
+    return chr(b) if b < 0x80 else chr(0xDC00 + b)
 
 
 def _clean(text: str) -> str:
