@@ -159,12 +159,19 @@ class Handler(BaseHTTPRequestHandler):
             super().log_message(format, *args)
 
 
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        """A client that went away mid-file (reload, stop, aborted fetch) is normal: say nothing."""
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
+
 def make_server(root: Path, port: int) -> ThreadingHTTPServer:
     """A threaded server for ``root`` bound to 127.0.0.1:``port`` (0: any free port)."""
     handler = type("StaticHandler", (Handler,), {"root": root.resolve()})
-    server = ThreadingHTTPServer((HOST, port), handler)
-    server.daemon_threads = True
-    return server
+    return Server((HOST, port), handler)
 
 
 def main() -> None:

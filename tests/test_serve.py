@@ -9,6 +9,8 @@ from __future__ import annotations
 import http.client
 import os
 import re
+import socket
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = b"outside the root\n"
+BIG = 16 << 20  # bytes: more than the socket buffers hold, so an abort lands mid-file
 FILES = {  # path under the root -> (bytes, expected Content-Type)
     "index.html": (b"<!doctype html><title>t</title>", "text/html; charset=utf-8"),
     "app.mjs": (b"export const a = 1;", "text/javascript; charset=utf-8"),
@@ -39,6 +42,7 @@ def server(tmp_path_factory):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(data)
     (root / "empty").mkdir()
+    (root / "models" / "big.gguf").write_bytes(bytes(BIG))
     (base / "secret.txt").write_bytes(SECRET)
     (root / "link-out.txt").symlink_to(base / "secret.txt")
     (root / "dir-out").symlink_to(base)
@@ -54,6 +58,7 @@ def server(tmp_path_factory):
     yield m.group(1), int(m.group(2))
     proc.terminate()
     proc.wait(timeout=10)
+    assert "Traceback" not in proc.stderr.read()  # aborted downloads and bad requests are handled quietly
 
 
 def get(server, path: str, method: str = "GET", headers: dict | None = None):
@@ -157,3 +162,16 @@ def test_ranges(server, header, status, span):
     assert body == data[first:last + 1]
     if status == 206:
         assert resp.getheader("Content-Range") == f"bytes {first}-{last}/64"
+
+
+def test_a_client_that_aborts_mid_file_leaves_the_server_working(server):
+    for _ in range(3):
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # small, so the server blocks mid-file
+            sock.settimeout(10)
+            sock.connect(server)
+            sock.sendall(b"GET /models/big.gguf HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200 OK")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
+    resp, body = get(server, "/models/big.gguf", headers={"Range": f"bytes={BIG - 4}-"})
+    assert (resp.status, body) == (206, bytes(4))
