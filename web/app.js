@@ -296,15 +296,19 @@ function clearMessages() {
   state.reply = null;
 }
 
+// Why a reply ended (pyengine.generate.STOP_REASONS), in words.
+const STOP_REASONS = { eog: "end of turn", stop_string: "stop string", max_tokens: "token limit",
+  context: "context full", stopped: "stopped", error: "error" };
+
 function showStats(s) {
   if (!s) return;
   const parts = [
-    `${s.prompt_tokens} prompt tokens`,
-    s.prefill_tokens != null && s.prefill_tokens !== s.prompt_tokens ? `${s.prefill_tokens} prefilled` : null,
+    `${s.prompt_tokens} prompt tokens${s.cached_tokens ? ` (${s.cached_tokens} cached)` : ""}`,
     `prefill ${s.prefill_tok_s.toFixed(1)} tok/s`,
     `${s.generated_tokens} generated`,
-    `decode ${s.decode_tok_s.toFixed(1)} tok/s`,
-    s.finish ? `(${s.finish})` : null,
+    s.decode_tokens ? `decode ${s.decode_tok_s.toFixed(1)} tok/s` : null,
+    `first token ${s.ttft_seconds.toFixed(2)} s`,
+    STOP_REASONS[s.stop_reason] || s.stop_reason,
   ];
   el.stats.textContent = parts.filter(Boolean).join(" · ");
 }

@@ -5,8 +5,9 @@
 import { loadPyodide } from "./pyodide/pyodide.mjs";
 
 const post = (msg) => self.postMessage(msg);
-let interrupt = null; // Int32Array on a SharedArrayBuffer, when the page is cross-origin isolated
-let glue = null;      // the pyengine.worker module, once Python is up
+let interrupt = null;      // Int32Array on a SharedArrayBuffer, when the page is cross-origin isolated
+let stopRequested = false; // set by a "stop" message; Python reads it between tokens
+let glue = null;           // the pyengine.worker module, once Python is up
 
 async function boot() {
   const t0 = performance.now();
@@ -20,12 +21,13 @@ async function boot() {
   await pyodide.loadPackage(wheels, { messageCallback: () => {} });
   if (interrupt) pyodide.setInterruptBuffer(interrupt);
   glue = pyodide.pyimport("pyengine.worker");
-  glue.setup(post);
+  glue.setup(post, () => stopRequested, interrupt !== null);
   post({ type: "booted", seconds: (performance.now() - t0) / 1000, isolated: self.crossOriginIsolated });
 }
 
-// Commands run in order; "stop" must not wait in that line, since the command it stops
-// is the one running (Python yields to this event loop between tokens to let it in).
+// Commands run in order; "stop" must not wait in that line, since the command it stops is
+// the one running. With the interrupt buffer, Stop is the page's SIGINT (KeyboardInterrupt
+// in Python); without it, Python yields to this event loop between tokens to let "stop" in.
 let line = boot().catch((err) => post({ type: "boot-error", message: `Python did not start: ${err.message || err}` }));
 
 self.onmessage = (e) => {
@@ -33,7 +35,7 @@ self.onmessage = (e) => {
   if (msg.type === "init") {
     interrupt = msg.interrupt;
   } else if (msg.type === "stop") {
-    if (glue) glue.stop();
+    stopRequested = true; // no Python here: a SIGINT may be pending in the buffer
   } else {
     line = line.then(() => run(msg));
   }
@@ -41,7 +43,9 @@ self.onmessage = (e) => {
 
 async function run(msg) {
   if (!glue) return post({ type: "error", during: msg.type, message: "Python is not running (see the error above)" });
-  if (interrupt) Atomics.store(interrupt, 0, 0); // a Stop that came after the last reply ended must not hit this one
+  // A Stop that came after the last reply ended must not hit this command.
+  stopRequested = false;
+  if (interrupt) Atomics.store(interrupt, 0, 0);
   try {
     await glue.handle(msg);
   } catch (err) {

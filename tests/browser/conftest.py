@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -37,13 +38,21 @@ def browser_type_launch_args(browser_type_launch_args):
 
 
 def check_static() -> None:
-    """static/ must exist and hold the page as web/ has it now."""
+    """static/ must exist and hold the page and the pyengine package as web/ and pyengine/ are now."""
     if not (STATIC / "index.html").is_file():
         pytest.fail("static/ is not built: run `make build`")
-    stale = [p.name for p in (ROOT / "web").iterdir()
+    stale = [f"web/{p.name}" for p in (ROOT / "web").iterdir()
              if p.is_file() and (not (STATIC / p.name).is_file() or (STATIC / p.name).read_bytes() != p.read_bytes())]
+    wheels = list((STATIC / "wheels").glob("pyengine-*.whl"))
+    if len(wheels) != 1:
+        pytest.fail("static/wheels/ has no pyengine wheel: run `make build`")
+    with zipfile.ZipFile(wheels[0]) as z:
+        for p in sorted((ROOT / "pyengine").glob("*.py")):
+            name = f"pyengine/{p.name}"
+            if name not in z.namelist() or z.read(name) != p.read_bytes():
+                stale.append(name)
     if stale:
-        pytest.fail(f"static/ is older than web/ ({', '.join(stale)}): run `make build`")
+        pytest.fail(f"static/ is older than {', '.join(stale)}: run `make build`")
 
 
 def start_server() -> tuple[subprocess.Popen, str]:

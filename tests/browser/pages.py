@@ -80,8 +80,9 @@ def wait_reply(page) -> str:
 
 def messages(page) -> list[tuple[str, str]]:
     """The chat as (role, text) pairs."""
-    return page.evaluate("""() => [...document.querySelectorAll('[data-testid=message]')]
+    pairs = page.evaluate("""() => [...document.querySelectorAll('[data-testid=message]')]
         .map((m) => [m.dataset.role, m.querySelector('.body').textContent])""")
+    return [tuple(p) for p in pairs]
 
 
 def error_text(page) -> str | None:

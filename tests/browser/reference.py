@@ -1,4 +1,28 @@
-"""The CPython engine's replies, to compare with the page's."""
+"""The CPython engine's replies, to compare with the page's: the same conversation through
+pyengine.generate.ChatSession, greedy, in this process."""
 
-def cpython_reply(path, turns, max_tokens):
-    raise NotImplementedError
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pyengine import generate
+from pyengine.sampling import SamplerParams
+
+GREEDY = SamplerParams(temperature=0.0)
+
+
+@lru_cache(maxsize=2)
+def _engine(path: Path) -> generate.Engine:
+    return generate.load(path)
+
+
+def cpython_reply(path: Path, turns: list[str], max_tokens: int) -> str:
+    """The greedy reply to the last of ``turns`` (user, assistant, user, ... ; earlier assistant
+    turns as the page showed them), with the page's defaults for everything but temperature."""
+    chat = generate.ChatSession(_engine(Path(path)))
+    chat.messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns[:-1])]
+    turn = chat.send(turns[-1], GREEDY, max_tokens)
+    for _ in turn:
+        pass
+    return turn.text

@@ -11,6 +11,7 @@ import pytest
 from browser.pages import (WATCH_REPLY, error_text, messages, pick_files, send, set_settings, wait_loaded,
                            wait_reply, wait_status)
 from browser.reference import cpython_reply
+from pyengine.gguf import open_gguf
 
 pytestmark = pytest.mark.browser
 
@@ -28,10 +29,12 @@ def smollm(app, smollm2_path):
     return app
 
 
-def test_model_card(smollm):
+def test_model_card(smollm, smollm2_path):
+    with open_gguf(smollm2_path) as g:
+        name = g.metadata["general.name"]
     card = smollm.get_by_test_id("model-info")
     assert card.locator("dd[data-field=architecture]").text_content() == "llama"
-    assert card.locator(".model-name").text_content() == "SmolLM2 135M Instruct"
+    assert card.locator(".model-name").text_content() == name
     assert "Q4_1" in card.locator("dd[data-field=quant-types]").text_content()
     assert card.locator("dd[data-field=context-length]").text_content() == "8,192 tokens"
     assert card.locator("dd[data-field=file-size]").text_content() == "93.8 MiB"
