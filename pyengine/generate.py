@@ -1,0 +1,376 @@
+"""Generation: the loop that turns a prompt into streamed text, and the chat session around it.
+
+    prompt ids ──prefill──▶ logits ──sample──▶ id ──detokenize──▶ text piece ──▶ consumer
+                              ▲                 │
+                              └────decode◀──────┘   (one token per step, KV cache grows by one)
+
+* :func:`load` opens a GGUF and builds the tokenizer, the chat template and the model: the one
+  place the CLI and the browser worker get them from.
+* :class:`Generation` is one reply. Each :meth:`Generation.step` runs one forward pass (the first
+  one is the prefill of the whole prompt), samples one token and returns the text it completes
+  (``""`` while a UTF-8 character or a possible stop string is held back), or ``None`` when the
+  reply is over. It is also an iterator of those pieces, so ``for piece in gen`` streams, and
+  the consumer may stop between any two tokens (``gen.close()``, a ``should_stop()`` callback,
+  or just not asking for more). Stops: an end-of-generation token (``tokenizer.eog_ids``; not
+  part of the text), a stop string (the text before it is emitted, it is not), ``max_tokens``,
+  the context limit (``n_ctx``).
+* :class:`ChatSession` keeps the conversation and its KV cache across turns: each turn renders
+  the whole conversation, tokenizes it, keeps the cache's longest common prefix with the new ids
+  and prefills only the rest (llama.cpp's server does the same with its prompt cache).
+
+Statistics per reply (:class:`TurnStats`): prompt tokens, how many of them came from the cache,
+prefill and decode seconds and tokens/s, time to first token, generated tokens, stop reason.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+from pyengine.chat_template import ChatTemplate, check_messages
+from pyengine.errors import PyEngineError, TemplateError
+from pyengine.sampling import Sampler, SamplerParams
+
+STOP_REASONS = ("eog", "stop_string", "max_tokens", "context", "stopped", "error")
+
+
+# ----------------------------------------------------------------------------
+# loading
+
+@dataclass
+class Engine:
+    """What :func:`load` builds: the opened GGUF, its model, tokenizer and chat template.
+    ``template`` is None when the GGUF's template cannot be used (``template_error`` says why);
+    raw completion still works."""
+    gguf: Any
+    model: Any
+    tokenizer: Any
+    template: ChatTemplate | None
+    template_error: str = ""
+
+
+def load(paths_or_gguf: Any, progress: Callable[[int, int], None] | None = None,
+         weights: str = "auto") -> Engine:
+    """Open a model: ``paths_or_gguf`` is anything :func:`pyengine.gguf.open_gguf` takes (paths,
+    byte sources, a list for a split model) or an opened ``GGUFFile``.
+
+    ``progress(done_tensors, total_tensors)`` is called while the weights are read; ``weights`` is
+    passed to :meth:`Model.from_gguf` ("auto", "f32", "int8"). The tokenizer and template are read
+    first, so a bad vocab fails before the slow part. Raises GGUFError, TokenizerError, ModelError.
+    """
+    from pyengine.gguf import GGUFFile, open_gguf
+    from pyengine.model import Model
+    from pyengine.tokenizer import Tokenizer
+
+    gguf = paths_or_gguf if isinstance(paths_or_gguf, GGUFFile) else open_gguf(paths_or_gguf)
+    tokenizer = Tokenizer.from_metadata(gguf.metadata)
+    template, template_error = None, ""
+    try:
+        template = ChatTemplate.from_metadata(gguf.metadata, _token_text(tokenizer, tokenizer.bos_id),
+                                              _token_text(tokenizer, tokenizer.eos_id),
+                                              tokenizer.add_bos, tokenizer.add_eos)
+    except TemplateError as e:
+        template_error = str(e)
+    report = None if progress is None else (lambda done, total, *_bytes: progress(done, total))
+    model = Model.from_gguf(gguf, progress=report, weights=weights)
+    return Engine(gguf, model, tokenizer, template, template_error)
+
+
+def _token_text(tokenizer: Any, tid: int | None) -> str:
+    return tokenizer.tokens[tid] if tid is not None else ""
+
+
+# ----------------------------------------------------------------------------
+# stop strings
+
+class StopStrings:
+    """Finds stop strings in streamed text. ``push(text)`` returns ``(emit, hit)``: the text that
+    can be shown now, and whether a stop string occurred (``emit`` then ends before it). Text that
+    could still become the start of a stop string is held back; ``flush()`` releases it."""
+
+    def __init__(self, stops: Iterable[str]):
+        self.stops = [s for s in stops if s]
+        self.held = ""
+
+    def push(self, text: str) -> tuple[str, bool]:
+        if not self.stops:
+            return text, False
+        buf = self.held + text
+        hits = [i for i in (buf.find(s) for s in self.stops) if i >= 0]
+        if hits:
+            self.held = ""
+            return buf[:min(hits)], True
+        keep = max(self._partial(buf, s) for s in self.stops)
+        self.held = buf[len(buf) - keep:] if keep else ""
+        return buf[:len(buf) - keep], False
+
+    @staticmethod
+    def _partial(buf: str, stop: str) -> int:
+        """Length of the longest end of ``buf`` that is a proper start of ``stop``."""
+        for k in range(min(len(stop) - 1, len(buf)), 0, -1):
+            if buf.endswith(stop[:k]):
+                return k
+        return 0
+
+    def flush(self) -> str:
+        out, self.held = self.held, ""
+        return out
+
+
+# ----------------------------------------------------------------------------
+# one reply
+
+@dataclass
+class TurnStats:
+    """One reply's numbers. Tokens are counts; seconds are wall time inside :meth:`Generation.step`
+    (time the consumer spends between steps is not counted)."""
+    prompt_tokens: int = 0          # the prompt, as tokenized
+    cached_tokens: int = 0          # of which the KV cache already held (prefix reuse)
+    prefill_tokens: int = 0         # run through the model in the prefill (prompt - cached)
+    generated_tokens: int = 0       # ids of the reply (an end-of-generation id is not counted)
+    decode_tokens: int = 0          # one-token forward passes after the prefill
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0     # those passes plus sampling after the first token
+    ttft_seconds: float = 0.0       # first step: prefill + sampling the first token
+    stop_reason: str = ""           # one of STOP_REASONS
+
+    @property
+    def prefill_tok_s(self) -> float:
+        return self.prefill_tokens / self.prefill_seconds if self.prefill_seconds > 0 else 0.0
+
+    @property
+    def decode_tok_s(self) -> float:
+        return self.decode_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "prefill_tok_s": self.prefill_tok_s, "decode_tok_s": self.decode_tok_s}
+
+    def summary(self) -> str:
+        return (f"prompt {self.prompt_tokens} tok ({self.cached_tokens} cached), "
+                f"prefill {self.prefill_tokens} tok in {self.prefill_seconds:.2f} s ({self.prefill_tok_s:.1f} tok/s), "
+                f"decode {self.decode_tokens} tok in {self.decode_seconds:.2f} s ({self.decode_tok_s:.1f} tok/s), "
+                f"first token after {self.ttft_seconds:.2f} s, {self.generated_tokens} generated, "
+                f"stop: {self.stop_reason}")
+
+
+class Generation:
+    """One reply to ``prompt_ids``, produced a token at a time (see the module doc).
+
+    ``cache``: a KV cache whose first ``cache.n`` positions already hold ``prompt_ids[:cache.n]``
+    (the caller's promise); only the rest is prefilled. At least the last prompt token is always
+    run, for its logits. ``on_finish(gen)`` is called once when the reply ends, however it ends.
+
+    Attributes: ``prompt_ids``, ``ids`` (generated), ``text`` (emitted so far), ``tokens`` (the
+    ids whose keys and values the cache holds), ``stats``, ``done``.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, prompt_ids: Sequence[int], sampler: Sampler,
+                 max_tokens: int, stop_strings: Iterable[str] = (), cache: Any = None,
+                 should_stop: Callable[[], bool] | None = None,
+                 on_finish: Callable[["Generation"], None] | None = None, n_ctx: int | None = None):
+        from pyengine.tokenizer import StreamDecoder
+        self.model, self.tokenizer, self.sampler = model, tokenizer, sampler
+        self.prompt_ids = [int(t) for t in prompt_ids]
+        self.cache = model.new_cache(n_ctx) if cache is None else cache
+        if not self.prompt_ids:
+            raise PyEngineError("the prompt is empty: there is nothing to continue")
+        if len(self.prompt_ids) > self.cache.n_ctx:
+            raise PyEngineError(f"the prompt has {len(self.prompt_ids)} tokens, more than the context "
+                                f"of {self.cache.n_ctx} tokens")
+        if self.cache.n >= len(self.prompt_ids):
+            self.cache.truncate(len(self.prompt_ids) - 1)
+        self.max_tokens, self.should_stop, self.on_finish = max_tokens, should_stop, on_finish
+        self.tokens = self.prompt_ids[:self.cache.n]
+        self.ids: list[int] = []
+        self.text = ""
+        self.done = False
+        self.stats = TurnStats(prompt_tokens=len(self.prompt_ids), cached_tokens=self.cache.n,
+                               prefill_tokens=len(self.prompt_ids) - self.cache.n)
+        self._history = list(self.prompt_ids)       # the repetition penalty's window: prompt + reply
+        self._decoder = StreamDecoder(tokenizer)
+        self._stops = StopStrings(stop_strings)
+        self._eog = tokenizer.eog_ids
+
+    # --- the iterator protocol, for `for piece in gen`
+    def __iter__(self) -> "Generation":
+        return self
+
+    def __next__(self) -> str:
+        piece = self.step()
+        if piece is None:
+            raise StopIteration
+        return piece
+
+    def close(self) -> None:
+        """Stop here (between tokens); the reply keeps the text emitted so far."""
+        if not self.done:
+            self._finish("stopped")
+
+    def step(self) -> str | None:
+        """Run one token: returns the text it completes ("" if none yet), None when the reply is over."""
+        if self.done:
+            return None
+        t0 = time.perf_counter()
+        try:
+            if len(self.tokens) < len(self.prompt_ids):                       # first step: the prefill
+                if self.max_tokens <= 0:
+                    return self._finish("max_tokens")
+                logits = self._forward(self.prompt_ids[len(self.tokens):])     # (n_vocab,)
+                self.stats.prefill_seconds = time.perf_counter() - t0
+            else:
+                if self.should_stop is not None and self.should_stop():
+                    return self._finish("stopped")
+                if self.cache.n >= self.cache.n_ctx:
+                    return self._finish("context")
+                logits = self._forward([self.ids[-1]])                          # (n_vocab,)
+                self.stats.decode_tokens += 1
+            tok = self.sampler.sample(logits, self._history)
+            self._time(t0)
+            if tok in self._eog:
+                return self._finish("eog")
+            self.ids.append(tok)
+            self._history.append(tok)
+            piece, hit = self._stops.push(self._decoder.push(tok))
+            self.text += piece
+            if hit:
+                return self._finish("stop_string", piece)
+            if len(self.ids) >= self.max_tokens:
+                return self._finish("max_tokens", piece)
+            return piece
+        except KeyboardInterrupt:
+            self._finish("stopped")
+            raise
+        except BaseException:
+            self._finish("error")
+            raise
+
+    def _forward(self, tokens: list[int]):
+        logits = self.model.forward(tokens, self.cache, logits="last")
+        self.tokens.extend(tokens)
+        return logits
+
+    def _time(self, t0: float) -> None:
+        dt = time.perf_counter() - t0
+        if self.stats.decode_tokens == 0:
+            self.stats.ttft_seconds = dt
+        else:
+            self.stats.decode_seconds += dt
+
+    def _finish(self, reason: str, piece: str = "") -> str:
+        """End the reply: release held-back text (unless stopped early or at a stop string)."""
+        if reason in ("eog", "max_tokens", "context"):
+            tail, hit = self._stops.push(self._decoder.flush())
+            tail += "" if hit else self._stops.flush()
+            self.text += tail
+            piece += tail
+        self.done = True
+        self.stats.stop_reason = reason
+        self.stats.generated_tokens = len(self.ids)
+        if self.on_finish is not None:
+            self.on_finish(self)
+        return piece
+
+
+def generate(model: Any, tokenizer: Any, prompt_ids: Sequence[int], params: SamplerParams | None = None,
+             max_tokens: int = 128, stop_strings: Iterable[str] = (), cache: Any = None,
+             should_stop: Callable[[], bool] | None = None, n_ctx: int | None = None) -> Generation:
+    """Continue ``prompt_ids``: a :class:`Generation` to iterate for text pieces (see its doc).
+    ``params`` default to llama.cpp's sampling defaults; ``n_ctx`` sizes a new cache (default: the
+    model's training context). Raises PyEngineError for an empty prompt or one longer than the context."""
+    return Generation(model, tokenizer, prompt_ids, Sampler(params), max_tokens, stop_strings, cache,
+                      should_stop, n_ctx=n_ctx)
+
+
+# ----------------------------------------------------------------------------
+# the chat
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two id lists."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+@dataclass
+class ChatSession:
+    """A conversation with one model: the messages, and a KV cache reused from turn to turn.
+
+    ``send(text)`` adds a user message and returns the reply's :class:`Generation`; when the reply
+    ends (however: end of turn, limit, stop, error) its emitted text becomes the assistant message,
+    so the conversation always reads as the user saw it. ``respond()`` answers the conversation as
+    it stands (``messages`` may be set directly). ``params`` is a :class:`SamplerParams` or a ready
+    :class:`Sampler`. Only one reply runs at a time: a new one closes the last. ``system`` is sent as a first ``system`` message (the template decides what it does).
+    """
+    engine: Engine
+    system: str | None = None
+    n_ctx: int | None = None
+    messages: list[dict] = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.engine.template is None:
+            raise TemplateError(self.engine.template_error or "this model has no usable chat template")
+        self.cache = self.engine.model.new_cache(self.n_ctx)
+        self.tokens: list[int] = []      # the ids whose keys and values the cache holds
+        self.turn: Generation | None = None
+        self.prompt = ""                 # the last rendered prompt text
+
+    @property
+    def template_name(self) -> str:
+        return self.engine.template.name
+
+    def set_system(self, system: str | None) -> None:
+        self.system = system or None
+
+    def reset(self) -> None:
+        """Forget the messages (the system prompt stays) and empty the cache."""
+        self._close_turn()
+        self.messages = []
+        self.cache.truncate(0)
+        self.tokens = []
+
+    def conversation(self) -> list[dict]:
+        return ([{"role": "system", "content": self.system}] if self.system else []) + self.messages
+
+    def send(self, text: str, params: SamplerParams | None = None, max_tokens: int = 256,
+             stop_strings: Iterable[str] = ()) -> Generation:
+        """Add the user's ``text`` and start the reply. Raises TemplateError / PyEngineError (the
+        conversation is then left as it was)."""
+        self._close_turn()
+        user = {"role": "user", "content": text}
+        turn = self._start(self.conversation() + [user], params, max_tokens, stop_strings)
+        self.messages.append(user)
+        return turn
+
+    def respond(self, params: SamplerParams | None = None, max_tokens: int = 256,
+                stop_strings: Iterable[str] = ()) -> Generation:
+        """Start a reply to the conversation as it stands."""
+        self._close_turn()
+        return self._start(self.conversation(), params, max_tokens, stop_strings)
+
+    def _start(self, conversation: list[dict], params, max_tokens: int, stop_strings) -> Generation:
+        engine = self.engine
+        prompt = engine.template.render(check_messages(conversation), add_generation_prompt=True)
+        ids = engine.tokenizer.encode(prompt, add_special=True, parse_special=True)
+        if len(ids) >= self.cache.n_ctx:
+            raise PyEngineError(f"the conversation is {len(ids)} tokens long and no longer fits the "
+                                f"context of {self.cache.n_ctx} tokens: start a new chat")
+        keep = min(common_prefix(self.tokens, ids), len(ids) - 1)
+        self.cache.truncate(keep)
+        self.tokens = self.tokens[:keep]
+        self.prompt = prompt
+        sampler = params if isinstance(params, Sampler) else Sampler(params)
+        self.turn = Generation(engine.model, engine.tokenizer, ids, sampler, max_tokens,
+                               stop_strings, self.cache, on_finish=self._finished)
+        return self.turn
+
+    def _finished(self, turn: Generation) -> None:
+        self.messages.append({"role": "assistant", "content": turn.text})
+        self.tokens = turn.tokens
+
+    def _close_turn(self) -> None:
+        if self.turn is not None:
+            self.turn.close()
+            self.turn = None
