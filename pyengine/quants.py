@@ -92,6 +92,23 @@ def _put_high(q: np.ndarray, high: np.ndarray, shift: int) -> None:
     np.bitwise_or(q, high, out=q)
 
 
+def _scale(out: np.ndarray, q: np.ndarray, scale: np.ndarray,
+           minus: np.ndarray | None = None, plus: np.ndarray | None = None) -> None:
+    """The hot loop: out = q * scale - minus (or + plus), in float32, as gguf-py rounds it.
+
+    out (n, ..., L) float32; q (n, ..., L) integer codes, any strides (a view in
+    weight order); scale, minus, plus (n, ...) float32, one per block or
+    sub-block, broadcast over its L weights. The codes are cast first (exact),
+    then each float operation is one pass over ``out`` in place.
+    """
+    np.copyto(out, q)
+    np.multiply(out, scale[..., None], out=out)
+    if minus is not None:
+        np.subtract(out, minus[..., None], out=out)
+    if plus is not None:
+        np.add(out, plus[..., None], out=out)
+
+
 # ---------------------------------------------------------------------------
 # Plain types: a cast per element
 # ---------------------------------------------------------------------------
@@ -117,22 +134,17 @@ def dequantize_bf16(blocks: np.ndarray, out: np.ndarray) -> None:
 # The 5-bit types add qh (32 bits, little-endian): bit i is bit 4 of w[i].
 
 def _q4_codes(qs: np.ndarray) -> np.ndarray:
-    """qs (n, 16) -> (2, n, 16) uint8 codes: [0] weights 0..15, [1] weights 16..31."""
-    return _planes(qs, 4, 2)
+    """qs (n, 16) -> (n, 2, 16) uint8 codes in weight order (a view of the nibble planes)."""
+    return _planes(qs, 4, 2).transpose(1, 0, 2)
 
 
 def _q5_codes(qh: np.ndarray, qs: np.ndarray) -> np.ndarray:
-    """qh (n, 4), qs (n, 16) -> (2, n, 16) uint8 5-bit codes, as ``_q4_codes``."""
-    q = _q4_codes(qs)                                 # (2, n, 16) bits 0-3
-    qh = _per_block(qh.view("<u2")).view(np.uint8)   # (2, 2n): bytes with bit 4 of w 0..15, of w 16..31
-    h = np.unpackbits(qh.reshape(-1), bitorder="little").reshape(q.shape)  # (2, n, 16) bit 4
-    _put_high(q, h, 4)
+    """qh (n, 4), qs (n, 16) -> (n, 2, 16) uint8 5-bit codes in weight order."""
+    q = _q4_codes(qs)                                                     # bits 0-3
+    qh = _per_block(qh.view("<u2")).view(np.uint8)                        # (2, 2n): qh of w 0..15, w 16..31
+    h = np.unpackbits(qh.reshape(-1), bitorder="little").reshape(2, -1, 16)  # (2, n, 16) bit 4
+    _put_high(q, h.transpose(1, 0, 2), 4)
     return q
-
-
-def _scale_32(q: np.ndarray, d: np.ndarray, out: np.ndarray) -> None:
-    """The hot loop of the 32-weight types: out (n, 32) = q * d, q (2, n, 16) codes, d (n,)."""
-    np.multiply(q.transpose(1, 0, 2), d[:, None, None], out=out.reshape(len(out), 2, 16), order="C")
 
 
 def dequantize_q4_0(blocks: np.ndarray, out: np.ndarray) -> None:
@@ -141,7 +153,7 @@ def dequantize_q4_0(blocks: np.ndarray, out: np.ndarray) -> None:
     ggml ``dequantize_row_q4_0``.
     """
     d, qs = _fields(blocks, 2, 16)
-    _scale_32(_offset(_q4_codes(qs), 8), _f16(d), out)
+    _scale(out.reshape(-1, 2, 16), _offset(_q4_codes(qs), 8), _f16(d)[:, None])
 
 
 def dequantize_q4_1(blocks: np.ndarray, out: np.ndarray) -> None:
@@ -150,8 +162,7 @@ def dequantize_q4_1(blocks: np.ndarray, out: np.ndarray) -> None:
     ggml ``dequantize_row_q4_1``.
     """
     d, m, qs = _fields(blocks, 2, 2, 16)
-    _scale_32(_q4_codes(qs), _f16(d), out)
-    np.add(out, _f16(m)[:, None], out=out)  # (n, 32) + (n, 1)
+    _scale(out.reshape(-1, 2, 16), _q4_codes(qs), _f16(d)[:, None], plus=_f16(m)[:, None])
 
 
 def dequantize_q5_0(blocks: np.ndarray, out: np.ndarray) -> None:
@@ -160,7 +171,7 @@ def dequantize_q5_0(blocks: np.ndarray, out: np.ndarray) -> None:
     ggml ``dequantize_row_q5_0``.
     """
     d, qh, qs = _fields(blocks, 2, 4, 16)
-    _scale_32(_offset(_q5_codes(qh, qs), 16), _f16(d), out)
+    _scale(out.reshape(-1, 2, 16), _offset(_q5_codes(qh, qs), 16), _f16(d)[:, None])
 
 
 def dequantize_q5_1(blocks: np.ndarray, out: np.ndarray) -> None:
@@ -169,8 +180,7 @@ def dequantize_q5_1(blocks: np.ndarray, out: np.ndarray) -> None:
     ggml ``dequantize_row_q5_1``.
     """
     d, m, qh, qs = _fields(blocks, 2, 2, 4, 16)
-    _scale_32(_q5_codes(qh, qs), _f16(d), out)
-    np.add(out, _f16(m)[:, None], out=out)  # (n, 32) + (n, 1)
+    _scale(out.reshape(-1, 2, 16), _q5_codes(qh, qs), _f16(d)[:, None], plus=_f16(m)[:, None])
 
 
 def dequantize_q8_0(blocks: np.ndarray, out: np.ndarray) -> None:
@@ -179,23 +189,12 @@ def dequantize_q8_0(blocks: np.ndarray, out: np.ndarray) -> None:
     ggml ``dequantize_row_q8_0``.
     """
     d, qs = _fields(blocks, 2, 32)
-    np.multiply(qs.view(np.int8), _f16(d)[:, None], out=out)  # (n, 32) * (n, 1)
+    _scale(out, qs.view(np.int8), _f16(d))  # (n, 32) * (n,)
 
 
 # ---------------------------------------------------------------------------
 # K-quants: 256-weight super-blocks of 16 or 8 sub-blocks with their own scales
 # ---------------------------------------------------------------------------
-
-def _scale_k(out: np.ndarray, q: np.ndarray, dl: np.ndarray, ml: np.ndarray | None = None) -> None:
-    """The hot loop of the K-quants: out = q * dl - ml, float32, one rounding per operation.
-
-    out (n, ..., L) float32, q (n, ..., L) integer codes (a view in weight order),
-    dl, ml (n, ...) float32 per sub-block, broadcast over its L weights.
-    """
-    np.multiply(q, dl[..., None], out=out, order="C")
-    if ml is not None:
-        np.subtract(out, ml[..., None], out=out, order="C")
-
 
 def _scale_min_k4(scales: np.ndarray) -> np.ndarray:
     """The 8 six-bit scales and 8 six-bit mins of Q4_K/Q5_K (ggml ``get_scale_min_k4``).
@@ -228,8 +227,8 @@ def dequantize_q2_k(blocks: np.ndarray, out: np.ndarray) -> None:
     dl = _f16(d) * sm[0]                          # (16, n) float32
     ml = _f16(dmin) * sm[1]                       # (16, n) float32
     q = _planes(qs, 2, 4).reshape(4, n, 2, 2, 16)  # (k, n, h, l // 16, l % 16)
-    _scale_k(out.reshape(n, 2, 4, 2, 16), q.transpose(1, 2, 0, 3, 4),
-             dl.T.reshape(n, 2, 4, 2), ml.T.reshape(n, 2, 4, 2))
+    _scale(out.reshape(n, 2, 4, 2, 16), q.transpose(1, 2, 0, 3, 4),
+           dl.T.reshape(n, 2, 4, 2), minus=ml.T.reshape(n, 2, 4, 2))
 
 
 def dequantize_q3_k(blocks: np.ndarray, out: np.ndarray) -> None:
@@ -254,7 +253,7 @@ def dequantize_q3_k(blocks: np.ndarray, out: np.ndarray) -> None:
     h = _planes(hmask, 1, 8).reshape(2, 4, n, 32)                 # (h, k, n, l) bit 2
     _put_high(q, h.transpose(1, 0, 2, 3), 2)
     q = _offset(q, 4).reshape(4, 2, n, 2, 16)                     # (k, h, n, l // 16, l % 16)
-    _scale_k(out.reshape(n, 2, 4, 2, 16), q.transpose(2, 1, 0, 3, 4), dl.T.reshape(n, 2, 4, 2))
+    _scale(out.reshape(n, 2, 4, 2, 16), q.transpose(2, 1, 0, 3, 4), dl.T.reshape(n, 2, 4, 2))
 
 
 def dequantize_q4_k(blocks: np.ndarray, out: np.ndarray) -> None:
@@ -271,7 +270,7 @@ def dequantize_q4_k(blocks: np.ndarray, out: np.ndarray) -> None:
     dl = _f16(d) * sm[0]                                   # (8, n) float32
     ml = _f16(dmin) * sm[1]                                # (8, n) float32
     q = _planes(qs, 4, 2).reshape(2, n, 4, 32)             # (nibble, n, c, l)
-    _scale_k(out.reshape(n, 4, 2, 32), q.transpose(1, 2, 0, 3), dl.T.reshape(n, 4, 2), ml.T.reshape(n, 4, 2))
+    _scale(out.reshape(n, 4, 2, 32), q.transpose(1, 2, 0, 3), dl.T.reshape(n, 4, 2), minus=ml.T.reshape(n, 4, 2))
 
 
 def dequantize_q5_k(blocks: np.ndarray, out: np.ndarray) -> None:
@@ -288,7 +287,7 @@ def dequantize_q5_k(blocks: np.ndarray, out: np.ndarray) -> None:
     q = _planes(qs.reshape(n, 4, 32).transpose(1, 0, 2), 4, 2)    # (nibble, c, n, l) bits 0-3
     h = _planes(qh, 1, 8).reshape(4, 2, n, 32)                    # (c, nibble, n, l) bit 4
     _put_high(q, h.transpose(1, 0, 2, 3), 4)
-    _scale_k(out.reshape(n, 4, 2, 32), q.transpose(2, 1, 0, 3), dl.T.reshape(n, 4, 2), ml.T.reshape(n, 4, 2))
+    _scale(out.reshape(n, 4, 2, 32), q.transpose(2, 1, 0, 3), dl.T.reshape(n, 4, 2), minus=ml.T.reshape(n, 4, 2))
 
 
 def dequantize_q6_k(blocks: np.ndarray, out: np.ndarray) -> None:
@@ -305,7 +304,7 @@ def dequantize_q6_k(blocks: np.ndarray, out: np.ndarray) -> None:
     _put_high(q, _planes(qh, 2, 4).reshape(2, 2, n, 2, 32), 4)        # (i, j, n, h, l) bits 4-5
     dl = _f16(d) * _per_block(scales).view(np.int8)                   # (16, n) float32
     q = _offset(q, 32).reshape(2, 2, n, 2, 2, 16)                     # (i, j, n, h, l // 16, l % 16)
-    _scale_k(out.reshape(n, 2, 2, 2, 2, 16), q.transpose(2, 3, 0, 1, 4, 5), dl.T.reshape(n, 2, 2, 2, 2))
+    _scale(out.reshape(n, 2, 2, 2, 2, 16), q.transpose(2, 3, 0, 1, 4, 5), dl.T.reshape(n, 2, 2, 2, 2))
 
 
 # ---------------------------------------------------------------------------
@@ -342,7 +341,7 @@ def dequantize_iq4_nl(blocks: np.ndarray, out: np.ndarray) -> None:
     """
     n = len(blocks)
     d, qs = _fields(blocks, 2, 16)
-    np.multiply(_iq4_values(qs), _f16(d)[:, None, None], out=out.reshape(n, 2, 16))
+    _scale(out.reshape(-1, 2, 16), _iq4_values(qs), _f16(d)[:, None])
 
 
 def dequantize_iq4_xs(blocks: np.ndarray, out: np.ndarray) -> None:
@@ -359,7 +358,7 @@ def dequantize_iq4_xs(blocks: np.ndarray, out: np.ndarray) -> None:
     hi = _planes(_per_block(scales_h.view("<u2")), 2, 8).reshape(8, n)           # bits 4-5
     _put_high(s, hi.astype(np.uint8), 4)
     dl = _f16(d) * _offset(s, 32)                                                # (8, n) float32
-    np.multiply(_iq4_values(qs.reshape(n, 8, 16)), dl.T[:, :, None, None], out=out.reshape(n, 8, 2, 16))
+    _scale(out.reshape(n, 8, 2, 16), _iq4_values(qs.reshape(n, 8, 16)), dl.T[:, :, None])
 
 
 # ---------------------------------------------------------------------------
