@@ -197,6 +197,7 @@ BYTE_TO_CHAR = _bytes_to_unicode()                          # byte -> mapped cha
 CHAR_TO_BYTE = {c: b for b, c in enumerate(BYTE_TO_CHAR)}   # and back
 _LATIN1_TO_MAPPED = {b: c for b, c in enumerate(BYTE_TO_CHAR)}   # str.translate table over latin-1
 C_SPACES = " \t\n\v\f\r"                                    # C isspace(): the lstrip/rstrip set
+BIG_BUCKET = 64   # special tokens sharing their first 3 characters, beyond which a text is scanned
 
 
 # -------------------------------------------------------------------------------------------------
@@ -377,11 +378,16 @@ class Tokenizer:
         special = list(compress(range(self.n_vocab), map(ATTR_SPECIAL.__and__, self.attrs)))
         special.sort(key=lambda i: -len(self.tokens[i]))
         self._special_order = {tid: rank for rank, tid in enumerate(special)}
-        self._buckets: tuple[dict[str, list[int]], dict[str, list[int]]] = ({}, {})   # (always, parse_special)
+        # (always, with parse_special): first 3 characters -> ({text: id}, the texts' lengths)
+        self._buckets: tuple[dict, dict] = ({}, {})
         for tid in special:
+            text = self.tokens[tid]
             always = not self.attrs[tid] & ATTR_HIDDEN
             for buckets in (self._buckets[1], self._buckets[0]) if always else (self._buckets[1],):
-                buckets.setdefault(self.tokens[tid][:3], []).append(tid)
+                by_text, lengths = buckets.setdefault(text[:3], ({}, []))
+                by_text.setdefault(text, tid)     # the longest-first order decides among equal texts
+                if len(text) not in lengths:
+                    lengths.append(len(text))
 
     def _check_id(self, tid: int) -> None:
         if not 0 <= tid < self.n_vocab:
@@ -429,11 +435,24 @@ class Tokenizer:
         return out
 
     def _special_candidates(self, text: str, parse_special: bool) -> list[int]:
-        """Special tokens that occur in ``text``, in llama.cpp's order (longest first)."""
-        found = [tid for key, tids in self._buckets[parse_special].items() if key in text
-                 for tid in tids if self.tokens[tid] in text]
-        found.sort(key=self._special_order.__getitem__)
-        return found
+        """Special tokens that occur in ``text``, in llama.cpp's order (longest first).
+
+        Each bucket whose 3-character key occurs in ``text`` is searched: a small one
+        token by token; a big one (Gemma's 6,242 ``<unusedN>``) by looking the text
+        up at each occurrence of the key, once per token length in the bucket.
+        """
+        found: set[int] = set()
+        for key, (by_text, lengths) in self._buckets[parse_special].items():
+            if key not in text:
+                continue
+            if len(by_text) <= BIG_BUCKET:
+                found.update(tid for t, tid in by_text.items() if t in text)
+                continue
+            at = text.find(key)
+            while at >= 0:
+                found.update(by_text[t] for t in (text[at:at + n] for n in lengths) if t in by_text)
+                at = text.find(key, at + 1)
+        return sorted(found, key=self._special_order.__getitem__)
 
     def _partition(self, text: str, parse_special: bool) -> list[str | int]:
         """Cut special tokens out of ``text`` (``tokenizer_st_partition``): a list of text

@@ -107,6 +107,18 @@ def test_special_token_text_in_user_content_stays_text(gemma3_path, smollm2_path
         [gemma.token_id("a"), 107, 168, 138, gemma.token_id("b")]
 
 
+def test_unused_tokens_are_found_among_thousands(gemma3_path):
+    """Gemma's 6,242 <unusedN> control tokens share their first characters (the big-bucket scan);
+    ids from llama.cpp."""
+    tok = tokenizer(gemma3_path)
+    text = "<under> <unused12><unused6241>x<unused1"
+    assert tok.encode(text, add_special=False, parse_special=True) == \
+        [236820, 6460, 236813, 236743, 18, 262143, 236781, 236820, 63634, 236770]
+    assert tok.encode(text, add_special=False) == \
+        [236820, 6460, 236813, 655, 63634, 236770, 236778, 1798, 63634, 236825, 236778, 236812, 236770,
+         236813, 236781, 236820, 63634, 236770]
+
+
 def test_token_bytes_render_pieces_as_llama_cpp(gemma3_path, smollm2_path):
     gemma, smol = tokenizer(gemma3_path), tokenizer(smollm2_path)
     assert gemma.token_bytes(106) == b"" and gemma.token_bytes(106, special=True) == b"<end_of_turn>"
