@@ -565,7 +565,7 @@ class GGUFFile:
         return t
 
     def tensor_bytes(self, name: str) -> np.ndarray:
-        """The raw blocks of tensor ``name``: uint8 ``(n_bytes,)``, read in one call."""
+        """The raw blocks of tensor ``name``: uint8 ``(n_bytes,)``, read-only, read in one call."""
         t = self._info(name)
         src = self.parts[t.part].source
         data = src.read(t.offset, t.n_bytes)

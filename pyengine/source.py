@@ -14,7 +14,8 @@ size. So the engine is written against this tiny interface and nothing else:
 
 :class:`FileSource` reads a local file with plain ``seek``/``read``;
 :class:`BytesSource` serves bytes in memory (tests). The worker adds a source
-over the browser ``File`` with the same four members.
+over the browser ``File`` with the same members (it may subclass
+:class:`ByteSource`, which keeps the counts, and implement ``_read``).
 """
 
 from __future__ import annotations
@@ -22,12 +23,45 @@ from __future__ import annotations
 import os
 
 
-def _check_range(offset: int, length: int) -> None:
-    if offset < 0 or length < 0:
-        raise ValueError(f"read at offset {offset} of length {length}: both must be >= 0")
+class ByteSource:
+    """The common part of every source: range checks and the ``reads`` / ``bytes_read`` counts.
+
+    A subclass sets ``name`` and ``size`` (through ``__init__``) and implements
+    ``_read(offset, length) -> bytes``; it may override :meth:`close`.
+    """
+
+    def __init__(self, name: str, size: int):
+        self.name = name
+        self.size = size
+        self.reads = 0
+        self.bytes_read = 0
+
+    def read(self, offset: int, length: int) -> bytes:
+        """``length`` bytes from ``offset`` (fewer only at the end)."""
+        if offset < 0 or length < 0:
+            raise ValueError(f"read at offset {offset} of length {length}: both must be >= 0")
+        data = self._read(offset, length)
+        self.reads += 1
+        self.bytes_read += len(data)
+        return data
+
+    def _read(self, offset: int, length: int) -> bytes:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, size={self.size})"
 
 
-class FileSource:
+class FileSource(ByteSource):
     """A local file, read with ``seek``/``read`` (never mmap).
 
     The file stays open until :meth:`close` (or the end of a ``with`` block).
@@ -36,54 +70,23 @@ class FileSource:
 
     def __init__(self, path: str | os.PathLike[str]):
         self.path = os.fspath(path)
-        self.name = os.path.basename(self.path)
         self._f = open(self.path, "rb")
-        self.size = os.fstat(self._f.fileno()).st_size
-        self.reads = 0
-        self.bytes_read = 0
+        super().__init__(os.path.basename(self.path), os.fstat(self._f.fileno()).st_size)
 
-    def read(self, offset: int, length: int) -> bytes:
-        """``length`` bytes from ``offset`` (fewer only at end of file)."""
-        _check_range(offset, length)
+    def _read(self, offset: int, length: int) -> bytes:
         self._f.seek(offset)
-        data = self._f.read(length)
-        self.reads += 1
-        self.bytes_read += len(data)
-        return data
+        return self._f.read(length)
 
     def close(self) -> None:
         self._f.close()
 
-    def __enter__(self) -> FileSource:
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"FileSource({self.path!r}, size={self.size})"
-
-
-class BytesSource:
+class BytesSource(ByteSource):
     """Bytes held in memory, named like a file (for tests and generated files)."""
 
     def __init__(self, data: bytes | bytearray | memoryview, name: str = "<bytes>"):
         self._data = memoryview(bytes(data))
-        self.name = name
-        self.size = len(self._data)
-        self.reads = 0
-        self.bytes_read = 0
+        super().__init__(name, len(self._data))
 
-    def read(self, offset: int, length: int) -> bytes:
-        """``length`` bytes from ``offset`` (fewer only at the end of the data)."""
-        _check_range(offset, length)
-        data = bytes(self._data[offset:offset + length])
-        self.reads += 1
-        self.bytes_read += len(data)
-        return data
-
-    def close(self) -> None:
-        pass
-
-    def __repr__(self) -> str:
-        return f"BytesSource(name={self.name!r}, size={self.size})"
+    def _read(self, offset: int, length: int) -> bytes:
+        return bytes(self._data[offset:offset + length])

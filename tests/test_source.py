@@ -53,5 +53,5 @@ def test_file_source_context_manager(tmp_path):
     path.write_bytes(b"GGUF")
     with FileSource(path) as src:
         assert src.read(0, 4) == b"GGUF"
-        assert repr(src).startswith("FileSource(")
+        assert repr(src) == "FileSource(name='x.gguf', size=4)"
     assert src._f.closed
