@@ -1,6 +1,6 @@
 """Dequantization throughput per ggml type (a benchmark, not a test).
 
-    python bench/bench_quants.py [--elements N] [--repeat R]
+    python bench/bench_quants.py [--elements N] [--repeat R] [--types Q4_K ...] [--chunk C]
 
 For each type in ``quants.DEQUANTIZERS``: random blocks of N weights (default
 2^22), the best of R runs of ``quants.dequantize``, printed as million elements
@@ -53,7 +53,9 @@ def main() -> None:
     ap.add_argument("--elements", type=int, default=1 << 22, help="weights per type (default 2^22)")
     ap.add_argument("--repeat", type=int, default=5, help="runs per type; the best is kept (default 5)")
     ap.add_argument("--types", nargs="*", default=list(quants.DEQUANTIZERS), help="ggml type names")
+    ap.add_argument("--chunk", type=int, default=quants.CHUNK_ELEMENTS, help="quants.CHUNK_ELEMENTS to use")
     args = ap.parse_args()
+    quants.CHUNK_ELEMENTS = args.chunk
     rng = np.random.default_rng(0)
     print(f"numpy {np.__version__}, {sys.implementation.name} {sys.version.split()[0]} on {sys.platform}, "
           f"{args.elements} elements per type, chunk {quants.CHUNK_ELEMENTS}")
