@@ -7,7 +7,10 @@ Bad input (any :class:`~pyengine.errors.PyEngineError`) prints one line
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+import time
 
 from pyengine.errors import PyEngineError
 
@@ -60,15 +63,120 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    raise PyEngineError("generate: not implemented yet")
+    """Raw completion of ``-p``: the prompt is tokenized as llama-cli does (BOS if the vocab's
+    ``add_bos_token`` says so, special-token text parsed), the reply streamed to stdout."""
+    from pyengine.generate import generate
+    engine = _load(args.model)
+    prompt_ids = engine.tokenizer.encode(args.prompt, add_special=True, parse_special=True)
+    gen = generate(engine.model, engine.tokenizer, prompt_ids, _sampler_params(args), args.n_predict,
+                   n_ctx=_n_ctx(args))
+    _reply(gen, args.json)
+    return 0
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    raise PyEngineError("chat: not implemented yet")
+    """A chat through the model's template: ``--messages FILE`` answers that conversation once;
+    otherwise each line of stdin is a user message and each reply streams to stdout (with
+    ``--json``, one JSON object per reply). Ctrl-C stops a reply; the chat goes on."""
+    from pyengine.generate import ChatSession
+    session = ChatSession(_load(args.model), system=args.system, n_ctx=_n_ctx(args))
+    params = _sampler_params(args)
+    if args.messages is not None:
+        session.messages = _read_messages(args.messages)
+        _reply(session.respond(params, args.n_predict), args.json, session)
+        return 0
+    interactive = sys.stdin.isatty()
+    while True:
+        if interactive:
+            print("> ", end="", file=sys.stderr, flush=True)
+        line = sys.stdin.readline()
+        if not line:
+            return 0
+        if line.strip():
+            turn = session.send(line.rstrip("\n"), params, args.n_predict)
+            try:
+                _reply(turn, args.json, session)
+            except KeyboardInterrupt:
+                turn.close()
+                print(file=sys.stdout, flush=True)
 
 
 def cmd_tokenize(args: argparse.Namespace) -> int:
-    raise PyEngineError("tokenize: not implemented yet")
+    """One JSON string per stdin line -> one JSON list of ids per stdout line, like llama-tokenize
+    (BOS/EOS as for a raw prompt; special-token text parsed only with ``--parse-special``)."""
+    from pyengine.generate import load_tokenizer
+    tokenizer = load_tokenizer(args.model)
+    for n, line in enumerate(sys.stdin, 1):
+        if not line.strip():
+            continue
+        try:
+            text = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise PyEngineError(f"stdin line {n}: not JSON ({e})") from None
+        if not isinstance(text, str):
+            raise PyEngineError(f"stdin line {n}: expected a JSON string, got {type(text).__name__}")
+        ids = tokenizer.encode(text, add_special=True, parse_special=args.parse_special)
+        print(json.dumps(ids), flush=True)
+    return 0
+
+
+# --- what generate and chat share
+
+def _load(paths: list[str]):
+    """Load the model, telling stderr how it goes."""
+    from pyengine.generate import load
+    name = os.path.basename(paths[0])
+    tty = sys.stderr.isatty()
+    t0 = time.perf_counter()
+
+    def progress(done: int, total: int) -> None:
+        if tty:
+            print(f"\rloading {name}: {done}/{total} tensors", end="", file=sys.stderr, flush=True)
+
+    engine = load(paths, progress=progress)
+    template = engine.template.name if engine.template else f"none ({engine.template_error})"
+    print(f"{chr(13) if tty else ''}loaded {name}: {engine.model.config.arch}, {len(engine.gguf.tensors)} tensors, "
+          f"chat template {template}, in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    return engine
+
+
+def _sampler_params(args: argparse.Namespace):
+    from pyengine.sampling import SamplerParams
+    return SamplerParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                         repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
+                         seed=args.seed).check()
+
+
+def _n_ctx(args: argparse.Namespace) -> int | None:
+    if args.ctx_size < 0:
+        raise PyEngineError(f"-c/--ctx-size must be >= 0 (0 = the model's), got {args.ctx_size}")
+    return args.ctx_size or None
+
+
+def _read_messages(path: str) -> list[dict]:
+    from pyengine.chat_template import check_messages
+    with open(path, encoding="utf-8") as f:
+        try:
+            return check_messages(json.load(f))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise PyEngineError(f"{path}: not a JSON file ({e})") from None
+
+
+def _reply(gen, as_json: bool, session=None) -> None:
+    """Stream a reply's pieces to stdout (its statistics to stderr), or print it as one JSON object:
+    ``{"prompt_ids", "ids", "text", "stats"}``, with the rendered ``prompt`` first for a chat."""
+    if as_json:
+        for _ in gen:
+            pass
+        out = {"prompt": session.prompt} if session is not None else {}
+        out.update(prompt_ids=gen.prompt_ids, ids=gen.ids, text=gen.text, stats=gen.stats.as_dict())
+        print(json.dumps(out, ensure_ascii=False), flush=True)
+        return
+    for piece in gen:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    print(flush=True)
+    print(gen.stats.summary(), file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

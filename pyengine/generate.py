@@ -59,12 +59,10 @@ def load(paths_or_gguf: Any, progress: Callable[[int, int], None] | None = None,
     passed to :meth:`Model.from_gguf` ("auto", "f32", "int8"). The tokenizer and template are read
     first, so a bad vocab fails before the slow part. Raises GGUFError, TokenizerError, ModelError.
     """
-    from pyengine.gguf import GGUFFile, open_gguf
     from pyengine.model import Model
-    from pyengine.tokenizer import Tokenizer
 
-    gguf = paths_or_gguf if isinstance(paths_or_gguf, GGUFFile) else open_gguf(paths_or_gguf)
-    tokenizer = Tokenizer.from_metadata(gguf.metadata)
+    gguf = _open(paths_or_gguf)
+    tokenizer = load_tokenizer(gguf)
     template, template_error = None, ""
     try:
         template = ChatTemplate.from_metadata(gguf.metadata, _token_text(tokenizer, tokenizer.bos_id),
@@ -75,6 +73,17 @@ def load(paths_or_gguf: Any, progress: Callable[[int, int], None] | None = None,
     report = None if progress is None else (lambda done, total, *_bytes: progress(done, total))
     model = Model.from_gguf(gguf, progress=report, weights=weights)
     return Engine(gguf, model, tokenizer, template, template_error)
+
+
+def load_tokenizer(paths_or_gguf: Any):
+    """Only the tokenizer of a GGUF (what ``tokenize`` needs): no weights are read."""
+    from pyengine.tokenizer import Tokenizer
+    return Tokenizer.from_metadata(_open(paths_or_gguf).metadata)
+
+
+def _open(paths_or_gguf: Any):
+    from pyengine.gguf import GGUFFile, open_gguf
+    return paths_or_gguf if isinstance(paths_or_gguf, GGUFFile) else open_gguf(paths_or_gguf)
 
 
 def _token_text(tokenizer: Any, tid: int | None) -> str:

@@ -1,0 +1,160 @@
+"""The generate, chat and tokenize commands on the tiny fixtures: JSON outputs, streaming, errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, TINY
+from pyengine.cli import main
+from pyengine.generate import ChatSession, generate, load
+from pyengine.sampling import SamplerParams
+
+LLAMA, QWEN2 = str(TINY["llama"]), str(TINY["qwen2"])
+
+# llama.cpp (llama-cpp-python 0.3.36) tokenize(add_special=True, parse_special=True) of special-token text
+PARSED_SPECIAL = {
+    LLAMA: {"<s>hi": [1, 1, 309, 268], "a</s>b": [1, 296, 2, 259, 261]},
+    QWEN2: {"<|im_start|>hi": [300, 104, 105], "<|endoftext|>b": [299, 98]},
+}
+
+
+def run(argv: list[str], stdin: str = "", monkeypatch=None, capsys=None) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.fixture
+def cli(monkeypatch, capsys):
+    return lambda argv, stdin="": run(argv, stdin, monkeypatch, capsys)
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return load(LLAMA)
+
+
+# --- tokenize -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["llama", "qwen2", "gemma3"])
+def test_tokenize_equals_llama_cpp(cli, name, fixtures_reference):
+    cases = fixtures_reference["fixtures"][name]["reference"]["tokenize_add_bos"]
+    rc, out, _ = cli(["tokenize", str(TINY[name])], "".join(json.dumps(t) + "\n\n" for t in cases))
+    assert rc == 0
+    assert [json.loads(line) for line in out.splitlines()] == [c["ids"] for c in cases.values()]
+
+
+@pytest.mark.parametrize("path", [LLAMA, QWEN2])
+def test_tokenize_parse_special(cli, path):
+    texts = list(PARSED_SPECIAL[path])
+    stdin = "".join(json.dumps(t) + "\n" for t in texts)
+    rc, out, _ = cli(["tokenize", path, "--parse-special"], stdin)
+    assert rc == 0 and [json.loads(x) for x in out.splitlines()] == list(PARSED_SPECIAL[path].values())
+    rc, out, _ = cli(["tokenize", path], stdin)
+    assert rc == 0 and all(json.loads(x) != ids for x, ids in zip(out.splitlines(), PARSED_SPECIAL[path].values()))
+
+
+@pytest.mark.parametrize("stdin, message", [('"ok"\n{bad\n', "stdin line 2: not JSON"),
+                                            ('["a"]\n', "stdin line 1: expected a JSON string, got list")])
+def test_tokenize_bad_lines(cli, stdin, message):
+    rc, out, err = cli(["tokenize", LLAMA], stdin)
+    assert rc == 1 and f"error: {message}" in err
+
+
+# --- generate -------------------------------------------------------------------------------------
+
+def test_generate_json(cli, llama, fixtures_reference):
+    prompt = "hello the world"
+    rc, out, err = cli(["generate", LLAMA, "-p", prompt, "-n", "8", "--json"])
+    assert rc == 0 and "loaded tiny-llama.gguf: llama" in err
+    got = json.loads(out)
+    assert set(got) == {"prompt_ids", "ids", "text", "stats"}
+    assert got["prompt_ids"] == fixtures_reference["fixtures"]["llama"]["reference"]["tokenize_add_bos"][prompt]["ids"]
+    gen = generate(llama.model, llama.tokenizer, got["prompt_ids"], SamplerParams(temperature=0), 8)
+    assert got["text"] == "".join(gen) and got["ids"] == gen.ids
+    assert got["text"] == llama.tokenizer.decode(got["ids"])
+    assert got["stats"]["generated_tokens"] == 8 and got["stats"]["prompt_tokens"] == 7
+    assert got["stats"]["stop_reason"] == "max_tokens" and got["stats"]["decode_tok_s"] > 0
+
+
+def test_generate_streams_the_same_text(cli):
+    argv = ["generate", LLAMA, "-p", "is it the end?", "-n", "6", "--temp", "0.9", "--seed", "3", "--top-k", "20"]
+    rc, out, err = cli(argv)
+    rc2, js, _ = cli(argv + ["--json"])
+    assert rc == rc2 == 0 and out == json.loads(js)["text"] + "\n"
+    assert "prefill 9 tok" in err and "stop: max_tokens" in err
+
+
+def test_generate_as_a_program():
+    p = subprocess.run([sys.executable, "-m", "pyengine", "generate", QWEN2, "-p", "hello", "-n", "3", "--json"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert len(json.loads(p.stdout)["ids"]) == 3
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--top-p", "0"], "top_p"),
+    (["-c", "-1"], "ctx-size"),
+    (["-c", "4"], "more than the context of 4 tokens"),
+])
+def test_generate_bad_options(cli, argv, message):
+    rc, _, err = cli(["generate", LLAMA, "-p", "hello the world"] + argv)
+    assert rc == 1 and message in err
+
+
+def test_missing_model_file(cli, tmp_path):
+    rc, _, err = cli(["generate", str(tmp_path / "nope.gguf"), "-p", "x"])
+    assert rc == 1 and err.startswith("error:") and "nope.gguf" in err
+
+
+# --- chat -----------------------------------------------------------------------------------------
+
+def test_chat_messages_json(cli, llama, tmp_path):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello the world"}]
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps(messages))
+    rc, out, _ = cli(["chat", LLAMA, "--messages", str(path), "-n", "5", "--json"])
+    assert rc == 0
+    got = json.loads(out)
+    assert set(got) == {"prompt", "prompt_ids", "ids", "text", "stats"}
+    assert got["prompt"] == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhello the world<|im_end|>\n"
+                             "<|im_start|>assistant\n")
+    assert got["prompt_ids"] == llama.tokenizer.encode(got["prompt"], add_special=True, parse_special=True)
+    chat = ChatSession(llama)
+    chat.messages = messages
+    turn = chat.respond(SamplerParams(temperature=0), 5)
+    assert "".join(turn) == got["text"] and turn.ids == got["ids"]
+
+
+def test_chat_interactive_keeps_the_conversation(cli):
+    rc, out, _ = cli(["chat", QWEN2, "-n", "4", "--json", "--system", "Be brief."], "hello\n\nis it the end?\n")
+    first, second = [json.loads(line) for line in out.splitlines()]
+    assert rc == 0
+    assert first["prompt"].startswith("<|im_start|>system\nBe brief.<|im_end|>\n")
+    assert second["prompt"].startswith(first["prompt"] + first["text"] + "<|im_end|>\n<|im_start|>user\nis it the end?")
+    assert second["stats"]["cached_tokens"] >= len(first["prompt_ids"])
+    assert second["stats"]["prefill_tokens"] == len(second["prompt_ids"]) - second["stats"]["cached_tokens"]
+
+
+def test_chat_streams(cli):
+    rc, out, err = cli(["chat", QWEN2, "-n", "3"], "hello\n")
+    rc2, js, _ = cli(["chat", QWEN2, "-n", "3", "--json"], "hello\n")
+    assert rc == rc2 == 0 and out == json.loads(js)["text"] + "\n" and "stop: max_tokens" in err
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "not a JSON file"),
+    ('[{"role": "user"}]', "message 0 must be an object with string 'role' and 'content'"),
+    ('{"role": "user", "content": "x"}', "messages must be a list"),
+])
+def test_chat_bad_messages_file(cli, tmp_path, content, message):
+    path = tmp_path / "m.json"
+    path.write_text(content)
+    rc, _, err = cli(["chat", LLAMA, "--messages", str(path)])
+    assert rc == 1 and message in err
