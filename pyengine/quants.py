@@ -5,7 +5,7 @@ A quantized tensor is a run of blocks (see :mod:`pyengine.ggml`); a block of
 the blocks as a ``(n_blocks, type_size)`` uint8 array, slices it field by field
 in the order of ggml's C struct (``ggml-common.h``), and writes the weights into
 a ``(n_blocks, block_size)`` float32 array. The bit layout of each block is
-drawn above its function; the math is ggml's ``dequantize_row_*``
+drawn in its function's docstring; the math is ggml's ``dequantize_row_*``
 (``ggml-quants.c``) and the results are bit-exact with ``gguf.quants.dequantize``:
 scales are f16 converted to float32 first, each product or difference is one
 float32 operation in the same order as gguf-py's, and integer codes become
@@ -14,9 +14,10 @@ float32 exactly.
 The work is vectorized over blocks (no Python loop per block) and done
 :data:`CHUNK_ELEMENTS` weights at a time, so the temporaries stay a few MiB
 whatever the tensor: peak memory is the float32 output plus a little. Bit
-twiddling is done on uint8 arrays (cheap everywhere); the float32 passes are
-one multiply and at most one add or subtract per weight. Lookup tables are used
-only where the codes are non-linear (IQ4): fancy indexing is slow in Pyodide.
+twiddling is done on uint8 arrays (cheap everywhere); the float32 passes are a
+cast, one multiply and at most one add or subtract per weight. Lookup tables
+are used only where the codes are non-linear (IQ4): fancy indexing is slow in
+Pyodide. ``bench/bench_quants.py`` prints the throughput of each type.
 
 Multi-byte fields are read as little-endian (``'<f2'``, ``'<u2'``, ...): GGUF
 files are little-endian, and big-endian files are byte-swapped by the reader.
@@ -339,7 +340,6 @@ def dequantize_iq4_nl(blocks: np.ndarray, out: np.ndarray) -> None:
 
     ggml ``dequantize_row_iq4_nl``.
     """
-    n = len(blocks)
     d, qs = _fields(blocks, 2, 16)
     _scale(out.reshape(-1, 2, 16), _iq4_values(qs), _f16(d)[:, None])
 
