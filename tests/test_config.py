@@ -1,0 +1,171 @@
+"""ModelConfig.from_metadata: every fixture's hyperparameters, llama.cpp's defaults, and clear errors.
+
+The expected values come from tests/fixtures/fixtures-reference.json (what each tiny model was made
+with) and from the real models' metadata (RUNTIME.md). Which keys are required follows llama.cpp's
+own behaviour, recorded in the reference's ``required_keys_probe`` (each key omitted in turn).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from conftest import TINY
+from pyengine.config import ARCHITECTURES, ModelConfig
+from pyengine.errors import ModelError
+from pyengine.gguf import open_gguf
+
+FIXTURES = ["llama", "llama-q4km", "qwen2", "qwen3", "gemma3"]
+
+
+def metadata(name: str) -> tuple[dict, dict]:
+    with open_gguf(TINY[name]) as g:
+        return dict(g.metadata), dict(g.tensors)
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_fixture_config_matches_reference(name, fixtures_reference):
+    ref = fixtures_reference["fixtures"][name]
+    md, tensors = metadata(name)
+    c = ModelConfig.from_metadata(md, tensors)
+    want = ref["config"]
+    assert c.arch == want["arch"]
+    assert (c.n_layer, c.n_embd, c.n_head, c.n_head_kv, c.n_ff) == (
+        want["n_layer"], want["n_embd"], want["n_head"], want["n_head_kv"], want["n_ff"])
+    head = want["head_dim"] or want["n_embd"] // want["n_head"]
+    assert (c.head_dim_k, c.head_dim_v, c.rope_dim) == (head, head, head)
+    assert math.isclose(c.rms_eps, want["eps"], rel_tol=1e-6)  # stored as float32
+    assert c.rope_freq_base == want["rope_base"] and c.n_ctx_train == want["ctx"]
+    assert c.tied_output == want["tied"]
+    assert c.n_vocab == ref["reference"]["n_vocab"] == ref["n_vocab_tokens"]
+    assert c.sliding_window == want.get("sliding_window", 0)
+    assert c.attn_scale == pytest.approx(1 / math.sqrt(head))
+
+
+def test_gemma3_layer_pattern():
+    c = ModelConfig.from_metadata(metadata("gemma3")[0])
+    # llama.cpp set_swa_pattern(6): every sixth layer (il % 6 == 5) is global, the rest slide
+    assert c.swa_layers == (True, True, True, True, True, False)
+    assert (c.sliding_window, c.rope_freq_base_swa, c.rope_freq_base) == (4, 10000.0, 1e6)
+
+
+def test_gemma3_pattern_and_swa_base_from_keys():
+    md = metadata("gemma3")[0]
+    c = ModelConfig.from_metadata({**md, "gemma3.attention.sliding_window_pattern": 3,
+                                   "gemma3.rope.freq_base_swa": 5000.0})
+    assert c.swa_layers == (True, True, False, True, True, False) and c.rope_freq_base_swa == 5000.0
+    flags = [False, True, True, False, True, True]
+    c = ModelConfig.from_metadata({**md, "gemma3.attention.sliding_window_pattern": flags})
+    assert c.swa_layers == tuple(flags)
+
+
+def test_gemma3_without_sliding_window_is_all_global():
+    md = metadata("gemma3")[0]
+    del md["gemma3.attention.sliding_window"]
+    c = ModelConfig.from_metadata(md)
+    assert c.sliding_window == 0 and not any(c.swa_layers)
+
+
+def test_real_gemma3_config(gemma3_path):
+    with open_gguf(gemma3_path) as g:
+        c = ModelConfig.from_metadata(g.metadata, g.tensors)
+    assert (c.n_vocab, c.n_embd, c.n_layer, c.n_ff, c.n_head, c.n_head_kv, c.head_dim_k) == (
+        262144, 640, 18, 2048, 4, 1, 256)
+    assert (c.n_ctx_train, c.sliding_window, c.rope_freq_base, c.tied_output) == (32768, 512, 1e6, True)
+    assert [il for il, swa in enumerate(c.swa_layers) if not swa] == [5, 11, 17]
+    assert c.attn_scale == 1 / 16  # 1/sqrt(head_dim): query_pre_attn_scalar = 256
+
+
+def test_real_smollm2_config(smollm2_path):
+    with open_gguf(smollm2_path) as g:
+        c = ModelConfig.from_metadata(g.metadata, g.tensors)
+    assert (c.arch, c.n_vocab, c.n_embd, c.n_layer, c.n_ff, c.n_head, c.n_head_kv, c.head_dim_k) == (
+        "llama", 49152, 576, 30, 1536, 9, 3, 64)
+    assert (c.rope_freq_base, c.rope_dim, c.sliding_window, c.tied_output) == (100000.0, 64, 0, True)
+
+
+def _probe_missing_keys(fixtures_reference):
+    """(arch, key) for every model key whose absence makes llama.cpp refuse to load the fixture."""
+    out = []
+    for arch, probes in fixtures_reference["required_keys_probe"].items():
+        for what, result in probes.items():
+            _, kind, key = what.split(" ", 2)   # "omit key llama.context_length"
+            if kind == "key" and key.startswith(arch + ".") and not result["loads"]:
+                out.append((arch, key, "key not found" in result["errors"][0]))
+    return out
+
+
+def test_probe_covers_the_required_keys(fixtures_reference):
+    keys = {k for _, k, _ in _probe_missing_keys(fixtures_reference)}
+    assert "llama.context_length" in keys and "gemma3.attention.key_length" in keys and len(keys) >= 30
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3"])
+def test_keys_llama_cpp_requires_by_name_are_required(arch, fixtures_reference):
+    """A key llama.cpp reports as "key not found" is a ModelError naming that key here too."""
+    md = metadata(arch)[0]
+    for a, key, named in _probe_missing_keys(fixtures_reference):
+        if a != arch or not named:
+            continue
+        with pytest.raises(ModelError, match=key.replace(".", r"\.")):
+            ModelConfig.from_metadata({k: v for k, v in md.items() if k != key})
+
+
+def test_head_count_and_ffn_length_are_required():
+    md = metadata("qwen2")[0]
+    for key in ("qwen2.attention.head_count", "qwen2.feed_forward_length"):
+        with pytest.raises(ModelError, match="missing metadata key '" + key.replace(".", r"\.")):
+            ModelConfig.from_metadata({k: v for k, v in md.items() if k != key})
+
+
+def test_defaults_as_llama_cpp():
+    md = metadata("qwen3")[0]
+    for key in ("qwen3.attention.head_count_kv", "qwen3.attention.key_length", "qwen3.attention.value_length",
+                "qwen3.rope.freq_base"):
+        del md[key]
+    c = ModelConfig.from_metadata(md)
+    assert (c.n_head_kv, c.head_dim_k, c.head_dim_v, c.rope_dim, c.rope_freq_base) == (4, 16, 16, 16, 10000.0)
+    assert c.rope_scaling_type == "linear" and c.rope_freq_scale == 1.0
+
+
+def test_vocab_from_tokens_when_no_vocab_size():
+    md = metadata("llama")[0]
+    del md["llama.vocab_size"]
+    assert ModelConfig.from_metadata(md).n_vocab == 328
+    del md["tokenizer.ggml.tokens"]
+    with pytest.raises(ModelError, match="vocab_size"):
+        ModelConfig.from_metadata(md)
+
+
+def test_linear_rope_scaling():
+    md = metadata("llama")[0]
+    c = ModelConfig.from_metadata({**md, "llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 4.0})
+    assert c.rope_freq_scale == 0.25
+    with pytest.raises(ModelError, match="yarn.*supported: none, linear"):
+        ModelConfig.from_metadata({**md, "llama.rope.scaling.type": "yarn"})
+
+
+def test_unsupported_architecture_lists_the_supported():
+    md = metadata("llama")[0]
+    with pytest.raises(ModelError, match="'mamba'.*supported: llama, qwen2, qwen3, gemma3"):
+        ModelConfig.from_metadata({**md, "general.architecture": "mamba"})
+    with pytest.raises(ModelError, match="None"):
+        ModelConfig.from_metadata({})
+    assert list(ARCHITECTURES) == ["llama", "qwen2", "qwen3", "gemma3"]
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("llama.block_count", "2", "must be a number"),
+    ("llama.block_count", True, "must be a number"),
+    ("llama.block_count", 2.5, "must be an integer"),
+    ("llama.block_count", 0, "must be positive"),
+    ("llama.attention.head_count_kv", 3, "must divide head_count"),
+    ("llama.rope.freq_base", float("nan"), "must be finite"),
+    ("llama.rope.dimension_count", 8, "equal to the head size"),
+    ("llama.attention.head_count", [4, 4, 2], "per-layer"),
+])
+def test_bad_values_are_clear_errors(key, value, message):
+    md = metadata("llama")[0]
+    with pytest.raises(ModelError, match=message):
+        ModelConfig.from_metadata({**md, key: value})
