@@ -8,7 +8,7 @@ and model folders with NODEFS. The two JSON results must be equal:
   sha256 of every dequantized tensor (so every quant type in the fixtures, bit for bit); for the real
   models, the metadata and one tensor of each ggml type;
 - the model: greedy ids from the same prompt on each tiny fixture (8 tokens) and on SmolLM2-135M-Instruct
-  (8 tokens after a ChatML prompt), plus the first step's logits (within 1e-3 on the fixtures; on SmolLM2,
+  (8 tokens after its chat template's prompt, rendered by jinja2 in each runtime), plus the first step's logits (within 1e-3 on the fixtures; on SmolLM2,
   whose activations are rounded to Q8 as in ggml, the same top 5 and a bounded difference).
 
 One Node process per group of probes (Pyodide starts in ~6 s). Needs node and static/ (make build).
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.node
 HARNESS = Path(__file__).resolve().parent / "node" / "run_pyodide.mjs"
 GREEDY_STEPS = 8
 PROMPT_IDS = [1, 5, 9, 42]  # the fixtures' reference prompt (tests/fixtures/README.md)
-CHAT_PROMPT = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+CHAT = [{"role": "user", "content": "What is the capital of France?"}]
 
 # Python run on both sides. FX is the fixture folder and MODELS the model folder on each side.
 PROBES = '''
@@ -65,6 +65,14 @@ def describe(path, tensors="all"):
             values[name] = [str(t.dtype), list(t.shape), sha(t)]
         return {"version": g.version, "alignment": g.alignment, "data_offset": g.data_offset,
                 "metadata": g.metadata, "value_types": g.value_types, "tensors": infos, "values": values}
+
+
+def render_chat(path, messages):
+    """The GGUF's chat template (Jinja, through jinja2 and the pure-Python markupsafe) applied to messages."""
+    from pyengine.chat_template import ChatTemplate
+    with open_gguf(path) as g:
+        template = ChatTemplate.from_metadata(g.metadata)
+    return {"name": template.name, "text": template.render(messages)}
 
 
 def greedy(path, prompt, n_steps):
@@ -163,8 +171,10 @@ def test_greedy_in_pyodide_matches_cpython_on_fixture(tiny_runs, name):
 REAL_CODE = f'''
 result = {{"gemma3": describe(f"{{MODELS}}/gemma-3-270m-q4_k_m.gguf", "one per type"),
           "smollm2": describe(f"{{MODELS}}/{SMOLLM2.name}", "one per type")}}
-if {has_module("model") and has_module("tokenizer")!r}:
-    result["greedy"] = greedy(f"{{MODELS}}/{SMOLLM2.name}", {CHAT_PROMPT!r}, {GREEDY_STEPS})
+if {has_module("chat_template")!r}:
+    result["chat"] = render_chat(f"{{MODELS}}/{SMOLLM2.name}", {CHAT!r})
+if {has_module("model") and has_module("tokenizer") and has_module("chat_template")!r}:
+    result["greedy"] = greedy(f"{{MODELS}}/{SMOLLM2.name}", result["chat"]["text"], {GREEDY_STEPS})
 result
 '''
 
@@ -184,8 +194,19 @@ def test_reader_in_pyodide_matches_cpython_on_real_model(real_runs, name):
 
 
 @pytest.mark.real_model
+def test_chat_template_renders_with_jinja_in_pyodide_as_in_cpython(real_runs):
+    need(has_module("chat_template"), "pyengine/chat_template.py has not landed")
+    pyodide, cpython = (run["chat"] for run in real_runs)
+    assert pyodide == cpython
+    assert pyodide["name"] == "jinja"  # jinja2 and markupsafe imported and ran under Pyodide
+    assert pyodide["text"] == "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by " \
+        "Hugging Face<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.mark.real_model
 def test_greedy_in_pyodide_matches_cpython_on_smollm2(real_runs):
-    need(has_module("model") and has_module("tokenizer"), "pyengine/model.py or tokenizer.py has not landed")
+    need(has_module("model") and has_module("tokenizer") and has_module("chat_template"),
+         "pyengine/model.py, tokenizer.py or chat_template.py has not landed")
     pyodide, cpython = (run["greedy"] for run in real_runs)
     assert pyodide["prompt"] == cpython["prompt"] and len(pyodide["prompt"]) > 10
     assert pyodide["ids"] == cpython["ids"], "greedy tokens differ between Pyodide and CPython"
