@@ -195,7 +195,7 @@ def _bytes_to_unicode() -> list[str]:
 
 BYTE_TO_CHAR = _bytes_to_unicode()                          # byte -> mapped character
 CHAR_TO_BYTE = {c: b for b, c in enumerate(BYTE_TO_CHAR)}   # and back
-_LATIN1_TO_MAPPED = {b: c for b, c in enumerate(BYTE_TO_CHAR)}   # str.translate table over latin-1
+_LATIN1_TO_MAPPED = dict(enumerate(BYTE_TO_CHAR))           # str.translate table over latin-1
 C_SPACES = " \t\n\v\f\r"                                    # C isspace(): the lstrip/rstrip set
 BIG_BUCKET = 64   # special tokens sharing their first 3 characters, beyond which a text is scanned
 
@@ -260,7 +260,11 @@ def _read_special_ids(meta: dict, n: int, defaults: dict[str, int]) -> dict[str,
 
 
 def _read_merges(meta: dict) -> dict[str, int]:
-    """``tokenizer.ggml.merges`` as ``{"left right": rank}`` (the first of duplicates wins)."""
+    """``tokenizer.ggml.merges`` as ``{"left right": rank}`` (the first of duplicates wins).
+
+    llama.cpp splits each merge at its first space after the first character and
+    looks up (left, right); byte-mapped token texts hold no spaces, so looking up
+    ``left + " " + right`` finds the same rank."""
     merges = _get_list(meta, KEY_MERGES, str, None)
     if merges is None:
         raise TokenizerError(f"{KEY_MERGES}: missing (a gpt2 tokenizer needs its merges)")
@@ -514,9 +518,11 @@ class Tokenizer:
             mapped = word.encode("utf-8").decode("latin-1").translate(_LATIN1_TO_MAPPED)
             ids = cache.get(mapped)
             if ids is None:
-                if len(cache) >= 100_000:
-                    cache.clear()
-                ids = cache[mapped] = self._bpe_word(mapped)
+                ids = self._bpe_word(mapped)
+                if len(mapped) <= 64:             # cache words, not whole pasted blobs
+                    if len(cache) >= 100_000:
+                        cache.clear()
+                    cache[mapped] = ids
             out.extend(ids)
 
     def _bpe_word(self, word: str) -> tuple[int, ...]:
