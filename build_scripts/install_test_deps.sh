@@ -6,7 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 
-$PYTHON -m pip install --quiet --disable-pip-version-check -e '.[test]'
+# (the filter drops pip's notes about this machine's configured local index folders that do not exist)
+$PYTHON -m pip install --quiet --disable-pip-version-check -e '.[test]' 2>&1 \
+    | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 
 need_apt=()
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
