@@ -308,6 +308,17 @@ def test_every_pre_tokenizer_regex_translates_and_compiles():
     assert {"default", "llama-bpe", "qwen2", "smollm", "gpt-2"} <= set(PRE_TOKENIZERS)
 
 
+def test_translate_spells_classes_out_and_refuses_what_it_cannot():
+    ws = translate(r"\s")
+    assert ws.startswith("[\\U00000009") and "\\U00003000" in ws and "\\U0000001c" not in ws
+    assert translate(r"[^\s\p{N}]").startswith("[^\\U00000009")          # spliced into the class
+    assert translate(r"\S").startswith("[^") and translate(r"a\.b") == r"a\.b"
+    with pytest.raises(ValueError, match="Han"):
+        translate(r"\p{Han}")
+    with pytest.raises(ValueError, match="S inside"):
+        translate(r"[\S]")
+
+
 def test_unicode_classes_follow_unicodedata():
     ranges = category_ranges()
     letters = ranges["L"]
