@@ -44,6 +44,7 @@ MAX_TEXT = 1_000_000        # chars: the rendered prompt, and any string or list
 MAX_INT_ARG = 100_000       # largest integer a template may pass to a call or filter (widths, counts)
 MAX_STEPS = 2_000_000       # template source lines executed per render
 MAX_SECONDS = 10.0          # wall time per render
+MAX_DEPTH = 40              # template frames (the template, its macros and call blocks) active at once
 
 
 # ----------------------------------------------------------------------------
@@ -285,21 +286,32 @@ def _compile(source: str):
 
 
 class _Bounds:
-    """A ``sys.settrace`` hook that bounds a template's lines executed, wall time and string sizes.
+    """A ``sys.settrace`` hook that bounds a template's lines executed, wall time, string sizes and
+    macro recursion.
 
     Only frames of compiled templates (``co_filename == "<template>"``) are traced line by line, so
     jinja's own code and the filters run at full speed. Raising from the hook raises in the template.
+    Recursion is bounded well before Python's own limit: under Pyodide a deep recursion overflows
+    the JavaScript stack first, a fatal error that no ``except`` catches.
     """
 
     def __init__(self, max_steps: int, max_seconds: float):
         self.steps, self.max_steps = 0, max_steps
         self.deadline, self.max_seconds = time.monotonic() + max_seconds, max_seconds
+        self.depth = 0
 
     def __call__(self, frame, event, arg):
-        return self.line if frame.f_code.co_filename == "<template>" else None
+        if frame.f_code.co_filename != "<template>":
+            return None
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise TemplateError(f"chat template: macros nested more than {MAX_DEPTH} deep (runaway recursion?)")
+        return self.line
 
     def line(self, frame, event, arg):
-        if event == "line":
+        if event == "return":
+            self.depth -= 1
+        elif event == "line":
             self.steps += 1
             if self.steps > self.max_steps:
                 raise TemplateError(f"chat template: more than {self.max_steps} steps (a runaway loop?)")
@@ -331,7 +343,7 @@ def render_jinja(source: str, context: dict, max_steps: int = MAX_STEPS, max_sec
             out.append(piece)
     except TemplateError:
         raise
-    except RecursionError:
+    except RecursionError:  # CPython's limit, reached through jinja internals rather than macros
         raise TemplateError("chat template: recursion too deep") from None
     except Exception as e:  # jinja errors, SecurityError, TypeError, ... from a stranger's template
         raise TemplateError(f"chat template failed: {type(e).__name__}: {e}") from None
