@@ -181,6 +181,13 @@ def _check_format_string(fmt: str, printf: bool) -> None:
             _check_int(int(n), "format width")
 
 
+def _check_replace(s: Any, old: Any = "", new: Any = "", *_: Any) -> None:
+    """Refuse a replace whose result would pass MAX_TEXT (it is built before any other check)."""
+    if isinstance(s, str) and isinstance(old, str) and isinstance(new, str) and old and \
+            len(s) + s.count(old) * (len(new) - len(old)) > MAX_TEXT:
+        raise TemplateError(f"chat template: replace gives more than {MAX_TEXT} chars")
+
+
 def _guard_filter(f: Callable) -> Callable:
     """Wrap a Jinja filter so its integer arguments (after the filtered value) are capped."""
     skip = 2 if getattr(f, "jinja_pass_arg", None) else 1    # (context/env,) value, args...
@@ -191,6 +198,8 @@ def _guard_filter(f: Callable) -> Callable:
             _check_int(a, f"argument of filter {f.__name__}")
         if f.__name__ == "do_format" and isinstance(args[skip - 1], str):
             _check_format_string(args[skip - 1], printf=True)
+        if f.__name__ == "do_replace":
+            _check_replace(*args[skip - 1:skip + 2])
         return _check_size(f(*args, **kwargs), f"filter {f.__name__}")
     return guarded
 
@@ -250,6 +259,8 @@ def _make_environment():
         def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (jinja's signature)
             for a in list(args) + list(kwargs.values()):
                 _check_int(a, f"argument of {getattr(__obj, '__name__', 'call')}")
+            if isinstance(getattr(__obj, "__self__", None), str) and __obj.__name__ == "replace":
+                _check_replace(__obj.__self__, *args)
             return _check_size(super().call(__context, __obj, *args, **kwargs), "a call")
 
         def getattr(self, obj: Any, attribute: str) -> Any:     # every `a.b` (a namespace's value, too)
@@ -268,6 +279,7 @@ def _make_environment():
                              extensions=[GenerationTag, "jinja2.ext.loopcontrols"])
     env.filters["tojson"] = _tojson
     env.filters = {name: _guard_filter(f) for name, f in env.filters.items()}
+    del env.globals["lipsum"]                     # paragraphs of filler on demand: no template needs it
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     return env

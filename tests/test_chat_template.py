@@ -115,6 +115,10 @@ def test_jinja_names_templates_use():
     assert out == 'é[{"role": "x", "content": "ü"}]|4|True'
 
 
+def test_replace_still_works():
+    assert render_jinja("{{ 'a-b'|replace('-', '+') }}{{ 'x-y'.replace('-', '') }}", {}) == "a+bxy"
+
+
 def test_trim_and_lstrip_blocks():
     assert render_jinja("  {% if true %}\nA\n  {% endif %}\nB", {}) == "A\nB"
 
@@ -137,6 +141,9 @@ def test_trim_and_lstrip_blocks():
      r"'\+' gives more than"),
     ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "steps"),
     ("{{ undefined_thing.attr }}", "UndefinedError"),
+    ("{% set s = 'a' * 999999 %}{{ s|replace('a', 'bbbbbbbbbb') }}", "replace gives more"),
+    ("{% set s = 'a' * 999999 %}{{ s.replace('a', 'bbbbbbbbbb') }}", "replace gives more"),
+    ("{{ lipsum(100000) }}", "UndefinedError"),
 ])
 def test_hostile_or_broken_templates_raise_template_error(src, match):
     with pytest.raises(TemplateError, match=match):
