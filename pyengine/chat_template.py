@@ -188,6 +188,24 @@ def _check_replace(s: Any, old: Any = "", new: Any = "", *_: Any) -> None:
         raise TemplateError(f"chat template: replace gives more than {MAX_TEXT} chars")
 
 
+def _check_binop(operator: str, left: Any, right: Any) -> None:
+    """Refuse ``*``, ``**``, ``%``, ``+`` whose result would be huge, before it is built."""
+    seqs = (str, list, tuple)
+    if operator == "**" and isinstance(left, int) and isinstance(right, int) and right > 0 \
+            and abs(left) > 1 and right * abs(left).bit_length() > 4096:
+        raise TemplateError(f"chat template: {left} ** {right} is too large")
+    if operator == "*":
+        for seq, n in ((left, right), (right, left)):
+            if isinstance(seq, seqs) and isinstance(n, int) and len(seq) * n > MAX_TEXT:
+                raise TemplateError(f"chat template: '*' gives more than {MAX_TEXT} chars or items")
+    if operator == "%" and isinstance(left, str):
+        _check_format_string(left, printf=True)
+        for a in right if isinstance(right, tuple) else (right,):
+            _check_int(a, "format argument")
+    if operator == "+" and isinstance(left, seqs) and isinstance(right, seqs) and len(left) + len(right) > MAX_TEXT:
+        raise TemplateError(f"chat template: '+' gives more than {MAX_TEXT} chars or items")
+
+
 def _guard_filter(f: Callable) -> Callable:
     """Wrap a Jinja filter so its integer arguments (after the filtered value) are capped."""
     skip = 2 if getattr(f, "jinja_pass_arg", None) else 1    # (context/env,) value, args...
@@ -240,20 +258,7 @@ def _make_environment():
         intercepted_binops = frozenset(["*", "**", "%", "+"])
 
         def call_binop(self, context, operator: str, left: Any, right: Any) -> Any:
-            if operator == "**" and isinstance(left, int) and isinstance(right, int):
-                if right > 0 and abs(left) > 1 and right * abs(left).bit_length() > 4096:
-                    raise TemplateError(f"chat template: {left} ** {right} is too large")
-            if operator == "*":
-                for seq, n in ((left, right), (right, left)):
-                    if isinstance(seq, (str, list, tuple)) and isinstance(n, int) and len(seq) * n > MAX_TEXT:
-                        raise TemplateError(f"chat template: '*' gives more than {MAX_TEXT} chars or items")
-            if operator == "%" and isinstance(left, str):
-                _check_format_string(left, printf=True)
-                for a in right if isinstance(right, tuple) else (right,):
-                    _check_int(a, "format argument")
-            if operator == "+" and isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)) \
-                    and len(left) + len(right) > MAX_TEXT:
-                raise TemplateError(f"chat template: '+' gives more than {MAX_TEXT} chars or items")
+            _check_binop(operator, left, right)
             return _check_size(super().call_binop(context, operator, left, right), f"'{operator}'")
 
         def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (jinja's signature)
