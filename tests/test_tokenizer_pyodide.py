@@ -1,0 +1,72 @@
+"""The tokenizer under Pyodide 0.27.7 (Python 3.12, Unicode 15.0, no ``regex`` module) gives llama.cpp's ids.
+
+One Node run (tests/node/run_pyodide.mjs, from the built static/) encodes every case of
+tests/golden/tokenize.json (both real models, parse_special off and on) and of
+tests/golden/tokenize_variants.json (the pre-tokenizer and space-prefix variants), and decodes the
+``llama_detokenize`` cases; the test asserts that nothing differs and that every case was run.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, GOLDEN, MODELS
+from static_build import current_static
+
+pytestmark = pytest.mark.node
+
+HARNESS = Path(__file__).resolve().parent / "node" / "run_pyodide.mjs"
+
+CODE = '''
+import json, os
+from pyengine.gguf import open_gguf
+from pyengine.tokenizer import Tokenizer
+
+def path(source):
+    return ("/fx/" if source.startswith("tiny-") else "/models/") + source
+
+def run(tok, cases, special_key):
+    wrong = [c["text"] for c in cases if tok.encode(c["text"]) != c["ids"]]
+    wrong += [c["text"] for c in cases if tok.encode(c["text"], parse_special=True) != c.get(special_key, c["ids"])]
+    return wrong
+
+result = {}
+for name, ref in json.load(open("/golden/tokenize.json")).items():
+    if os.path.exists(path(name)):
+        tok = Tokenizer.from_metadata(open_gguf(path(name)).metadata)
+        wrong = [c["text"] for c in ref["cases"] if tok.encode(c["text"]) != c["ids"]]
+        wrong += [c["text"] for c in ref["cases_special"] if tok.encode(c["text"], parse_special=True) != c["ids"]]
+        wrong += [c["ids"] for c in ref["detok"] if tok.decode(c["ids"]) != c["text"]]
+        result[name] = [len(ref["cases"]) + len(ref["cases_special"]) + len(ref["detok"]), wrong]
+for name, v in json.load(open("/golden/tokenize_variants.json")).items():
+    if os.path.exists(path(v["source"])):
+        meta = {**open_gguf(path(v["source"])).metadata, **v["changes"]}
+        if v["add_tokens"]:
+            meta["tokenizer.ggml.tokens"] = meta["tokenizer.ggml.tokens"] + v["add_tokens"]
+            meta["tokenizer.ggml.token_type"] = meta["tokenizer.ggml.token_type"] + [1] * len(v["add_tokens"])
+        result[name] = [len(v["cases"]), run(Tokenizer.from_metadata(meta), v["cases"], "ids_special")]
+result
+'''
+
+
+def test_tokenizer_in_pyodide_matches_llama_cpp():
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed (build_scripts/install_test_deps.sh)")
+    static = current_static()
+    args = ["node", str(HARNESS), "--static", str(static), "--mount", f"{FIXTURES}:/fx",
+            "--mount", f"{GOLDEN}:/golden"]
+    if MODELS.is_dir():
+        args += ["--mount", f"{MODELS}:/models"]
+    proc = subprocess.run(args, input=CODE, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, f"Pyodide run failed:\n{proc.stderr[-4000:]}"
+    result = json.loads(proc.stdout)
+    variants = json.loads((GOLDEN / "tokenize_variants.json").read_text())
+    tiny = [name for name, v in variants.items() if v["source"].startswith("tiny-")]
+    assert set(tiny) <= set(result) and len(tiny) == 6
+    for name, (n_cases, wrong) in result.items():
+        assert n_cases > 100 and wrong == [], name
