@@ -9,6 +9,7 @@ The pipeline, one module each:
     config.py        the model's hyperparameters, read from GGUF keys through one table
     model.py         the architectures and the forward pass (prefill, decode, KV cache)
     tokenizer.py     SentencePiece and byte-level BPE tokenizers from the GGUF vocab
+    unicode_classes.py  \\p{L}-style classes from unicodedata for the BPE pre-tokenizers (no regex module)
     chat_template.py chat templates (jinja2 sandbox) and the built-in ones
     sampling.py      greedy, temperature, top-k, top-p, min-p, repetition penalty
     generate.py      the generation loop and chat sessions
