@@ -118,7 +118,7 @@ def model_card(d: dict, chat_template: str) -> dict:
         "quant_types": ", ".join(t["type"] for t in d["types"]),
         "context_length": meta.get(f"{arch}.context_length", 0),
         "file_size": d["file_size"],
-        "files": len(d["files"]),
+        "files": d["files"],
         "chat_template": chat_template,
     }
 

@@ -173,7 +173,9 @@ async function findDemo() {
     const r = await fetch("models/demo.json", { cache: "no-store" });
     if (!r.ok) return;
     demo = await r.json();
-    el.loadDemo.textContent = `Load the demo model: ${demo.display_name || demo.file} (${formatBytes(demo.size)})`;
+    const detail = document.createElement("small");
+    detail.textContent = `${demo.display_name || demo.file} · ${formatBytes(demo.size)}`;
+    el.loadDemo.replaceChildren("Load the demo model", detail);
     el.loadDemo.hidden = false;
   } catch { /* no demo model (or offline): the button stays hidden */ }
 }
@@ -349,7 +351,8 @@ function showModelCard(card) {
     ["parameters", `${formatCount(card.parameters)} (${withCommas(card.parameters)})`],
     ["quant types", card.quant_types],
     ["context length", `${withCommas(card.context_length)} tokens`],
-    ["file size", `${formatBytes(card.file_size)}${card.files > 1 ? ` in ${card.files} files` : ""}`],
+    ["file size", `${formatBytes(card.file_size)}${card.files.length > 1 ? ` in ${card.files.length} files` : ""}`],
+    [card.files.length > 1 ? "files" : "file", card.files.join("\n")],
     ["chat template", card.chat_template],
   ];
   const dl = el.modelInfo.querySelector(".card");

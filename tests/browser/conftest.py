@@ -20,14 +20,13 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from browser.pages import wait_status
+from browser.pages import BOOT_MS, wait_status
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 STATIC = ROOT / "static"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-BOOT_MS = 120_000  # Python start in the worker: ~8 s alone, much more on a busy machine
 
 
 @pytest.fixture(scope="session")

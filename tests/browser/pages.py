@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
+BOOT_MS = 120_000   # Python start in the worker: ~8 s alone, much more on a busy machine
 LOAD_MS = 300_000   # a real model: read, dequantize, lay out (Gemma 3 270M is 253 MB)
 REPLY_MS = 300_000  # a reply of a few dozen tokens at a few tokens/s on a busy machine
 

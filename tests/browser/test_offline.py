@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from browser.conftest import BOOT_MS, NetworkGuard, check_static, start_server, stop_server
-from browser.pages import wait_status
+from browser.conftest import NetworkGuard, check_static, start_server, stop_server
+from browser.pages import BOOT_MS, wait_status
 
 pytestmark = pytest.mark.browser
 
