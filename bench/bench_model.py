@@ -1,0 +1,87 @@
+"""Model speed and memory in CPython: load, prefill and decode tok/s, peak RSS (a benchmark, not a test).
+
+    python bench/bench_model.py [MODEL.gguf ...] [--prompt 128] [--gen 64] [--weights auto|f32|int8] [--json]
+
+For each model (default: both real models in models/), in a fresh child process so that its peak
+RSS is its own: the load time (open + read + dequantize every tensor), the prefill of a fixed
+128-token prompt (logits at the last position only), 64 greedy decode steps with the KV cache, and
+the process's peak resident memory. Numbers on a shared machine vary run to run: run it on a quiet
+one, and more than once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, ROOT)
+
+from pyengine.gguf import open_gguf  # noqa: E402
+from pyengine.model import Model  # noqa: E402
+
+DEFAULT_MODELS = ["models/gemma-3-270m-q4_k_m.gguf", "models/SmolLM2-135M-Instruct.Q4_1.gguf"]
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # Linux: KiB
+
+
+def run_one(path: str, n_prompt: int, n_gen: int, weights: str) -> dict:
+    """Measure one model in this process; returns a dict of numbers."""
+    t0 = time.perf_counter()
+    with open_gguf(path) as g:
+        model = Model.from_gguf(g, weights=weights)
+    load_s = time.perf_counter() - t0
+    prompt = [int(t) for t in np.random.default_rng(0).integers(100, 10000, n_prompt)]   # fixed ids
+    cache = model.new_cache(n_prompt + n_gen)
+    t0 = time.perf_counter()
+    logits = model.forward(prompt, cache)
+    prefill_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for _ in range(n_gen):
+        logits = model.forward([int(np.argmax(logits))], cache)
+    decode_s = time.perf_counter() - t0
+    return {"model": os.path.basename(path), "weights": "int8" if model.layers[0].wqkv.scale is not None else "f32",
+            "file_mb": os.path.getsize(path) / 1e6, "weights_mb": model.weights_nbytes / 1e6,
+            "load_s": load_s, "prefill_tok_s": n_prompt / prefill_s, "decode_tok_s": n_gen / decode_s,
+            "decode_ms": 1000 * decode_s / n_gen, "peak_rss_mb": peak_rss_mb(),
+            "kv_cache_mb": cache.nbytes / 1e6}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("models", nargs="*", default=[os.path.join(ROOT, m) for m in DEFAULT_MODELS])
+    ap.add_argument("--prompt", type=int, default=128, help="prompt tokens (default 128)")
+    ap.add_argument("--gen", type=int, default=64, help="greedy decode steps (default 64)")
+    ap.add_argument("--weights", default="auto", choices=["auto", "f32", "int8"])
+    ap.add_argument("--json", action="store_true", help="print one JSON list")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(run_one(args.models[0], args.prompt, args.gen, args.weights)))
+        return
+    rows = []
+    for path in args.models:
+        cmd = [sys.executable, os.path.abspath(__file__), path, "--child", "--prompt", str(args.prompt),
+               "--gen", str(args.gen), "--weights", args.weights]
+        rows.append(json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout))
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return
+    print(f"{'model':40} {'weights':7} {'file MB':>8} {'weights MB':>10} {'load s':>7} "
+          f"{'prefill tok/s':>13} {'decode tok/s':>12} {'peak RSS MB':>11}")
+    for r in rows:
+        print(f"{r['model']:40} {r['weights']:7} {r['file_mb']:8.0f} {r['weights_mb']:10.0f} {r['load_s']:7.1f} "
+              f"{r['prefill_tok_s']:13.1f} {r['decode_tok_s']:12.1f} {r['peak_rss_mb']:11.0f}")
+
+
+if __name__ == "__main__":
+    main()
