@@ -137,6 +137,8 @@ def test_chat_smollm2_chatml():
     user_only = entries[1]
     assert "SmolLM" not in user_only["prompt"] and "SmolLM" in user_only["prompt_jinja"]   # built-in vs Jinja
     assert entries[0]["prompt_jinja"] == entries[0]["prompt"]
+    assert entries[0]["ids_jinja"] == entries[0]["ids"] and entries[0]["stop_id_jinja"] == 2
+    assert user_only["stop_id_jinja"] is None and len(user_only["ids_jinja"]) == len(user_only["margins_jinja"]) == 64
 
 
 def test_chat_gemma_builtin_template():

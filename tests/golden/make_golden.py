@@ -352,7 +352,8 @@ def make_chat(name: str, llm: Llama) -> list[dict]:
             jinja_ids = chat_prompt_ids(llm, jinja)
             reply = chat_reply(llm, jinja_ids)
             entry.update({"prompt_jinja": jinja, "prompt_jinja_ids": jinja_ids,
-                          "ids_jinja": reply["ids"], "text_jinja": reply["text"]})
+                          "ids_jinja": reply["ids"], "text_jinja": reply["text"],
+                          "stop_id_jinja": reply["stop_id"], "margins_jinja": reply["margins"]})
         entries.append(entry)
         print(f"  chat {len(messages)} msgs: {entry['text']!r}", file=sys.stderr)
     return entries
