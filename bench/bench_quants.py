@@ -3,10 +3,11 @@
     python bench/bench_quants.py [--elements N] [--repeat R] [--types Q4_K ...] [--chunk C]
 
 For each type in ``quants.DEQUANTIZERS``: random blocks of N weights (default
-2^22), the best of R runs of ``quants.dequantize``, printed as million elements
-per second, and the peak memory traced during one run as a multiple of the
-float32 output (chunking keeps it near 1.0). Plain Python + numpy, so it runs
-unchanged under Pyodide.
+2^22), the best of R runs of ``quants.dequantize`` (run round-robin over the
+types, so a busy moment on a shared machine does not hit one type only),
+printed as million elements per second, and the peak memory traced during one
+run as a multiple of the float32 output (chunking keeps it near 1.0). Plain
+Python + numpy, so it runs unchanged under Pyodide.
 """
 
 from __future__ import annotations
@@ -31,21 +32,20 @@ def random_blocks(type_name: str, n_elements: int, rng: np.random.Generator) -> 
     return rng.integers(0, 256, n_elements // t.block_size * t.type_size, dtype=np.uint8)
 
 
-def bench_type(type_name: str, n_elements: int, repeat: int, rng: np.random.Generator) -> tuple[float, float]:
-    """-> (million elements per second, best of repeat; peak traced bytes / output bytes)."""
-    t = GGML_TYPES_BY_NAME[type_name]
-    raw = random_blocks(type_name, n_elements, rng)
-    best = float("inf")
-    with np.errstate(all="ignore"):
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            quants.dequantize(raw, t, n_elements)
-            best = min(best, time.perf_counter() - t0)
-        tracemalloc.start()
-        quants.dequantize(raw, t, n_elements)
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
-    return n_elements / best / 1e6, peak / (4 * n_elements)
+def run_seconds(raw: np.ndarray, type_name: str, n_elements: int) -> float:
+    """Seconds for one ``quants.dequantize`` of the blocks."""
+    t0 = time.perf_counter()
+    quants.dequantize(raw, GGML_TYPES_BY_NAME[type_name], n_elements)
+    return time.perf_counter() - t0
+
+
+def peak_ratio(raw: np.ndarray, type_name: str, n_elements: int) -> float:
+    """Peak memory traced during one run / the float32 output's bytes."""
+    tracemalloc.start()
+    quants.dequantize(raw, GGML_TYPES_BY_NAME[type_name], n_elements)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak / (4 * n_elements)
 
 
 def main() -> None:
@@ -57,13 +57,19 @@ def main() -> None:
     args = ap.parse_args()
     quants.CHUNK_ELEMENTS = args.chunk
     rng = np.random.default_rng(0)
+    n = args.elements // 256 * 256
     print(f"numpy {np.__version__}, {sys.implementation.name} {sys.version.split()[0]} on {sys.platform}, "
-          f"{args.elements} elements per type, chunk {quants.CHUNK_ELEMENTS}")
-    print(f"{'type':8} {'Melem/s':>9} {'ns/elem':>8} {'peak/out':>9}")
-    for name in args.types:
-        n = args.elements // 256 * 256
-        mps, peak = bench_type(name, n, args.repeat, rng)
-        print(f"{name:8} {mps:9.1f} {1e3 / mps:8.2f} {peak:9.2f}")
+          f"{n} elements per type, chunk {quants.CHUNK_ELEMENTS}, best of {args.repeat} round-robin runs")
+    raws = {name: random_blocks(name, n, rng) for name in args.types}
+    best = {name: float("inf") for name in args.types}
+    with np.errstate(all="ignore"):
+        for _ in range(args.repeat):  # round-robin, so a busy moment does not hit one type only
+            for name in args.types:
+                best[name] = min(best[name], run_seconds(raws[name], name, n))
+        print(f"{'type':8} {'Melem/s':>9} {'ns/elem':>8} {'peak/out':>9}")
+        for name in args.types:
+            mps = n / best[name] / 1e6
+            print(f"{name:8} {mps:9.1f} {1e3 / mps:8.2f} {peak_ratio(raws[name], name, n):9.2f}")
 
 
 if __name__ == "__main__":
