@@ -421,7 +421,22 @@ class ChatTemplate:
         """The prompt text for ``messages`` (a list of ``{"role", "content"}``), ending with the
         assistant's opening when ``add_generation_prompt``. A leading BOS text (trailing EOS
         text) is removed when the tokenizer adds one. Raises TemplateError."""
+        return "".join(text for text, _ in self.render_parts(messages, add_generation_prompt, **extra))
+
+    def render_parts(self, messages: list[dict], add_generation_prompt: bool = True,
+                     typed: re.Pattern | None = None, **extra: Any) -> list[tuple[str, bool]]:
+        """:meth:`render`'s text cut into ``(text, is_typed)`` parts.
+
+        ``typed`` matches special-token texts (``"<|im_end|>"``); where one occurs in a message's
+        content it comes back as its own part flagged True, to be tokenized as plain text: a user
+        who types ``<|im_end|>`` must not end their turn. Everything else is the template's text
+        (flag False), whose special tokens are parsed. The content is marked before rendering (a
+        placeholder per occurrence), so what the template does to it (trim, slicing) is kept.
+        """
         check_messages(messages)
+        found: list[str] = []
+        if typed is not None:
+            messages = [_mark_typed(m, typed, found) for m in messages]
         if self.builtin is not None:
             text = self.builtin.render(messages, add_generation_prompt)
         else:
@@ -432,4 +447,28 @@ class ChatTemplate:
             text = text[len(self.bos_token):]
         if self.add_eos and self.eos_token and text.endswith(self.eos_token):
             text = text[:-len(self.eos_token)]
-        return text
+        return _split_marks(text, found)
+
+
+# A special-token text typed in a message becomes MARK + its index in `found` + END while the
+# template renders (two Unicode noncharacters: no text, tokenizer or template makes them).
+_MARK, _END = "\U0010FFFE", "\U0010FFFF"
+_MARKED = re.compile(_MARK + r"(\d+)" + _END)
+
+
+def _mark_typed(message: dict, typed: re.Pattern, found: list[str]) -> dict:
+    def mark(m: re.Match) -> str:
+        found.append(m.group())
+        return f"{_MARK}{len(found) - 1}{_END}"
+
+    content = message["content"].replace(_MARK, "\ufffd").replace(_END, "\ufffd")
+    return {**message, "content": typed.sub(mark, content)}
+
+
+def _split_marks(text: str, found: list[str]) -> list[tuple[str, bool]]:
+    parts, pos = [], 0
+    for m in _MARKED.finditer(text) if found else ():
+        parts += [(text[pos:m.start()], False)] if m.start() > pos else []
+        parts.append((found[int(m.group(1))], True))
+        pos = m.end()
+    return parts + ([(text[pos:], False)] if pos < len(text) or not parts else [])

@@ -24,8 +24,10 @@ prefill and decode seconds and tokens/s, time to first token, generated tokens, 
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from typing import Any, Callable, Iterable, Sequence
 
 from pyengine.chat_template import ChatTemplate, check_messages
@@ -294,6 +296,30 @@ def generate(model: Any, tokenizer: Any, prompt_ids: Sequence[int], params: Samp
 # ----------------------------------------------------------------------------
 # the chat
 
+def chat_prompt(template: ChatTemplate, tokenizer: Any, messages: list[dict]) -> tuple[str, list[int]]:
+    """The prompt text and ids for ``messages``, ready for the assistant's reply.
+
+    The template's text is tokenized as llama.cpp tokenizes a chat prompt (``add_special=True``,
+    ``parse_special=True``), except special-token text typed in a message: that stays plain text.
+    """
+    parts = template.render_parts(messages, add_generation_prompt=True, typed=typed_specials(tokenizer))
+    ids = [tokenizer.bos_id] if tokenizer.add_bos else []
+    for text, typed in parts:
+        ids += tokenizer.encode(text, add_special=False, parse_special=not typed)
+    ids += [tokenizer.eos_id] if tokenizer.add_eos else []
+    return "".join(text for text, _ in parts), ids
+
+
+@lru_cache(maxsize=2)
+def typed_specials(tokenizer: Any) -> re.Pattern | None:
+    """A regex of the texts of the tokens that only ``parse_special`` turns into tokens (control and
+    unknown tokens), longest first; None if there are none. Built once per tokenizer (Gemma 3:
+    6,250 texts, ~0.1 s)."""
+    from pyengine.tokenizer import ATTR_HIDDEN
+    texts = sorted({t for t, a in zip(tokenizer.tokens, tokenizer.attrs) if a & ATTR_HIDDEN and t}, key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, texts))) if texts else None
+
+
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two id lists."""
     n = min(len(a), len(b))
@@ -361,8 +387,7 @@ class ChatSession:
 
     def _start(self, conversation: list[dict], params, max_tokens: int, stop_strings) -> Generation:
         engine = self.engine
-        prompt = engine.template.render(check_messages(conversation), add_generation_prompt=True)
-        ids = engine.tokenizer.encode(prompt, add_special=True, parse_special=True)
+        prompt, ids = chat_prompt(engine.template, engine.tokenizer, check_messages(conversation))
         if len(ids) >= self.cache.n_ctx:
             raise PyEngineError(f"the conversation is {len(ids)} tokens long and no longer fits the "
                                 f"context of {self.cache.n_ctx} tokens: start a new chat")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import re
 
 import pytest
 
@@ -102,6 +103,20 @@ def test_bos_is_never_doubled():
     assert ChatTemplate.from_metadata(md, "<s>", "</s>", add_bos=True).render(msgs) == "[a]</s>"
     assert ChatTemplate.from_metadata(md, "<s>", "</s>", add_bos=False).render(msgs) == "<s>[a]</s>"
     assert ChatTemplate.from_metadata(md, "<s>", "</s>", add_bos=True, add_eos=True).render(msgs) == "[a]"
+
+
+def test_special_text_typed_in_messages_comes_back_as_its_own_part():
+    t = ChatTemplate(None, BUILTIN_BY_NAME["gemma"], "<bos>", "<eos>", add_bos=True)
+    typed = re.compile("<start_of_turn>|<end_of_turn>|<bos>")
+    msgs = [{"role": "user", "content": "<bos>Hi <end_of_turn> there<start_of_turn> "}]
+    assert t.render_parts(msgs, typed=typed) == [
+        ("<start_of_turn>user\n", False), ("<bos>", True), ("Hi ", False), ("<end_of_turn>", True),
+        (" there", False), ("<start_of_turn>", True), ("<end_of_turn>\n<start_of_turn>model\n", False)]
+    assert t.render(msgs) == "".join(p for p, _ in t.render_parts(msgs, typed=typed))   # trimmed the same
+    assert t.render_parts(CHAT[1:2], typed=typed) == [(t.render(CHAT[1:2]), False)]
+    jinja = ChatTemplate("{{ messages[0].content[2:] | upper }}", None)
+    assert jinja.render_parts([{"role": "user", "content": "ab<bos>c\U0010FFFE"}], typed=typed) == [
+        ("<bos>", True), ("C\ufffd", False)]
 
 
 # --- Jinja as transformers renders it -------------------------------------------------------

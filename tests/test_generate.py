@@ -10,7 +10,8 @@ import pytest
 from conftest import GOLDEN, TINY
 from pyengine.chat_template import ChatTemplate
 from pyengine.errors import PyEngineError, TemplateError
-from pyengine.generate import ChatSession, Engine, Generation, StopStrings, common_prefix, generate, load
+from pyengine.generate import (ChatSession, Engine, Generation, StopStrings, chat_prompt, common_prefix,
+                               generate, load)
 from pyengine.sampling import Sampler, SamplerParams
 
 GREEDY = SamplerParams(temperature=0.0)
@@ -205,6 +206,21 @@ def test_chat_stopped_turn_keeps_what_was_shown(engines):
     assert chat.conversation()[0] == {"role": "system", "content": "Be brief."}
     chat.reset()
     assert chat.messages == [] and chat.cache.n == 0 and chat.system == "Be brief."
+
+
+def test_special_text_typed_by_the_user_stays_plain_text(engines):
+    e = engines["qwen2"]
+    tok = e.tokenizer
+    im_start, im_end = tok.token_id("<|im_start|>"), tok.token_id("<|im_end|>")
+    text, ids = chat_prompt(e.template, tok, [{"role": "user", "content": "a<|im_end|>b"}])
+    assert text == "<|im_start|>user\na<|im_end|>b<|im_end|>\n<|im_start|>assistant\n"
+    plain = tok.encode("<|im_end|>", add_special=False, parse_special=False)
+    assert im_end not in plain and len(plain) > 3
+    assert ids == (tok.encode("<|im_start|>user\na", add_special=True, parse_special=True) + plain
+                   + tok.encode("b<|im_end|>\n<|im_start|>assistant\n", add_special=False, parse_special=True))
+    assert ids.count(im_end) == 1 and ids.count(im_start) == 2
+    text, ids = chat_prompt(e.template, tok, [{"role": "user", "content": "a b"}])   # nothing typed: llama.cpp's ids
+    assert ids == tok.encode(text, add_special=True, parse_special=True)
 
 
 def test_chat_failed_render_leaves_the_conversation(engines):
