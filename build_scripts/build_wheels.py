@@ -6,8 +6,8 @@ plain-Python build when compiling ``_speedups.c`` fails, so we build it from the
 and check that the wheel is ``py3-none-any`` with no compiled module in it (``markupsafe/__init__.py``
 then uses ``_native.py``).
 
-Builds run in a small venv under ``.cache/buildenv`` (pinned setuptools, made once), so a changed
-pyengine source rebuilds its wheel offline.
+Builds use a pinned setuptools installed once into ``.cache/buildtools`` (see ``build_env``), so a
+changed pyengine source rebuilds its wheel offline.
 """
 
 from __future__ import annotations
@@ -32,26 +32,25 @@ MARKUPSAFE_SDIST = ("markupsafe==3.0.4", "markupsafe-3.0.4.tar.gz",
 PYENGINE_SOURCES = ("pyproject.toml", "README.md", "pyengine/**/*.py")
 
 
-def build_python() -> Path:
-    """The venv python that builds wheels (created with ``BUILD_ENV`` on first use)."""
-    venv = CACHE / "buildenv"
-    python = venv / "bin" / "python"
-    stamp = venv / "requirements.txt"
-    if python.exists() and stamp.exists() and stamp.read_text() == "\n".join(BUILD_ENV):
-        return python
-    shutil.rmtree(venv, ignore_errors=True)
-    run([sys.executable, "-m", "venv", str(venv)])
-    run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *BUILD_ENV])
-    stamp.write_text("\n".join(BUILD_ENV))
-    return python
+def build_env() -> dict[str, str]:
+    """The environment pip builds wheels in: ``BUILD_ENV`` installed once (``pip --target``) into
+    ``.cache/buildtools``, first on PYTHONPATH, so builds need neither a venv nor the network."""
+    tools = CACHE / "buildtools"
+    stamp = tools / "requirements.txt"
+    if not (stamp.exists() and stamp.read_text() == "\n".join(BUILD_ENV)):
+        shutil.rmtree(tools, ignore_errors=True)
+        run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+             "--target", str(tools), *BUILD_ENV])
+        stamp.write_text("\n".join(BUILD_ENV))
+    path = os.pathsep.join(p for p in (str(tools), os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path, "SOURCE_DATE_EPOCH": "315532800"}  # 1980-01-01: same bytes each build
 
 
 def pip_wheel(source: Path, out_dir: Path, env: dict | None = None) -> Path:
     """``pip wheel --no-deps --no-build-isolation`` of ``source`` into a fresh ``out_dir``; return the wheel."""
     shutil.rmtree(out_dir, ignore_errors=True)
-    run([str(build_python()), "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-         "--disable-pip-version-check", "-w", str(out_dir), str(source)],
-        env={**os.environ, "SOURCE_DATE_EPOCH": "315532800", **(env or {})})  # 1980-01-01: same bytes each build
+    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         "--disable-pip-version-check", "-w", str(out_dir), str(source)], env={**build_env(), **(env or {})})
     (wheel,) = out_dir.glob("*.whl")
     if not wheel.name.endswith("-py3-none-any.whl"):
         raise SystemExit(f"error: {wheel.name} is not a pure-Python wheel")
@@ -60,7 +59,7 @@ def pip_wheel(source: Path, out_dir: Path, env: dict | None = None) -> Path:
 
 def markupsafe_wheel() -> Path:
     """A pure ``markupsafe-*-py3-none-any.whl`` built from the pinned sdist (cached after the first build)."""
-    sdist = pip_download(*MARKUPSAFE_SDIST, "--no-binary", ":all:")
+    sdist = pip_download(*MARKUPSAFE_SDIST, "--no-binary", ":all:", "--no-build-isolation", env=build_env())
     out_dir = CACHE / "wheels" / sdist.name.removesuffix(".tar.gz")
     built = list(out_dir.glob("*.whl")) if out_dir.is_dir() else []
     if len(built) == 1:

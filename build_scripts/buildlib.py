@@ -54,11 +54,11 @@ def checked_download(cache_name: str, sha256: str, fetch) -> Path:
     return out
 
 
-def pip_download(requirement: str, file_name: str, sha256: str, *pip_args: str) -> Path:
+def pip_download(requirement: str, file_name: str, sha256: str, *pip_args: str, env: dict | None = None) -> Path:
     """``pip download --no-deps`` one pinned distribution (wheel or sdist) into the cache, sha256-checked."""
     def fetch(tmp: Path) -> Path:
         run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", *pip_args,
-             "-d", str(tmp), requirement])
+             "-d", str(tmp), requirement], env=env)
         return tmp / file_name
     return checked_download(file_name, sha256, fetch)
 
