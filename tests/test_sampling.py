@@ -43,6 +43,16 @@ def test_top_k_keeps_the_k_largest_sorted():
     assert top_k(LOGITS, 10)[0].tolist() == [0, 1, 2, 3]
 
 
+@pytest.mark.parametrize("k, scale, ties", [(40, 3.0, False), (1, 0.5, False), (40, 2.0, True), (100, 0.01, False)])
+def test_top_k_on_a_wide_vocab_equals_a_full_sort(k, scale, ties):
+    logits = (np.random.default_rng(k).standard_normal(262_144) * scale).astype(np.float32)
+    if ties:
+        logits = np.round(logits)                      # thousands of equal logits at the k-th place
+    ids, vals, _ = top_k(logits, k)
+    assert vals.tolist() == np.sort(logits)[::-1][:k].tolist()
+    assert len(set(ids.tolist())) == k and logits[ids].tolist() == vals.tolist()
+
+
 @pytest.mark.parametrize("p, kept", [(0.4, [2]), (0.75, [2, 0]), (0.9, [2, 0, 3]), (0.99, [2, 0, 3, 1]), (1.0, [0, 1, 2, 3])])
 def test_top_p_keeps_the_shortest_prefix_reaching_p(p, kept):
     assert top_p(*all_candidates(LOGITS), p)[0].tolist() == kept
