@@ -56,6 +56,11 @@ function setPhase(phase) {
   document.body.classList.toggle("generating", generating);
 }
 
+// Back to idle: "ready" with a model, "no model" without.
+const settle = () => setPhase(state.hasModel ? "ready" : "no model");
+// A reply is running (a load queued behind it owns the phase once it has begun).
+const replying = () => state.phase === "generating" || state.phase === "stopping";
+
 function showError(message) {
   el.errorText.textContent = message;
   el.error.hidden = false;
@@ -83,7 +88,7 @@ const handlers = {
   boot(msg) { showProgress(msg.stage, null); },
   booted() {
     hideProgress();
-    setPhase(state.hasModel ? "ready" : "no model");
+    if (state.phase === "starting") settle();
   },
   "boot-error"(msg) {
     hideProgress();
@@ -114,17 +119,17 @@ const handlers = {
   done(msg) {
     finishReply(msg.stopped ? "stopped" : null);
     showStats(msg.stats);
-    setPhase("ready");
+    if (replying()) settle();
   },
   cleared() {
     clearMessages();
     el.stats.textContent = "";
   },
   error(msg) {
-    hideProgress();
     showError(msg.message);
     if (msg.during === "chat") finishReply("error");
-    setPhase(state.hasModel ? "ready" : "no model");
+    if (msg.during === "load") hideProgress();
+    if (msg.during === "load" || replying()) settle();
   },
 };
 worker.onmessage = (e) => {
@@ -134,19 +139,21 @@ worker.onmessage = (e) => {
 };
 
 // ---------------------------------------------------------------- loading a model
+// Every file goes to the worker as it is: a File is a handle, nothing is read here.
 function loadFiles(files) {
   files = Array.from(files);
-  if (files.length === 0 || el.fileInput.disabled) return;
+  if (files.length === 0) return;
   clearError();
-  if (state.phase === "generating") stopReply();
+  stopReply();
   showProgress(`reading ${files.length > 1 ? `${files.length} files` : files[0].name}`, 0);
   el.progressText.title = files.map((f) => f.name).join("\n");
   setPhase("loading");
   worker.postMessage({ type: "load", files });
 }
+const canLoad = () => !el.fileInput.disabled;
 
 el.fileInput.addEventListener("change", () => {
-  loadFiles(el.fileInput.files);
+  if (canLoad()) loadFiles(el.fileInput.files);
   el.fileInput.value = "";
 });
 el.dropzone.addEventListener("dragover", (e) => {
@@ -157,7 +164,7 @@ el.dropzone.addEventListener("dragleave", () => el.dropzone.classList.remove("ov
 el.dropzone.addEventListener("drop", (e) => {
   e.preventDefault();
   el.dropzone.classList.remove("over");
-  loadFiles(e.dataTransfer.files);
+  if (canLoad()) loadFiles(e.dataTransfer.files);
 });
 el.dropzone.addEventListener("keydown", (e) => {
   if (e.key === "Enter" || e.key === " ") { e.preventDefault(); el.fileInput.click(); }
@@ -181,8 +188,10 @@ async function findDemo() {
 }
 
 async function fetchDemo() {
+  if (!canLoad()) return;
   clearError();
-  el.loadDemo.disabled = true;
+  stopReply();
+  setPhase("loading");
   try {
     const url = new URL(demo.url || `models/${demo.file}`, location.href);
     const r = await fetch(url);
@@ -201,7 +210,7 @@ async function fetchDemo() {
   } catch (err) {
     hideProgress();
     showError(`could not fetch the demo model: ${err.message}`);
-    setPhase(state.phase);
+    settle();
   }
 }
 el.loadDemo.addEventListener("click", fetchDemo);

@@ -67,9 +67,14 @@ def set_settings(page, **values) -> None:
 
 
 def send(page, text: str) -> None:
-    """Type ``text`` in the prompt and press Enter (which sends)."""
+    """Type ``text`` in the prompt as a person does (Shift+Enter between lines) and press Enter to send."""
     prompt = page.get_by_test_id("prompt")
-    prompt.fill(text)
+    prompt.fill("")
+    for i, line in enumerate(text.split("\n")):
+        if i:
+            prompt.press("Shift+Enter")
+        prompt.press_sequentially(line)
+    assert prompt.input_value() == text  # nothing was sent before the last Enter
     prompt.press("Enter")
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from browser.pages import (WATCH_REPLY, error_text, messages, pick_files, send, set_settings, wait_loaded,
+from browser.conftest import NetworkGuard
+from browser.pages import (BOOT_MS, WATCH_REPLY, error_text, messages, pick_files, send, set_settings, wait_loaded,
                            wait_reply, wait_status)
 from browser.reference import cpython_reply
 from pyengine.gguf import open_gguf
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.browser
 
 QUESTION = "What is the capital of France?"
 LONG_QUESTION = "Write a long story about a dragon who learns to cook."
-FOLLOW_UP = "Name three colors."
+FOLLOW_UP = "Name three colors.\nJust the names, please."
 
 
 @pytest.fixture(scope="module")
@@ -71,24 +72,57 @@ def test_greedy_reply_streams_and_equals_cpython(smollm, smollm2_path):
     assert error_text(smollm) is None
 
 
-def test_stop_mid_reply_then_the_next_message_works(smollm, smollm2_path):
-    smollm.get_by_test_id("new-chat").click()
-    set_settings(smollm, temperature=0, max_tokens=200)
-    smollm.evaluate(WATCH_REPLY)
-    send(smollm, LONG_QUESTION)
-    smollm.wait_for_function("window.replyUpdates.length >= 3", timeout=120_000)
-    smollm.get_by_test_id("stop").click()
-    wait_status(smollm, ("ready",), 60_000)
-    last = smollm.locator("[data-testid=message][data-role=assistant]").last
+def stop_mid_reply_then_ask_again(page, model_path) -> None:
+    """Stop a long greedy reply after a few pieces; the stopped text stays; the next message (typed
+    on two lines with Shift+Enter) gets the CPython reply to the conversation as the page shows it."""
+    page.get_by_test_id("new-chat").click()
+    set_settings(page, temperature=0, max_tokens=200)
+    page.evaluate(WATCH_REPLY)
+    send(page, LONG_QUESTION)
+    page.wait_for_function("window.replyUpdates.length >= 3", timeout=120_000)
+    page.get_by_test_id("stop").click()
+    wait_status(page, ("ready",), 60_000)
+    last = page.locator("[data-testid=message][data-role=assistant]").last
     assert last.get_attribute("data-note") == "stopped"
-    partial = messages(smollm)[-1][1]
-    assert partial and partial != cpython_reply(smollm2_path, [LONG_QUESTION], max_tokens=200)
+    partial = messages(page)[-1][1]
+    assert partial and len(partial) < len(cpython_reply(model_path, [LONG_QUESTION], max_tokens=200))
 
-    set_settings(smollm, max_tokens=16)
-    send(smollm, FOLLOW_UP)
-    reply = wait_reply(smollm)
-    assert reply == cpython_reply(smollm2_path, [LONG_QUESTION, partial, FOLLOW_UP], max_tokens=16)
-    assert error_text(smollm) is None
+    set_settings(page, max_tokens=16)
+    send(page, FOLLOW_UP)
+    assert messages(page)[-2] == ("user", FOLLOW_UP)  # Shift+Enter made a new line, Enter sent
+    reply = wait_reply(page)
+    assert reply == cpython_reply(model_path, [LONG_QUESTION, partial, FOLLOW_UP], max_tokens=16)
+    assert error_text(page) is None
+
+
+def test_stop_mid_reply_then_the_next_message_works(smollm, smollm2_path):
+    assert smollm.evaluate("crossOriginIsolated")  # Stop goes through Pyodide's interrupt buffer
+    stop_mid_reply_then_ask_again(smollm, smollm2_path)
+
+
+def test_stop_without_cross_origin_isolation(browser, server, smollm2_path):
+    """Without COOP/COEP there is no SharedArrayBuffer: Stop is the cooperative check between tokens."""
+    context = browser.new_context(service_workers="block")  # the cached responses would bring the headers back
+    guard = NetworkGuard(context)
+    context.route(f"{server}**", strip_isolation_headers)
+    page = context.new_page()
+    try:
+        page.goto(server)
+        wait_status(page, ("no model",), BOOT_MS)
+        assert page.evaluate("crossOriginIsolated") is False
+        pick_files(page, [smollm2_path])
+        wait_loaded(page)
+        stop_mid_reply_then_ask_again(page, smollm2_path)
+    finally:
+        context.close()
+    assert guard.outside == []
+
+
+def strip_isolation_headers(route) -> None:
+    response = route.fetch()
+    headers = {k: v for k, v in response.headers.items()
+               if k.lower() not in ("cross-origin-opener-policy", "cross-origin-embedder-policy")}
+    route.fulfill(response=response, headers=headers)
 
 
 def test_new_chat_clears_the_conversation(smollm):

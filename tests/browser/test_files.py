@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from browser.pages import (drop_files, error_text, messages, pick_files, send, set_settings, wait_loaded,
-                           wait_reply)
+                           wait_reply, wait_status)
 from browser.reference import cpython_reply
 from conftest import TINY
 from gguf_split import split_gguf
@@ -28,6 +28,7 @@ def test_split_model_dropped_as_several_files(app, tmp_path):
     assert app.get_by_test_id("status").text_content() == "ready", error_text(app)
     assert card_field(app, "architecture") == "llama"
     assert card_field(app, "file-size").endswith("in 3 files")
+    assert card_field(app, "files").split("\n") == [p.name for p in parts]  # in split order
     set_settings(app, temperature=0, max_tokens=6)
     send(app, "hello")
     assert wait_reply(app) == cpython_reply(TINY["llama"], ["hello"], max_tokens=6)
@@ -49,6 +50,21 @@ def test_a_broken_file_shows_an_error_and_keeps_the_app(app, tmp_path):
     assert error_text(app) is None
 
 
+def test_a_failed_reply_shows_an_error_and_keeps_the_chat(app):
+    before = messages(app)
+    too_long = " ".join(["word"] * 400)  # the split tiny model has a context of 256 tokens
+    send(app, too_long)
+    wait_status(app, ("ready",), 60_000)
+    assert "no longer fits the context of 256 tokens" in error_text(app)
+    assert messages(app)[:len(before)] == before
+    assert messages(app)[len(before)] == ("user", too_long)
+    assert app.locator("[data-testid=message][data-role=assistant]").last.get_attribute("data-note") == "error"
+    app.get_by_test_id("new-chat").click()
+    send(app, "hello")
+    assert wait_reply(app) == cpython_reply(TINY["llama"], ["hello"], max_tokens=6)
+    assert error_text(app) is None
+
+
 def test_model_text_is_never_html(app, tmp_path):
     with open_gguf(TINY["llama"]) as g:
         kvs = [(k, g.value_types[k], HOSTILE_NAME if k == "general.name" else v) for k, v in g.metadata.items()]
@@ -61,6 +77,15 @@ def test_model_text_is_never_html(app, tmp_path):
     assert app.get_by_test_id("model-info").locator(".model-name").text_content() == HOSTILE_NAME
     assert app.locator("img, b").count() == 0
     assert app.evaluate("window.pwned") is None
+
+
+def test_demo_model_button(app):
+    button = app.get_by_test_id("load-demo")
+    assert "SmolLM2-135M-Instruct" in button.text_content()
+    button.click()
+    wait_loaded(app)
+    assert app.get_by_test_id("status").text_content() == "ready", error_text(app)
+    assert card_field(app, "file") == "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def test_gemma3_card(app, gemma3_path):
