@@ -66,10 +66,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     """Raw completion of ``-p``: the prompt is tokenized as llama-cli does (BOS if the vocab's
     ``add_bos_token`` says so, special-token text parsed), the reply streamed to stdout."""
     from pyengine.generate import generate
+    params, n_ctx = _sampler_params(args), _n_ctx(args)      # bad options fail before the slow load
     engine = _load(args.model)
     prompt_ids = engine.tokenizer.encode(args.prompt, add_special=True, parse_special=True)
-    gen = generate(engine.model, engine.tokenizer, prompt_ids, _sampler_params(args), args.n_predict,
-                   n_ctx=_n_ctx(args))
+    gen = generate(engine.model, engine.tokenizer, prompt_ids, params, args.n_predict, n_ctx=n_ctx)
     _reply(gen, args.json)
     return 0
 
@@ -79,10 +79,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
     otherwise each line of stdin is a user message and each reply streams to stdout (with
     ``--json``, one JSON object per reply). Ctrl-C stops a reply; the chat goes on."""
     from pyengine.generate import ChatSession
-    session = ChatSession(_load(args.model), system=args.system, n_ctx=_n_ctx(args))
-    params = _sampler_params(args)
-    if args.messages is not None:
-        session.messages = _read_messages(args.messages)
+    params, n_ctx = _sampler_params(args), _n_ctx(args)      # bad options fail before the slow load
+    messages = _read_messages(args.messages) if args.messages is not None else None
+    session = ChatSession(_load(args.model), system=args.system, n_ctx=n_ctx)
+    if messages is not None:
+        session.messages = messages
         _reply(session.respond(params, args.n_predict), args.json, session)
         return 0
     interactive = sys.stdin.isatty()

@@ -106,6 +106,7 @@ def test_generate_as_a_program():
 def test_generate_bad_options(cli, argv, message):
     rc, _, err = cli(["generate", LLAMA, "-p", "hello the world"] + argv)
     assert rc == 1 and message in err
+    assert ("loaded" in err) == (message.startswith("more than"))   # option errors come before loading
 
 
 def test_missing_model_file(cli, tmp_path):
@@ -157,4 +158,4 @@ def test_chat_bad_messages_file(cli, tmp_path, content, message):
     path = tmp_path / "m.json"
     path.write_text(content)
     rc, _, err = cli(["chat", LLAMA, "--messages", str(path)])
-    assert rc == 1 and message in err
+    assert rc == 1 and message in err and "loaded" not in err
