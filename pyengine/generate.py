@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import re
 import time
+import weakref
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
 from typing import Any, Callable, Iterable, Sequence
 
 from pyengine.chat_template import ChatTemplate, check_messages
@@ -310,14 +310,19 @@ def chat_prompt(template: ChatTemplate, tokenizer: Any, messages: list[dict]) ->
     return "".join(text for text, _ in parts), ids
 
 
-@lru_cache(maxsize=2)
+_TYPED_SPECIALS: "weakref.WeakKeyDictionary[Any, re.Pattern | None]" = weakref.WeakKeyDictionary()
+
+
 def typed_specials(tokenizer: Any) -> re.Pattern | None:
     """A regex of the texts of the tokens that only ``parse_special`` turns into tokens (control and
     unknown tokens), longest first; None if there are none. Built once per tokenizer (Gemma 3:
-    6,250 texts, ~0.1 s)."""
-    from pyengine.tokenizer import ATTR_HIDDEN
-    texts = sorted({t for t, a in zip(tokenizer.tokens, tokenizer.attrs) if a & ATTR_HIDDEN and t}, key=len, reverse=True)
-    return re.compile("|".join(map(re.escape, texts))) if texts else None
+    6,250 texts, ~0.1 s) and forgotten with it."""
+    if tokenizer not in _TYPED_SPECIALS:
+        from pyengine.tokenizer import ATTR_HIDDEN
+        texts = sorted({t for t, a in zip(tokenizer.tokens, tokenizer.attrs) if a & ATTR_HIDDEN and t},
+                       key=len, reverse=True)
+        _TYPED_SPECIALS[tokenizer] = re.compile("|".join(map(re.escape, texts))) if texts else None
+    return _TYPED_SPECIALS[tokenizer]
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
