@@ -7,9 +7,11 @@ and model folders with NODEFS. The two JSON results must be equal:
 - the reader: every key, value and type of each tiny fixture's metadata, every tensor's info and the
   sha256 of every dequantized tensor (so every quant type in the fixtures, bit for bit); for the real
   models, the metadata and one tensor of each ggml type;
-- the model: greedy ids from the same prompt on each tiny fixture (8 tokens) and on SmolLM2-135M-Instruct
-  (8 tokens after its chat template's prompt, rendered by jinja2 in each runtime), plus the first step's logits (within 1e-3 on the fixtures; on SmolLM2,
-  whose activations are rounded to Q8 as in ggml, the same top 5 and a bounded difference).
+- the model: greedy ids and the first step's logits from the same prompt on each tiny fixture (8 tokens;
+  logits within 1e-3);
+- the chat, as the worker runs it, on SmolLM2-135M-Instruct: its Jinja template rendered by jinja2 and the
+  pure-Python markupsafe, then a temperature-0 ChatSession reply of at most 8 tokens (ids, streamed
+  pieces, stop reason), and the first step's logits (the same top 5, a bounded difference: see the test).
 
 One Node process per group of probes (Pyodide starts in ~6 s). Needs node and static/ (make build).
 """
@@ -75,22 +77,36 @@ def render_chat(path, messages):
     return {"name": template.name, "text": template.render(messages)}
 
 
-def greedy(path, prompt, n_steps):
-    """Greedy ids after ``prompt`` (ids, or text for the model's tokenizer) and the first step's logits."""
-    from pyengine.model import Model
-    with open_gguf(path) as g:
-        model = Model.from_gguf(g)
-        if isinstance(prompt, str):
-            from pyengine.tokenizer import Tokenizer
-            prompt = Tokenizer.from_metadata(g.metadata).encode(prompt, add_special=True, parse_special=True)
-    cache = model.new_cache(len(prompt) + n_steps)
-    logits = model.forward(prompt, cache)
+def greedy_ids(model, prompt_ids, n_steps):
+    """Argmax ids after ``prompt_ids`` straight from ``model.forward``, and the first step's logits."""
+    cache = model.new_cache(len(prompt_ids) + n_steps)
+    logits = model.forward(list(prompt_ids), cache)
     first = logits.astype(float).tolist()
     ids = []
     for _ in range(n_steps):
         ids.append(int(np.argmax(logits)))
         logits = model.forward([ids[-1]], cache)
-    return {"prompt": list(prompt), "ids": ids, "logits": first}
+    return {"greedy_ids": ids, "logits": first}
+
+
+def greedy(path, prompt_ids, n_steps):
+    from pyengine.model import Model
+    with open_gguf(path) as g:
+        return greedy_ids(Model.from_gguf(g), prompt_ids, n_steps)
+
+
+def chat(path, messages, n_steps):
+    """The worker's path: generate.load, a ChatSession and a temperature-0 reply streamed piece by
+    piece; then, on the same model, greedy_ids from the same prompt ids."""
+    from pyengine.generate import ChatSession, load
+    from pyengine.sampling import SamplerParams
+    engine = load(path)
+    session = ChatSession(engine)
+    turn = session.send(messages[-1]["content"], SamplerParams(temperature=0.0), max_tokens=n_steps)
+    pieces = list(turn)
+    return {"template": engine.template.name, "prompt": session.prompt, "prompt_ids": turn.prompt_ids,
+            "pieces": pieces, "ids": turn.ids, "stop": turn.stats.stop_reason,
+            **greedy_ids(engine.model, turn.prompt_ids, n_steps)}
 '''
 
 
@@ -162,8 +178,8 @@ def test_reader_in_pyodide_matches_cpython_on_fixture(tiny_runs, name):
 def test_greedy_in_pyodide_matches_cpython_on_fixture(tiny_runs, name):
     need(has_module("model"), "pyengine/model.py has not landed")
     pyodide, cpython = (run["greedy"][name] for run in tiny_runs)
-    assert pyodide["ids"] == cpython["ids"]
-    assert len(pyodide["ids"]) == GREEDY_STEPS
+    assert pyodide["greedy_ids"] == cpython["greedy_ids"]
+    assert len(pyodide["greedy_ids"]) == GREEDY_STEPS
     diff = max(abs(a - b) for a, b in zip(pyodide["logits"], cpython["logits"]))
     assert diff < 1e-3, f"first-step logits differ by {diff}"
 
@@ -173,8 +189,8 @@ result = {{"gemma3": describe(f"{{MODELS}}/gemma-3-270m-q4_k_m.gguf", "one per t
           "smollm2": describe(f"{{MODELS}}/{SMOLLM2.name}", "one per type")}}
 if {has_module("chat_template")!r}:
     result["chat"] = render_chat(f"{{MODELS}}/{SMOLLM2.name}", {CHAT!r})
-if {has_module("model") and has_module("tokenizer") and has_module("chat_template")!r}:
-    result["greedy"] = greedy(f"{{MODELS}}/{SMOLLM2.name}", result["chat"]["text"], {GREEDY_STEPS})
+if {has_module("generate")!r}:
+    result["reply"] = chat(f"{{MODELS}}/{SMOLLM2.name}", {CHAT!r}, {GREEDY_STEPS})
 result
 '''
 
@@ -204,15 +220,20 @@ def test_chat_template_renders_with_jinja_in_pyodide_as_in_cpython(real_runs):
 
 
 @pytest.mark.real_model
-def test_greedy_in_pyodide_matches_cpython_on_smollm2(real_runs):
-    need(has_module("model") and has_module("tokenizer") and has_module("chat_template"),
-         "pyengine/model.py, tokenizer.py or chat_template.py has not landed")
-    pyodide, cpython = (run["greedy"] for run in real_runs)
-    assert pyodide["prompt"] == cpython["prompt"] and len(pyodide["prompt"]) > 10
+def test_greedy_chat_reply_in_pyodide_matches_cpython_on_smollm2(real_runs):
+    need(has_module("generate"), "pyengine/generate.py has not landed")
+    pyodide, cpython = (run["reply"] for run in real_runs)
+    assert pyodide["prompt"] == cpython["prompt"] == real_runs[1]["chat"]["text"]
+    assert pyodide["prompt_ids"] == cpython["prompt_ids"] and len(pyodide["prompt_ids"]) > 10
     assert pyodide["ids"] == cpython["ids"], "greedy tokens differ between Pyodide and CPython"
-    # Native numpy sums with SIMD, wasm without: the last bits differ, and since the engine rounds activations
-    # to Q8 as ggml does, a value can cross a rounding step. Measured on this prompt: mean |diff| 0.10, max 0.64,
-    # over logits spanning 40; the top 5 agree. Bounds: 1% / 5% of the span, same top 5.
+    assert pyodide["pieces"] == cpython["pieces"] and "Paris" in "".join(pyodide["pieces"])
+    assert pyodide["stop"] == cpython["stop"]
+    # the session's reply is the argmax chain of plain forward passes (until it stops)
+    assert pyodide["greedy_ids"][:len(pyodide["ids"])] == pyodide["ids"]
+    assert pyodide["greedy_ids"] == cpython["greedy_ids"]
+    # CPython multiplies with BLAS, Pyodide with einsum: the last bits differ, and since the engine rounds
+    # activations to Q8 as ggml does, a value can cross a rounding step. Measured on this prompt: mean |diff|
+    # 0.10, max 0.64, over logits spanning 40; the top 5 agree. Bounds: 1% / 5% of the span, same top 5.
     p, c = np.array(pyodide["logits"]), np.array(cpython["logits"])
     span = c.max() - c.min()
     diff = np.abs(p - c)
