@@ -4,7 +4,8 @@
 
 Every response carries COOP ``same-origin``, COEP ``require-corp`` and CORP ``same-origin`` (so the page
 gets ``SharedArrayBuffer`` and Pyodide's interrupt buffer), and ``Cache-Control: no-cache`` (the browser
-revalidates; the service worker does the offline caching). Only regular files under the root are served:
+revalidates with the ``ETag``, getting a bodiless 304 when the file is unchanged; the service worker
+does the offline caching). Only regular files under the root are served:
 a path with ``..``, ``.``, a backslash or a NUL after percent-decoding, or one that resolves (through a
 symlink) outside the root, is a 404; directories serve their ``index.html`` and are never listed.
 GET and HEAD; a single ``Range: bytes=a-b`` gets a 206 (models are large).
@@ -114,7 +115,11 @@ class Handler(BaseHTTPRequestHandler):
             path = None
         if path is None:
             return self.send_status(HTTPStatus.NOT_FOUND)
-        size = path.stat().st_size
+        stat = path.stat()
+        size = stat.st_size
+        etag = f'"{size:x}-{stat.st_mtime_ns:x}"'  # changes whenever the build rewrites the file
+        if etag in self.headers.get("If-None-Match", ""):
+            return self.send_status(HTTPStatus.NOT_MODIFIED, {"ETag": etag})
         try:
             rng = byte_range(self.headers.get("Range"), size)
         except ValueError:
@@ -124,6 +129,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", CONTENT_TYPES.get(path.suffix.lower(), "application/octet-stream"))
         self.send_header("Content-Length", str(last - first + 1))
         self.send_header("Accept-Ranges", "bytes")
+        self.send_header("ETag", etag)
         if rng:
             self.send_header("Content-Range", f"bytes {first}-{last}/{size}")
         self.end_headers_with_policy()
@@ -139,14 +145,16 @@ class Handler(BaseHTTPRequestHandler):
                     remaining -= len(chunk)
 
     def send_status(self, status: HTTPStatus, extra: dict | None = None) -> None:
+        """A bodiless answer: a short text for errors, nothing at all for 304."""
         text = f"{status.value} {status.phrase}\n".encode()
         self.send_response(status)
         for key, value in (extra or {}).items():
             self.send_header(key, value)
-        self.send_header("Content-Type", "text/plain; charset=utf-8")
-        self.send_header("Content-Length", str(len(text)))
+        if status != HTTPStatus.NOT_MODIFIED:
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(text)))
         self.end_headers_with_policy()
-        if self.command != "HEAD":
+        if self.command != "HEAD" and status != HTTPStatus.NOT_MODIFIED:
             self.wfile.write(text)
 
     def end_headers_with_policy(self) -> None:

@@ -175,3 +175,14 @@ def test_a_client_that_aborts_mid_file_leaves_the_server_working(server):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
     resp, body = get(server, "/models/big.gguf", headers={"Range": f"bytes={BIG - 4}-"})
     assert (resp.status, body) == (206, bytes(4))
+
+
+def test_etag_revalidation_answers_304_without_a_body(server):
+    resp, _ = get(server, "/app.mjs")
+    etag = resp.getheader("ETag")
+    assert etag and etag.startswith('"')
+    resp, body = get(server, "/app.mjs", headers={"If-None-Match": etag})
+    assert (resp.status, body, resp.getheader("ETag")) == (304, b"", etag)
+    assert resp.getheader("Cross-Origin-Embedder-Policy") == "require-corp"
+    resp, body = get(server, "/app.mjs", headers={"If-None-Match": '"0-0"'})
+    assert (resp.status, body) == (200, FILES["app.mjs"][0])
