@@ -304,7 +304,9 @@ def test_smollm2_chats_through_its_own_template(smollm2_path, golden_chat):
     chatml = Engine(engine.gguf, engine.model, engine.tokenizer,
                     ChatTemplate.from_metadata(engine.gguf.metadata, "<|im_start|>", "<|im_end|>", use_jinja=False))
     for case in cases:                                   # llama.cpp's built-in chatml
-        check_chat(chatml, case, "prompt", "ids", limit=8)
+        assert chat_prompt(chatml.template, chatml.tokenizer, case["messages"]) == (case["prompt"], case["prompt_ids"])
+    reply = check_chat(chatml, cases[1], "prompt", "ids", limit=8)
+    assert reply.text == cases[1]["text"] and reply.stats.stop_reason == "eog"
 
 
 @pytest.mark.real_model
