@@ -1,12 +1,14 @@
 """Model speed and memory in CPython: load, prefill and decode tok/s, peak RSS (a benchmark, not a test).
 
-    python bench/bench_model.py [MODEL.gguf ...] [--prompt 128] [--gen 64] [--weights auto|f32|int8] [--json]
+    python bench/bench_model.py [MODEL.gguf ...] [--prompt 128] [--gen 64] [--weights auto|f32|int8]
+                                [--threads 1] [--json]
 
 For each model (default: both real models in models/), in a fresh child process so that its peak
 RSS is its own: the load time (open + read + dequantize every tensor), the prefill of a fixed
 128-token prompt (logits at the last position only), 64 greedy decode steps with the KV cache, and
-the process's peak resident memory. Numbers on a shared machine vary run to run: run it on a quiet
-one, and more than once.
+the process's peak resident memory. ``--threads`` sets OPENBLAS_NUM_THREADS for the child (the
+prefill's BLAS; default 1, to compare with llama.cpp on one thread). Numbers on a shared machine
+vary run to run: run it on a quiet one, and more than once.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, default=128, help="prompt tokens (default 128)")
     ap.add_argument("--gen", type=int, default=64, help="greedy decode steps (default 64)")
     ap.add_argument("--weights", default="auto", choices=["auto", "f32", "int8"])
+    ap.add_argument("--threads", type=int, default=1, help="OpenBLAS threads for the prefill (default 1)")
     ap.add_argument("--json", action="store_true", help="print one JSON list")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -72,7 +75,8 @@ def main() -> None:
     for path in args.models:
         cmd = [sys.executable, os.path.abspath(__file__), path, "--child", "--prompt", str(args.prompt),
                "--gen", str(args.gen), "--weights", args.weights]
-        rows.append(json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout))
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": str(args.threads)}
+        rows.append(json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout))
     if args.json:
         print(json.dumps(rows, indent=1))
         return

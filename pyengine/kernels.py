@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 EINSUM_MAX = 1 << 30    # elements one einsum may iterate over: wasm32 numpy fails past 2**31
-USE_BLAS = sys.platform != "emscripten"   # CPython's numpy wheels link OpenBLAS; Pyodide's numpy has no BLAS
+USE_BLAS = sys.platform != "emscripten"   # CPython's numpy wheels link OpenBLAS (prefill); Pyodide's has none
 
 
 # ----------------------------------------------------------------------------
@@ -124,13 +124,17 @@ class Linear:
 def matmul(w: np.ndarray, x: np.ndarray) -> np.ndarray:
     """``W (N, K)`` times ``x (K,)`` -> ``(N,)``, or times each row of ``X (T, K)`` -> ``(T, N)``.
 
-    In Pyodide: one einsum per call (the decode mat-vec runs 2.3-3 GFLOP/s
-    there, ``x @ W.T`` 0.2-0.6), split over rows of W or tokens when N·K·T
-    would pass ``EINSUM_MAX``. In CPython, float32 weights go to BLAS
-    (``W @ x``, ``X @ W.T``: 3-10x faster than einsum there, without copies).
+    One einsum per call (the decode mat-vec runs 2.3-3 GFLOP/s in Pyodide,
+    ``x @ W.T`` 0.2-0.6), split over rows of W or tokens when N·K·T would
+    pass ``EINSUM_MAX``. In CPython a batch (prefill) of float32 weights goes
+    to BLAS, ``X @ W.T`` without a copy, 5-10x faster there; the decode
+    mat-vec stays an einsum: it is memory-bound either way, and OpenBLAS's
+    threads make it 5x slower when the cores are busy.
     """
-    if USE_BLAS and w.dtype == np.float32:
-        return w @ x if x.ndim == 1 else x @ w.T
+    if x.ndim == 2 and x.shape[0] == 1:                  # one token: the mat-vec
+        return matmul(w, x[0])[None]
+    if USE_BLAS and x.ndim == 2 and w.dtype == np.float32:
+        return x @ w.T
     n, k = w.shape
     if x.ndim == 1:
         if n * k <= EINSUM_MAX:

@@ -50,12 +50,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pyengine import quants
 from pyengine.config import ModelConfig
 from pyengine.errors import ModelError, PyEngineError
 from pyengine.kernels import VEC_DOT_TYPE, Linear, Rope, attention, geglu, matmul, quantize_rows_int8, rmsnorm, softcap, swiglu
 
 WEIGHTS_BUDGET = int(2.5 * 2**30)   # bytes of float32 weights above which matrices are kept as int8 rows
 UBATCH = 512                         # tokens per forward step of a long prompt (llama.cpp's n_ubatch)
+INT8_ROWS = 4096                     # rows dequantized at once when loading int8 weights
 LOGITS_MODES = ("last", "all", "none")
 
 
@@ -339,31 +341,49 @@ class _Loader:
         return a
 
     def matrix(self, names: list[str], bias_names: list[str] | None = None) -> Linear:
-        """The weights ``names`` stacked by rows into one Linear (n_out, n_in), with their biases if any."""
-        parts, groups, r0 = [], [], 0
-        for name in names:
-            parts.append(np.asarray(self.gf.tensor(name), dtype=np.float32))   # (n_out, n_in)
-            act = VEC_DOT_TYPE.get(self.gf.tensors[name].type.name) if self.ggml_rounding else None
-            if groups and groups[-1][2] == act:
-                groups[-1] = (groups[-1][0], r0 + len(parts[-1]), act)
-            else:
-                groups.append((r0, r0 + len(parts[-1]), act))
-            r0 += len(parts[-1])
+        """The weights ``names`` stacked by rows into one Linear (n_out, n_in), with their biases if any.
+
+        Each part is dequantized straight into its rows of the stacked array,
+        so a load never holds two float32 copies of a weight.
+        """
+        infos = [self.gf.tensors[n] for n in names]
+        n_in, n_out = infos[0].shape[0], sum(i.shape[1] for i in infos)
+        w = np.empty((n_out, n_in), np.int8 if self.int8 else np.float32)      # (n_out, n_in)
+        scale = np.empty(n_out, np.float32) if self.int8 else None             # (n_out,)
+        groups, r0 = [], 0
+        for name, info in zip(names, infos):
+            r1 = r0 + info.shape[1]
+            self._read_rows(name, w[r0:r1], scale[r0:r1] if self.int8 else None)
+            act = VEC_DOT_TYPE.get(info.type.name) if self.ggml_rounding else None
+            groups = groups[:-1] + [(groups[-1][0], r1, act)] if groups and groups[-1][2] == act else \
+                groups + [(r0, r1, act)]
+            r0 = r1
             self._tick(name)
-        w = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        del parts
         b = None
         if bias_names and any(n in self.gf.tensors for n in bias_names):
-            b = np.concatenate([self.vector(n) if n in self.gf.tensors else np.zeros(self._rows(m), np.float32)
-                                for n, m in zip(bias_names, names)])
+            b = np.concatenate([self.vector(n) if n in self.gf.tensors else np.zeros(i.shape[1], np.float32)
+                                for n, i in zip(bias_names, infos)])
         act, groups = (groups[0][2], None) if len(groups) == 1 else (None, groups)
-        if self.int8:
-            q, scale = quantize_rows_int8(w)
-            return Linear(q, b, scale, act, groups)
-        return Linear(np.ascontiguousarray(w), b, None, act, groups)
+        return Linear(w, b, scale, act, groups)
 
-    def _rows(self, name: str) -> int:
-        return self.gf.tensors[name].shape[1]
+    def _read_rows(self, name: str, w: np.ndarray, scale: np.ndarray | None) -> None:
+        """Dequantize tensor ``name`` into ``w`` (n_rows, n_in): float32, or int8 rows and their ``scale``.
+
+        int8: ``INT8_ROWS`` rows are dequantized per step, which bounds the
+        float32 held at once whatever the tensor's size (a 128256 x 2048
+        embedding is 1 GiB as float32: more than the browser can spare).
+        """
+        info = self.gf.tensors[name]
+        n_in, n_rows = info.shape
+        raw = self.gf.tensor_bytes(name)                                        # (n_bytes,) uint8
+        if scale is None:
+            quants.dequantize(raw, info.type, n_in * n_rows, name=name, out=w.reshape(-1))
+            return
+        row_bytes = info.type.n_bytes(n_in)
+        for a in range(0, n_rows, INT8_ROWS):
+            b = min(n_rows, a + INT8_ROWS)
+            rows = quants.dequantize(raw[a * row_bytes:b * row_bytes], info.type, (b - a) * n_in, name=name)
+            w[a:b], scale[a:b] = quantize_rows_int8(rows.reshape(b - a, n_in))
 
     def layer(self, il: int) -> Layer:
         c, p = self.config, f"blk.{il}."
