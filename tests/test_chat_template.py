@@ -134,6 +134,50 @@ def test_replace_still_works():
     assert render_jinja("{{ 'a-b'|replace('-', '+') }}{{ 'x-y'.replace('-', '') }}", {}) == "a+bxy"
 
 
+# A template written here to touch what real ones use: system extraction, namespace, loop
+# controls, whitespace control, trim/strip, tojson (non-ASCII, indent), the generation tag.
+RICH_TEMPLATE = """{{ bos_token }}
+{%- if messages[0]['role'] == 'system' %}
+    {%- set system = messages[0]['content'] | trim %}
+    {%- set messages = messages[1:] %}
+{%- else %}
+    {%- set system = 'default system' %}
+{%- endif %}
+<|sys|>{{ system }}<|end|>
+{% set ns = namespace(turns=0, last='') %}
+{% for m in messages %}
+    {%- if m['role'] not in ['user', 'assistant'] %}{{ raise_exception('bad role ' + m['role']) }}{% endif %}
+    {%- if m['content'] == 'skip' %}{% continue %}{% endif %}
+    {%- set ns.turns = ns.turns + 1 %}
+<|{{ m.role }}|>
+{% if m.role == 'assistant' %}{% generation %}{{ m.content.strip() }}{% endgeneration %}{% else %}{{ m.content }}{% endif %}
+{{ '<|end|>' if not loop.last else '<|last|>' }}
+    {%- if m['content'] == 'stop' %}{% break %}{% endif %}
+{% endfor %}
+turns={{ ns.turns }} meta={{ {'k': 'é', 'n': [1, 2]} | tojson(indent=1) }}
+{% if add_generation_prompt %}<|assistant|>
+{% endif %}{{ eos_token if not add_generation_prompt else '' }}"""
+
+
+@pytest.mark.parametrize("messages", [CHAT, CHAT[1:], CHAT[1:2] + [{"role": "user", "content": "skip"}] + CHAT[2:],
+                                      CHAT[1:2] + [{"role": "user", "content": "stop"}] + CHAT[2:]])
+@pytest.mark.parametrize("add", [True, False])
+def test_jinja_renders_as_llama_cpp_python(messages, add):
+    formatter = pytest.importorskip("llama_cpp.llama_chat_format").Jinja2ChatFormatter
+    want = formatter(RICH_TEMPLATE, eos_token="</s>", bos_token="<s>", add_generation_prompt=add)(messages=messages).prompt
+    got = ChatTemplate(RICH_TEMPLATE, None, "<s>", "</s>").render(messages, add)
+    assert got == want and "turns=" in got
+
+
+def test_jinja_template_errors_where_llama_cpp_python_raises():
+    bad = CHAT[1:2] + [{"role": "tool", "content": "x"}]
+    formatter = pytest.importorskip("llama_cpp.llama_chat_format").Jinja2ChatFormatter
+    with pytest.raises(ValueError, match="bad role tool"):
+        formatter(RICH_TEMPLATE, eos_token="</s>", bos_token="<s>")(messages=bad)
+    with pytest.raises(TemplateError, match="bad role tool"):
+        ChatTemplate(RICH_TEMPLATE, None, "<s>", "</s>").render(bad)
+
+
 def test_trim_and_lstrip_blocks():
     assert render_jinja("  {% if true %}\nA\n  {% endif %}\nB", {}) == "A\nB"
 
