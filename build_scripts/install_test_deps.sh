@@ -6,6 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 
+PYTHON=$PYTHON bash build_scripts/install_build_deps.sh   # pip and npm first
+# Debian's own python3 refuses pip installs (PEP 668); a test machine installs into it all the same.
+if $PYTHON -c "import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_path('stdlib'), 'EXTERNALLY-MANAGED')))"; then
+    export PIP_BREAK_SYSTEM_PACKAGES=1
+fi
 # (the filter drops pip's notes about this machine's configured local index folders that do not exist)
 $PYTHON -m pip install --quiet --disable-pip-version-check -e '.[test]' 2>&1 \
     | { grep -v "is ignored: it is neither a file nor a directory" || true; }
@@ -19,6 +24,5 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
-PYTHON=$PYTHON bash build_scripts/install_build_deps.sh
 echo "test dependencies ready: $(/usr/bin/chromium --version 2>/dev/null | head -1), node $(node --version)," \
      "playwright $($PYTHON -c 'import importlib.metadata as m; print(m.version("playwright"))')"
