@@ -185,9 +185,9 @@ class WorkerSession:
             now = time.perf_counter()
             if now - last[0] >= PROGRESS_EVERY or done == total:
                 last[0] = now
+                read = sum(getattr(s, "bytes_read", 0) for s in sources)  # the header's chunks count too
                 self.post({"type": "progress", "stage": "reading tensors", "tensors": done, "n_tensors": total,
-                           "bytes": sum(getattr(s, "bytes_read", 0) for s in sources),
-                           "total_bytes": total_bytes})
+                           "bytes": min(read, total_bytes), "total_bytes": total_bytes})
         return progress
 
     # --- chat

@@ -3,8 +3,6 @@ commands' error handling (every failure is an "error" message; nothing escapes h
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from pyengine import worker
@@ -92,7 +90,14 @@ def posted():
 
 
 def run(msg: dict) -> None:
-    asyncio.run(worker.handle(msg))
+    """Drive handle() to the end. Its only awaits are asyncio.sleep(0), a bare yield, so no event
+    loop is needed (Playwright's sync API keeps one running in this thread in a browser session)."""
+    coro = worker.handle(msg)
+    try:
+        while True:
+            coro.send(None)
+    except StopIteration:
+        pass
 
 
 def test_a_broken_file_is_an_error_message(posted, tmp_path):
@@ -114,3 +119,76 @@ def test_a_bug_is_an_internal_error_message(posted, capsys):
     assert posted[0]["type"] == "error"
     assert posted[0]["message"].startswith("internal error: AttributeError")
     assert "Traceback" in capsys.readouterr().err  # the console keeps the traceback
+
+
+def load_tiny(posted: list[dict]) -> dict:
+    run({"type": "load", "files": [browser_source(TINY["llama"])]})
+    assert posted[-1]["type"] == "model", posted[-1]
+    return posted[-1]
+
+
+def test_load_posts_progress_then_the_model(posted):
+    model = load_tiny(posted)
+    progress = [m for m in posted if m["type"] == "progress"]
+    size = TINY["llama"].stat().st_size
+    assert progress and progress[-1]["tensors"] == progress[-1]["n_tensors"] == model["inspect"]["tensors"].__len__()
+    assert progress[-1]["total_bytes"] == size and 0 < progress[-1]["bytes"] <= size
+    card = model["card"]
+    with open_gguf(TINY["llama"]) as g:
+        assert card["architecture"] == "llama" and card["files"] == ["tiny-llama.gguf"]
+        assert card["parameters"] == sum(t.n_elements for t in g.tensors.values())
+        assert card["context_length"] == 256 and card["file_size"] == size
+    assert [s["name"] for s in model["inspect"]["sections"]] == ["magic", "header", "metadata", "tensor_infos",
+                                                                 "tensor_data"]
+    assert model["inspect"]["sections"][-1]["end"] == size
+
+
+def chat(posted: list[dict], text: str, **settings) -> tuple[str, dict]:
+    """Send ``text``; return the pieces joined and the done message."""
+    start = len(posted)
+    run({"type": "chat", "text": text, "system": "", "settings": {"temperature": 0, **settings}})
+    new = posted[start:]
+    assert new[-1]["type"] == "done", new[-1]
+    return "".join(m["text"] for m in new if m["type"] == "piece"), new[-1]
+
+
+def test_a_reply_streams_the_cpython_greedy_text(posted):
+    from browser.reference import cpython_reply
+    load_tiny(posted)
+    text, done = chat(posted, "hello", max_tokens=6)
+    assert text == cpython_reply(TINY["llama"], ["hello"], max_tokens=6)
+    assert done["stopped"] is False and done["stats"]["generated_tokens"] == 6
+    assert done["stats"]["stop_reason"] == "max_tokens"
+
+
+def test_a_cooperative_stop_keeps_what_was_shown(posted):
+    load_tiny(posted)
+    pieces = []
+    worker._session.should_stop = lambda: len(pieces) >= 2
+    worker._session.post = lambda m: (posted.append(m), m["type"] == "piece" and pieces.append(m["text"]))
+    text, done = chat(posted, "hello", max_tokens=50)
+    assert done["stopped"] is True and done["stats"]["stop_reason"] == "stopped"
+    assert worker._session.chat.messages[-1] == {"role": "assistant", "content": text}
+    assert len(pieces) == 2
+
+
+def test_an_interrupt_keeps_what_was_shown(posted):
+    """KeyboardInterrupt (the interrupt buffer) may land anywhere: here, while a piece is posted."""
+    load_tiny(posted)
+    worker._session.interruptible = True
+    shown, interrupted = [], []
+
+    def post(m):
+        if m["type"] == "piece" and len(shown) == 3 and not interrupted:
+            interrupted.append(True)
+            raise KeyboardInterrupt
+        posted.append(m)
+        if m["type"] == "piece":
+            shown.append(m["text"])
+    worker._session.post = post
+    text, done = chat(posted, "hello", max_tokens=50)
+    assert done["stopped"] is True and text == "".join(shown)
+    assert worker._session.chat.messages[-1] == {"role": "assistant", "content": text}
+    from browser.reference import cpython_reply
+    again, _ = chat(posted, "again", max_tokens=4)  # the session goes on from the stopped reply
+    assert again == cpython_reply(TINY["llama"], ["hello", text, "again"], max_tokens=4)
