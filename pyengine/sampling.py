@@ -125,15 +125,18 @@ def _sort_desc(ids: np.ndarray, vals: np.ndarray, n: int | None = None) -> tuple
 
 def top_p(ids: np.ndarray, vals: np.ndarray, is_sorted: bool, p: float) -> tuple[np.ndarray, np.ndarray, bool]:
     """Keep the shortest most-likely prefix whose probability mass is >= p (llama.cpp
-    ``llama_sampler_top_p_apply``, min_keep 1). Returns sorted survivors."""
+    ``llama_sampler_top_p_apply``, min_keep 1). Returns sorted survivors.
+
+    The sums are float32 and sequential (``np.cumsum``), in the candidates' order, as llama.cpp
+    adds them: over a wide flat vocabulary the rounding decides which tokens at the edge stay."""
     if p >= 1.0:
         return ids, vals, is_sorted
     n, top = vals.shape[0], vals.max()
-    z = np.exp(vals.astype(np.float64) - top).sum()                  # softmax denominator over all candidates
+    z = np.cumsum(np.exp(vals - top, dtype=np.float32))[-1]          # softmax denominator, float32 running sum
     n_try = n if is_sorted or n <= 1024 else TOP_P_FIRST_TRY
     while True:
         s_ids, s_vals = (ids, vals) if is_sorted else _sort_desc(ids, vals, n_try)
-        cum = np.cumsum(np.exp(s_vals.astype(np.float64) - top) / z)  # (n_try,) cumulative probability
+        cum = np.cumsum(np.exp(s_vals - top, dtype=np.float32) / z)   # (n_try,) cumulative probability
         reached = np.flatnonzero(cum >= p)
         if reached.size or s_vals.shape[0] == n:
             break

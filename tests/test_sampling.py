@@ -99,6 +99,50 @@ def test_seed_repeats_runs():
     assert len(set(firsts)) > 1
 
 
+# --- against llama.cpp's own samplers (src/llama-sampler.cpp through llama-cpp-python) ----------
+
+def llama_cpp_survivors(steps, logits, history=()):
+    """Apply llama.cpp samplers (``(name, *args)``) in order; the surviving (id, logit) pairs."""
+    import ctypes
+    L = pytest.importorskip("llama_cpp")
+    n = len(logits)
+    arr = (L.llama_token_data * n)(*[L.llama_token_data(i, float(x), 0.0) for i, x in enumerate(logits)])
+    cur = L.llama_token_data_array(arr, n, -1, False)
+    for name, *args in steps:
+        smpl = getattr(L, f"llama_sampler_init_{name}")(*args)
+        for t in history:
+            L.llama_sampler_accept(smpl, t)
+        L.llama_sampler_apply(smpl, ctypes.byref(cur))
+        L.llama_sampler_free(smpl)
+    return {arr[i].id: arr[i].logit for i in range(cur.size)}
+
+
+def our_survivors(logits, p: SamplerParams, history=()):
+    logits = apply_penalties(logits, list(history), p.repeat_penalty, p.repeat_last_n)
+    ids, vals, s = top_k(logits, p.top_k)
+    ids, vals, s = top_p(ids, vals, s, p.top_p)
+    ids, vals, _ = min_p(ids, vals, s, p.min_p)
+    return dict(zip(ids.tolist(), vals.tolist()))
+
+
+@pytest.mark.parametrize("n, top_k_, top_p_, min_p_, penalty", [
+    (5000, 40, 0.95, 0.05, 1.0), (5000, 0, 0.9, 0.0, 1.0), (5000, 0, 1.0, 0.1, 1.3), (3000, 100, 0.5, 0.02, 1.1),
+    (300_000, 40, 0.95, 0.05, 1.1), (300_000, 0, 0.8, 0.0, 1.0), (2000, 5, 1.0, 0.0, 0.8)])
+def test_chain_survivors_equal_llama_cpp(n, top_k_, top_p_, min_p_, penalty):
+    rng = np.random.default_rng(n + top_k_)
+    logits = (rng.standard_normal(n) * 2.5 + np.where(rng.random(n) < 0.002, 8.0, 0.0)).astype(np.float32)
+    history = rng.integers(0, n, 200).tolist()
+    params = SamplerParams(top_k=top_k_, top_p=top_p_, min_p=min_p_, repeat_penalty=penalty, repeat_last_n=64)
+    steps = [("penalties", n, 64, penalty, 0.0, 0.0), ("top_k", top_k_), ("top_p", top_p_, 1), ("min_p", min_p_, 1)]
+    want = llama_cpp_survivors(steps[:1], logits, history)                       # the penalties alone
+    got = apply_penalties(logits, history, penalty, 64)
+    assert np.array_equal(got[list(want)], np.array(list(want.values()), np.float32))
+    want = llama_cpp_survivors(steps, logits, history)
+    mine = our_survivors(logits, params, history)
+    assert mine.keys() == want.keys() and len(want) >= 1
+    assert all(mine[i] == np.float32(want[i]) for i in want)
+
+
 @pytest.mark.parametrize("field, value", [("temperature", -1.0), ("top_k", -1), ("top_p", 0.0), ("top_p", 1.5),
                                           ("min_p", 2.0), ("repeat_penalty", 0.0), ("repeat_last_n", -2),
                                           ("seed", -5)])
