@@ -105,16 +105,17 @@ def llama_cpp_survivors(steps, logits, history=()):
     """Apply llama.cpp samplers (``(name, *args)``) in order; the surviving (id, logit) pairs."""
     import ctypes
     L = pytest.importorskip("llama_cpp")
-    n = len(logits)
-    arr = (L.llama_token_data * n)(*[L.llama_token_data(i, float(x), 0.0) for i, x in enumerate(logits)])
-    cur = L.llama_token_data_array(arr, n, -1, False)
+    assert ctypes.sizeof(L.llama_token_data) == 12
+    arr = np.zeros(len(logits), dtype=[("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])   # llama_token_data[]
+    arr["id"], arr["logit"] = np.arange(len(logits)), logits
+    cur = L.llama_token_data_array(arr.ctypes.data_as(ctypes.POINTER(L.llama_token_data)), len(arr), -1, False)
     for name, *args in steps:
         smpl = getattr(L, f"llama_sampler_init_{name}")(*args)
         for t in history:
             L.llama_sampler_accept(smpl, t)
         L.llama_sampler_apply(smpl, ctypes.byref(cur))
         L.llama_sampler_free(smpl)
-    return {arr[i].id: arr[i].logit for i in range(cur.size)}
+    return dict(zip(arr["id"][:cur.size].tolist(), arr["logit"][:cur.size].tolist()))
 
 
 def our_survivors(logits, p: SamplerParams, history=()):
