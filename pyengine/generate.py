@@ -6,6 +6,8 @@
 
 * :func:`load` opens a GGUF and builds the tokenizer, the chat template and the model: the one
   place the CLI and the browser worker get them from.
+* :func:`chat_prompt` renders a conversation and tokenizes it as llama.cpp tokenizes a chat prompt
+  (the template's special tokens parsed), except that special-token text a user typed stays text.
 * :class:`Generation` is one reply. Each :meth:`Generation.step` runs one forward pass (the first
   one is the prefill of the whole prompt), samples one token and returns the text it completes
   (``""`` while a UTF-8 character or a possible stop string is held back), or ``None`` when the
@@ -59,33 +61,51 @@ def load(paths_or_gguf: Any, progress: Callable[[int, int], None] | None = None,
 
     ``progress(done_tensors, total_tensors)`` is called while the weights are read; ``weights`` is
     passed to :meth:`Model.from_gguf` ("auto", "f32", "int8"). The tokenizer and template are read
-    first, so a bad vocab fails before the slow part. Raises GGUFError, TokenizerError, ModelError.
+    first, so a bad vocab fails before the slow part. Files opened here are closed once the weights
+    are in memory (``engine.gguf`` keeps its metadata and tensor table). Raises GGUFError,
+    TokenizerError, ModelError.
     """
     from pyengine.model import Model
 
-    gguf = _open(paths_or_gguf)
-    tokenizer = load_tokenizer(gguf)
-    template, template_error = None, ""
+    gguf, owned = _open(paths_or_gguf)
     try:
-        template = ChatTemplate.from_metadata(gguf.metadata, _token_text(tokenizer, tokenizer.bos_id),
-                                              _token_text(tokenizer, tokenizer.eos_id),
-                                              tokenizer.add_bos, tokenizer.add_eos)
-    except TemplateError as e:
-        template_error = str(e)
-    report = None if progress is None else (lambda done, total, *_bytes: progress(done, total))
-    model = Model.from_gguf(gguf, progress=report, weights=weights)
+        tokenizer = _tokenizer(gguf)
+        template, template_error = None, ""
+        try:
+            template = ChatTemplate.from_metadata(gguf.metadata, _token_text(tokenizer, tokenizer.bos_id),
+                                                  _token_text(tokenizer, tokenizer.eos_id),
+                                                  tokenizer.add_bos, tokenizer.add_eos)
+        except TemplateError as e:
+            template_error = str(e)
+        report = None if progress is None else (lambda done, total, *_bytes: progress(done, total))
+        model = Model.from_gguf(gguf, progress=report, weights=weights)
+    finally:
+        if owned:
+            gguf.close()
     return Engine(gguf, model, tokenizer, template, template_error)
 
 
 def load_tokenizer(paths_or_gguf: Any):
     """Only the tokenizer of a GGUF (what ``tokenize`` needs): no weights are read."""
+    gguf, owned = _open(paths_or_gguf)
+    try:
+        return _tokenizer(gguf)
+    finally:
+        if owned:
+            gguf.close()
+
+
+def _tokenizer(gguf: Any):
     from pyengine.tokenizer import Tokenizer
-    return Tokenizer.from_metadata(_open(paths_or_gguf).metadata)
+    return Tokenizer.from_metadata(gguf.metadata)
 
 
-def _open(paths_or_gguf: Any):
+def _open(paths_or_gguf: Any) -> tuple[Any, bool]:
+    """(the GGUFFile, whether it was opened here)."""
     from pyengine.gguf import GGUFFile, open_gguf
-    return paths_or_gguf if isinstance(paths_or_gguf, GGUFFile) else open_gguf(paths_or_gguf)
+    if isinstance(paths_or_gguf, GGUFFile):
+        return paths_or_gguf, False
+    return open_gguf(paths_or_gguf), True
 
 
 def _token_text(tokenizer: Any, tid: int | None) -> str:
