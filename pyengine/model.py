@@ -26,20 +26,23 @@ gemma3 GGUF conversion already added 1).
 
 Policy: when a model's float32 weights would pass ``WEIGHTS_BUDGET`` (2.5 GiB,
 leaving room for the KV cache and activations under the 4 GiB wasm32 heap), its
-matrices are kept as int8 rows with one float32 scale per row instead (a
-quarter of the memory, about 1.5x slower per matmul in Pyodide, logits within
-about 1% of float32); ``weights="int8"`` forces that mode. Measured resident
-memory of the weights:
+matrices are kept as int8 rows with one float32 scale per row instead
+(``weights="int8"`` forces it): a quarter of the memory, dequantized a few
+thousand rows at a time while loading, converted per use inside the einsum
+(about 1.5x slower per matmul in Pyodide). On the real models int8 rows move
+the last-position logits by RMS 0.16-0.52 from float32 (std 3-5), about as far
+as llama.cpp moves when its KV cache goes from F16 to F32. Measured in CPython
+(``bench/bench_model.py``):
 
-=============================  =========  ==============  ============
-model                          file       float32          int8 rows
-=============================  =========  ==============  ============
-gemma-3-270m Q4_K_M            253 MB     1073 MB          270 MB
-SmolLM2-135M-Instruct Q4_1     92 MB      540 MB           136 MB
-=============================  =========  ==============  ============
+=============================  =========  ======================  ======================
+model                          file       float32: weights / RSS  int8 rows: weights / RSS
+=============================  =========  ======================  ======================
+gemma-3-270m Q4_K_M            253 MB     1072 MB / 1112 MB       270 MB / 428 MB
+SmolLM2-135M-Instruct Q4_1     98 MB      538 MB / 575 MB         135 MB / 190 MB
+=============================  =========  ======================  ======================
 
 The KV cache adds ``2 · n_layer · n_ctx · n_head_kv · head_dim · 4`` bytes
-(gemma-3-270m: 36 KiB per token; SmolLM2: 90 KiB per token) and grows with the
+(gemma-3-270m: 36 KiB per token; SmolLM2: 45 KiB per token) and grows with the
 conversation up to ``n_ctx``.
 """
 
@@ -53,7 +56,8 @@ import numpy as np
 from pyengine import quants
 from pyengine.config import ModelConfig
 from pyengine.errors import ModelError, PyEngineError
-from pyengine.kernels import VEC_DOT_TYPE, Linear, Rope, attention, geglu, matmul, quantize_rows_int8, rmsnorm, softcap, swiglu
+from pyengine.kernels import (VEC_DOT_TYPE, Linear, Rope, attention, geglu, quantize_rows_int8, rmsnorm,
+                              softcap, swiglu)
 
 WEIGHTS_BUDGET = int(2.5 * 2**30)   # bytes of float32 weights above which matrices are kept as int8 rows
 UBATCH = 512                         # tokens per forward step of a long prompt (llama.cpp's n_ubatch)
@@ -249,7 +253,10 @@ class Model:
     def _check_tokens(self, tokens, cache: KVCache, logits: str) -> np.ndarray:
         if logits not in LOGITS_MODES:
             raise PyEngineError(f"logits must be one of {', '.join(LOGITS_MODES)}, got {logits!r}")
-        ids = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        try:
+            ids = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        except (TypeError, ValueError, OverflowError):
+            raise PyEngineError(f"tokens must be a list of integer ids, got {str(tokens)[:80]}") from None
         if len(ids) == 0:
             raise PyEngineError("forward needs at least one token")
         if ids.min() < 0 or ids.max() >= self.config.n_vocab:

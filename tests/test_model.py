@@ -191,6 +191,8 @@ def test_bad_tokens_are_clear_errors(models):
         m.forward([-1], m.new_cache(8))
     with pytest.raises(PyEngineError, match="at least one token"):
         m.forward([], m.new_cache(8))
+    with pytest.raises(PyEngineError, match="list of integer ids"):
+        m.forward(["hello"], m.new_cache(8))
 
 
 @pytest.mark.parametrize("name, tensor", [
