@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, TINY
+from conftest import GOLDEN, ROOT, TINY
 from pyengine.cli import main
 from pyengine.generate import ChatSession, generate, load
 from pyengine.sampling import SamplerParams
@@ -112,6 +112,21 @@ def test_generate_bad_options(cli, argv, message):
 def test_missing_model_file(cli, tmp_path):
     rc, _, err = cli(["generate", str(tmp_path / "nope.gguf"), "-p", "x"])
     assert rc == 1 and err.startswith("error:") and "nope.gguf" in err
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("model", ["smollm2_path", "gemma3_path"])
+def test_generate_real_models_as_llama_cpp(cli, model, request):
+    """A prompt whose greedy path has no close call (top-2 margins over 1.8 in llama.cpp): the
+    command's prompt ids, ids and text equal llama.cpp's (tests/golden/generate.json)."""
+    path = request.getfixturevalue(model)
+    case = next(c for c in json.loads((GOLDEN / "generate.json").read_text())[path.name]
+                if c["prompt"] == "1, 2, 3, 4, 5,")
+    rc, out, _ = cli(["generate", str(path), "-p", case["prompt"], "-n", "12", "--json"])
+    got = json.loads(out)
+    assert rc == 0 and min(case["margins"][:12]) > 1.8
+    assert got["prompt_ids"] == case["prompt_ids"] and got["ids"] == case["ids"][:12]
+    assert got["text"] == " 6, 7, 8, 9," and case["text"].startswith(got["text"])
 
 
 # --- chat -----------------------------------------------------------------------------------------
