@@ -19,9 +19,12 @@ each step as in src/llama-sampler.cpp), leaving out the steps that are off by de
 * **dist** draws from the softmax of the survivors with a numpy ``Generator`` (seeded:
   repeatable; llama.cpp's mt19937 draws differ, so sampled, not greedy, runs differ from it).
 
-The vocabulary can be 262,144 wide: top-k uses ``argpartition`` and sorts only the k
-survivors; top-p without top-k first tries the 256 most likely tokens, as llama.cpp does,
-then 8 times more at each try rather than sorting the whole vocabulary.
+The vocabulary can be 262,144 wide: top-k bounds the k-th largest logit from a 1/16 sample,
+``argpartition``s the few hundred candidates above it and sorts only the k survivors; top-p
+without top-k first tries the 256 most likely tokens, as llama.cpp does, then 8 times more at
+each try rather than sorting the whole vocabulary. The survivors of each step equal llama.cpp's
+(tests/test_sampling.py runs llama.cpp's own samplers on the same logits); the prompt is in the
+penalties' window as in llama.cpp's server, which accepts the prompt tokens into its sampler.
 """
 
 from __future__ import annotations
