@@ -262,20 +262,22 @@ class RecordingSampler(Sampler):
         return super().sample(logits, history)
 
 
-def check_chat(engine: Engine, case: dict, prompt_key: str, ids_key: str, limit: int) -> Generation:
-    """The rendered prompt and its ids equal llama.cpp's; so do the greedy ids, up to ``limit``
-    tokens, unless they part at a close call, where llama.cpp's F16 KV cache and quantized
-    activations may decide the other way: llama.cpp's top-2 margin under NEAR_TIE (``margins``,
-    when recorded), or ours under NEAR_TIE with llama.cpp's pick as our runner-up."""
+def check_chat(engine: Engine, case: dict, jinja: bool, limit: int) -> Generation:
+    """The rendered prompt and its ids equal llama.cpp's (``prompt``, ``prompt_ids``, or their
+    ``_jinja`` forms for the GGUF's template rendered by llama-cpp-python); so do the greedy ids, up
+    to ``limit`` tokens, unless they part at a close call, where llama.cpp's F16 KV cache and
+    quantized activations may decide the other way: llama.cpp's top-2 margin under NEAR_TIE, or
+    ours under NEAR_TIE with llama.cpp's pick as our runner-up."""
+    key = (lambda k: f"{k}_jinja") if jinja else (lambda k: k)
     chat = ChatSession(engine)
     chat.messages = list(case["messages"])
-    want = case[ids_key] + ([case["stop_id"]] if case["stop_id"] is not None else [])
-    margins = case["margins"] if ids_key == "ids" else []
+    want = case[key("ids")] + ([case[key("stop_id")]] if case[key("stop_id")] is not None else [])
+    margins = case.get(key("margins")) or []
     sampler = RecordingSampler()
     gen = chat.respond(sampler, max_tokens=limit)
     list(gen)
-    assert chat.prompt == case[prompt_key]
-    assert gen.prompt_ids == case[prompt_key + "_ids"]
+    assert chat.prompt == case[key("prompt")]
+    assert gen.prompt_ids == case["prompt_jinja_ids" if jinja else "prompt_ids"]
     got = [first for first, _, _ in sampler.steps]
     n = common_prefix(got, want)
     if n < min(limit, len(want)):
@@ -297,15 +299,15 @@ def test_smollm2_chats_through_its_own_template(smollm2_path, golden_chat):
     assert engine.template.name == "jinja"
     cases = golden_chat[smollm2_path.name]
     for case in cases[1:]:                               # its Jinja template, as llama-cpp-python renders it
-        check_chat(engine, case, "prompt_jinja", "ids_jinja", limit=12)
-    answer = check_chat(engine, cases[0], "prompt_jinja", "ids_jinja", limit=12)
+        check_chat(engine, case, jinja=True, limit=12)
+    answer = check_chat(engine, cases[0], jinja=True, limit=12)
     assert answer.text == cases[0]["text_jinja"] == "The capital of France is Paris."
     assert answer.ids == cases[0]["ids_jinja"] and answer.stats.stop_reason == "eog"
     chatml = Engine(engine.gguf, engine.model, engine.tokenizer,
                     ChatTemplate.from_metadata(engine.gguf.metadata, "<|im_start|>", "<|im_end|>", use_jinja=False))
     for case in cases:                                   # llama.cpp's built-in chatml
         assert chat_prompt(chatml.template, chatml.tokenizer, case["messages"]) == (case["prompt"], case["prompt_ids"])
-    reply = check_chat(chatml, cases[1], "prompt", "ids", limit=8)
+    reply = check_chat(chatml, cases[1], jinja=False, limit=8)
     assert reply.text == cases[1]["text"] and reply.stats.stop_reason == "eog"
 
 
@@ -314,4 +316,4 @@ def test_gemma3_chats_through_the_builtin_gemma_format(gemma3_path, golden_chat)
     engine = load(gemma3_path)
     assert engine.template.name == "gemma"
     for case in golden_chat[gemma3_path.name]:
-        check_chat(engine, case, "prompt", "ids", limit=8)
+        check_chat(engine, case, jinja=False, limit=8)
