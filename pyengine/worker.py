@@ -124,14 +124,18 @@ def model_card(d: dict, chat_template: str) -> dict:
 
 
 def inspector(d: dict) -> dict:
-    """The inspector's data from :func:`pyengine.inspect.describe`'s dict: ``sections`` (name, start,
-    end), ``metadata`` (key, type, value as text; strings whole, long arrays cut), ``tensors``."""
+    """The inspector's data from :func:`pyengine.inspect.describe`'s dict: ``header`` (version, counts,
+    alignment, data offset), ``parts`` (each file's name, size and five sections with byte ranges),
+    ``metadata`` (key, type, value as text: strings whole, long arrays cut), ``types`` (per ggml type:
+    count, params, bytes), ``tensors`` (name, shape, type, offset, n_bytes)."""
     from pyengine.inspect import _show as show_value  # the CLI's text for a value
     types = d["value_types"]
     return {
-        "sections": d["sections"],
+        "header": {k: d[k] for k in ("version", "n_kv", "n_tensors", "alignment", "data_offset")},
+        "parts": d["parts"],
         "metadata": [{"key": k, "type": types[k], "value": v if isinstance(v, str) else show_value(v, types[k])}
                      for k, v in d["metadata"].items()],
+        "types": d["types"],
         "tensors": [{k: t[k] for k in ("name", "shape", "type", "offset", "n_bytes")} for t in d["tensors"]],
     }
 

@@ -379,21 +379,10 @@ function showModelCard(card) {
 function showInspector(info) {
   el.inspector.querySelector(".empty").hidden = true;
   el.inspector.querySelector(".inspect-body").hidden = false;
-  const bar = el.inspector.querySelector(".sections-bar");
-  const rows = el.inspector.querySelector(".sections-table tbody");
-  bar.replaceChildren();
-  rows.replaceChildren();
-  info.sections.forEach((s, i) => {
-    const size = s.end - s.start;
-    const part = document.createElement("div");
-    part.className = `part part-${i}`;
-    part.style.flexGrow = String(size);
-    part.title = `${s.name}: bytes ${withCommas(s.start)}–${withCommas(s.end)} (${formatBytes(size)})`;
-    bar.append(part);
-    const tr = row([s.name, `${withCommas(s.start)} – ${withCommas(s.end)}`, formatBytes(size)]);
-    tr.firstChild.classList.add(`key-${i}`);
-    rows.append(tr);
-  });
+  const h = info.header;
+  el.inspector.querySelector(".header-line").textContent = `GGUF version ${h.version} · ${withCommas(h.n_kv)} keys · `
+    + `${withCommas(h.n_tensors)} tensors · alignment ${h.alignment} · tensor data from byte ${withCommas(h.data_offset)}`;
+  el.inspector.querySelector(".parts").replaceChildren(...info.parts.map((p) => drawPart(p, info.parts.length > 1)));
   const meta = el.inspector.querySelector(".meta-table tbody");
   meta.replaceChildren(...info.metadata.map((m) => row([m.key, m.type, m.value])));
   el.inspector.querySelector(".meta-count").textContent = `(${info.metadata.length} keys)`;
@@ -404,7 +393,40 @@ function showInspector(info) {
     return tr;
   }));
   el.inspector.querySelector(".tensor-count").textContent = `(${info.tensors.length})`;
+  el.inspector.querySelector(".types-table tbody").replaceChildren(...info.types.map(
+    (t) => row([t.type, withCommas(t.count), withCommas(t.params), `${withCommas(t.bytes)} (${formatBytes(t.bytes)})`])));
   filterTensors();
+}
+
+// One file's five sections: a bar with each part as wide as its bytes (at least a sliver), and a table.
+function drawPart(part, named) {
+  const box = document.createElement("div");
+  box.className = "part-box";
+  if (named) {
+    const title = document.createElement("h3");
+    title.textContent = `${part.name} (${formatBytes(part.size)})`;
+    box.append(title);
+  }
+  const bar = document.createElement("div");
+  bar.className = "sections-bar";
+  const table = document.createElement("table");
+  table.className = "sections-table";
+  const body = document.createElement("tbody");
+  table.append(document.createElement("thead"), body);
+  table.tHead.append(row(["part", "bytes", "size"], "th"));
+  part.sections.forEach((s, i) => {
+    const size = s.end - s.start;
+    const piece = document.createElement("div");
+    piece.className = `part part-${i}`;
+    piece.style.flexGrow = String(size);
+    piece.title = `${s.name}: bytes ${withCommas(s.start)}–${withCommas(s.end)} (${formatBytes(size)})`;
+    bar.append(piece);
+    const tr = row([s.name, `${withCommas(s.start)} – ${withCommas(s.end)}`, formatBytes(size)]);
+    tr.firstChild.classList.add(`key-${i}`);
+    body.append(tr);
+  });
+  box.append(bar, table);
+  return box;
 }
 
 function filterTensors() {

@@ -41,12 +41,16 @@ def test_model_card(smollm, smollm2_path):
     assert card.locator("dd[data-field=file-size]").text_content() == "93.8 MiB"
 
 
-def test_inspector_shows_parts_metadata_and_searchable_tensors(smollm):
+def test_inspector_shows_parts_metadata_and_searchable_tensors(smollm, smollm2_path):
     smollm.get_by_role("tab", name="Inspect the file").click()
     inspector = smollm.get_by_test_id("inspector")
     assert inspector.locator(".sections-bar .part").count() == 5
     names = inspector.locator(".sections-table tbody td:first-child").all_text_contents()
-    assert len(names) == 5
+    assert names == ["magic", "header", "metadata", "tensor_infos", "tensor_data"]
+    ranges = inspector.locator(".sections-table tbody td:nth-child(2)").all_text_contents()
+    assert ranges[0] == "0 – 4" and ranges[-1].endswith(f"– {smollm2_path.stat().st_size:,}")
+    assert "GGUF version 3" in inspector.locator(".header-line").text_content()
+    assert inspector.locator(".types-table tbody td:first-child").all_text_contents() == ["Q4_1", "Q8_0", "F32"]
     assert inspector.locator(".meta-table").get_by_text("tokenizer.ggml.pre", exact=True).count() == 1
     rows = inspector.locator(".tensor-table tbody tr")
     assert rows.count() == 272

@@ -29,6 +29,7 @@ def test_split_model_dropped_as_several_files(app, tmp_path):
     assert card_field(app, "architecture") == "llama"
     assert card_field(app, "file-size").endswith("in 3 files")
     assert card_field(app, "files").split("\n") == [p.name for p in parts]  # in split order
+    assert app.get_by_test_id("inspector").locator(".part-box .sections-bar").count() == 3
     set_settings(app, temperature=0, max_tokens=6)
     send(app, "hello")
     assert wait_reply(app) == cpython_reply(TINY["llama"], ["hello"], max_tokens=6)

@@ -138,9 +138,10 @@ def test_load_posts_progress_then_the_model(posted):
         assert card["architecture"] == "llama" and card["files"] == ["tiny-llama.gguf"]
         assert card["parameters"] == sum(t.n_elements for t in g.tensors.values())
         assert card["context_length"] == 256 and card["file_size"] == size
-    assert [s["name"] for s in model["inspect"]["sections"]] == ["magic", "header", "metadata", "tensor_infos",
-                                                                 "tensor_data"]
-    assert model["inspect"]["sections"][-1]["end"] == size
+    (part,) = model["inspect"]["parts"]
+    assert [s["name"] for s in part["sections"]] == ["magic", "header", "metadata", "tensor_infos", "tensor_data"]
+    assert part["sections"][-1]["end"] == part["size"] == size
+    assert model["inspect"]["header"]["version"] == 3
 
 
 def chat(posted: list[dict], text: str, **settings) -> tuple[str, dict]:
