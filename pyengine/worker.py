@@ -45,6 +45,7 @@ import traceback
 from typing import Any, Callable
 
 from pyengine.errors import PyEngineError
+from pyengine.source import ByteSource
 
 PROGRESS_EVERY = 0.1  # seconds between two progress messages while loading
 
@@ -62,44 +63,29 @@ SETTINGS: dict[str, type] = {
 # The bytes: a browser File as a byte source
 # ---------------------------------------------------------------------------
 
-class BrowserFileSource:
+class BrowserFileSource(ByteSource):
     """A browser ``File`` (or ``Blob``) as a byte source (see :mod:`pyengine.source`).
 
-    Each :meth:`read` is one ``FileReaderSync().readAsArrayBuffer(file.slice(a, b))``
-    (workers only), ~1-2 ms per call whatever its size, 250-500 MB/s in 16 MiB
-    chunks: callers read in large chunks. Only the bytes asked for are copied,
-    into the wasm heap. ``bytes_read`` counts them, for load progress.
-    ``reader`` is for tests (anything with ``readAsArrayBuffer(blob)``).
+    Each read is one ``FileReaderSync().readAsArrayBuffer(file.slice(a, b))``
+    (workers only): ~1-2 ms per call whatever its size, 250-500 MB/s in 16 MiB
+    chunks, so callers read in large chunks. Only the bytes asked for are
+    copied, into the wasm heap. ``reader`` is for tests (anything with
+    ``readAsArrayBuffer(blob)`` returning an object with ``to_bytes()``).
     """
 
     def __init__(self, file: Any, reader: Any = None):
+        super().__init__(str(file.name), int(file.size))
         self.file = file
-        self.name = str(file.name)
-        self.size = int(file.size)
-        self.reads = 0
-        self.bytes_read = 0
         self._reader = reader
 
-    def read(self, offset: int, length: int) -> bytes:
-        """``length`` bytes from ``offset`` (fewer only at end of file)."""
-        if offset < 0 or length < 0:
-            raise ValueError(f"read at offset {offset} of length {length}: both must be >= 0")
-        self.reads += 1
+    def _read(self, offset: int, length: int) -> bytes:
         end = min(self.size, offset + length)
         if end <= offset:
             return b""
         if self._reader is None:
             import js  # Pyodide's window onto the worker's globals
             self._reader = js.FileReaderSync.new()
-        data = self._reader.readAsArrayBuffer(self.file.slice(offset, end)).to_bytes()
-        self.bytes_read += len(data)
-        return data
-
-    def close(self) -> None:
-        pass
-
-    def __repr__(self) -> str:
-        return f"BrowserFileSource(name={self.name!r}, size={self.size})"
+        return self._reader.readAsArrayBuffer(self.file.slice(offset, end)).to_bytes()
 
 
 # ---------------------------------------------------------------------------
