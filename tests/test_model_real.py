@@ -83,11 +83,13 @@ def test_last_position_logits_near_llama_cpp(loaded):
 
 
 def test_prefill_in_one_pass_equals_token_by_token(loaded):
-    """The real shapes (GQA 4:1 and 3:1, 256-wide heads) through both paths."""
+    """The real shapes (GQA 4:1 and 3:1, 256-wide heads) through both paths. In CPython the prefill
+    goes through BLAS and the decode through einsum: float32 summation orders differ, and gemma's
+    float16 GELU table (as ggml) turns that into steps of up to ~5e-3 after 18 layers."""
     _, model = loaded
     ids = golden_cases("gemma3" if model.config.arch == "gemma3" else "smollm2")[0]["prompt_ids"]
     whole = model.forward(ids, model.new_cache(32))
     cache = model.new_cache(32)
     for t in ids:
         step = model.forward([t], cache)
-    np.testing.assert_allclose(step, whole, atol=2e-3)
+    np.testing.assert_allclose(step, whole, atol=1e-2)
