@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, fields
 from pyengine.errors import ModelError
 
 REQUIRED = object()  # marks a key without a default
+MAX_LAYERS = 512     # llama.cpp's LLAMA_MAX_LAYERS: a hostile block_count must not make us list 10^9 layers
 
 
 @dataclass(frozen=True)
@@ -169,6 +170,8 @@ def _derive(cfg: ModelConfig, metadata: dict) -> None:
     for name in ("n_embd", "n_layer", "n_ff", "n_head", "n_ctx_train"):
         if getattr(cfg, name) <= 0:
             raise ModelError(f"metadata: {name} = {getattr(cfg, name)} must be positive")
+    if cfg.n_layer > MAX_LAYERS:
+        raise ModelError(f"metadata key '{a}.block_count' = {cfg.n_layer}: at most {MAX_LAYERS} layers")
     if cfg.n_head_kv is None:
         cfg.n_head_kv = cfg.n_head
     if cfg.n_head_kv <= 0 or cfg.n_head % cfg.n_head_kv:

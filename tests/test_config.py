@@ -160,6 +160,7 @@ def test_unsupported_architecture_lists_the_supported():
     ("llama.block_count", True, "must be a number"),
     ("llama.block_count", 2.5, "must be an integer"),
     ("llama.block_count", 0, "must be positive"),
+    ("llama.block_count", 10**9, "at most 512 layers"),
     ("llama.attention.head_count_kv", 3, "must divide head_count"),
     ("llama.rope.freq_base", float("nan"), "must be finite"),
     ("llama.rope.dimension_count", 8, "equal to the head size"),
