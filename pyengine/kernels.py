@@ -4,7 +4,8 @@ Each kernel is the math of the ggml CPU op named in its docstring, written for
 numpy *without BLAS* (Pyodide): every product with a weight is an
 ``np.einsum`` over the weight as stored in the GGUF, ``W`` of shape
 ``(n_out, n_in)`` with rows contiguous. ``x @ W`` with ``W`` as ``(n_in, n_out)``
-runs 5-10x slower in Pyodide and appears nowhere (see ``shared/RUNTIME.md``).
+runs 5-10x slower in Pyodide and appears nowhere (see ``shared/RUNTIME.md``);
+only CPython's prefill hands ``X @ W.T`` to BLAS (see ``matmul``).
 
 Shapes: ``T`` tokens in the batch, ``S`` positions of the KV cache attended to,
 ``H`` query heads, ``Hkv`` key/value heads, ``G = H / Hkv`` query heads per
@@ -25,8 +26,9 @@ USE_BLAS = sys.platform != "emscripten"   # CPython's numpy wheels link OpenBLAS
 # matmul: where nearly all the time goes
 
 # ggml's CPU matmul first converts the activations to the weight type's "vec_dot_type"
-# (ggml-cpu.c type_traits_cpu): 8-bit blocks for the quantized types. Doing the same
-# rounding here keeps pyengine's logits within float rounding of llama.cpp's.
+# (ggml-cpu.c type_traits_cpu): 8-bit blocks for the quantized types. With
+# Model.from_gguf(..., ggml_rounding=True) pyengine rounds the same way, and the tiny
+# Q4_K_M fixture's logits then equal llama.cpp's to float rounding.
 VEC_DOT_TYPE = {
     "F32": None, "F16": "F16", "BF16": "BF16",
     "Q4_0": "Q8_0", "Q5_0": "Q8_0", "Q8_0": "Q8_0", "IQ4_NL": "Q8_0", "MXFP4": "Q8_0",
@@ -144,16 +146,10 @@ def matmul(w: np.ndarray, x: np.ndarray) -> np.ndarray:
     t = x.shape[0]
     if n * k * t <= EINSUM_MAX:
         return np.einsum("nk,tk->tn", w, x)
-    y = np.empty((t, n), np.float32)
-    rows = max(1, EINSUM_MAX // (k * t))                 # rows of W per einsum, all tokens at once
-    if rows >= 64 or t == 1:
-        for i in range(0, n, rows):
-            y[:, i:i + rows] = np.einsum("nk,tk->tn", w[i:i + rows], x)
-    else:                                                 # many tokens: split the tokens too
-        toks = max(1, EINSUM_MAX // (k * min(n, 4096)))
-        for j in range(0, t, toks):
-            y[j:j + toks] = matmul(w, x[j:j + toks])
-    return y
+    step = EINSUM_MAX // (n * k)                          # tokens per einsum
+    if step == 0:                                         # one token is already too much: rows per token
+        return np.stack([matmul(w, xi) for xi in x])
+    return np.concatenate([np.einsum("nk,tk->tn", w, x[j:j + step]) for j in range(0, t, step)])
 
 
 def quantize_rows_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
