@@ -165,13 +165,15 @@ def quantize_rows_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 # normalization and activations
 
 def rmsnorm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
-    """ggml ``rms_norm`` then ``mul``: ``x / sqrt(mean(x²) + eps) * weight`` over the last axis.
+    """ggml ``rms_norm`` then ``mul``: ``x * (1 / sqrt(mean(x²) + eps)) * weight`` over the last axis.
 
     x (..., n) float32, weight (n,) -> (..., n). Used on the residual stream
     (n = n_embd) and per head on q and k (n = head size).
     """
-    ms = np.einsum("...i,...i->...", x, x) / np.float32(x.shape[-1])   # (...,)
-    return x * (1.0 / np.sqrt(ms + np.float32(eps)))[..., None] * weight
+    ms = np.add.reduce(x * x, axis=-1, keepdims=True)                    # (..., 1)
+    ms /= np.float32(x.shape[-1])
+    ms += np.float32(eps)
+    return x * (np.float32(1.0) / np.sqrt(ms)) * weight
 
 
 def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
@@ -183,17 +185,28 @@ def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
 def geglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     """ggml ``geglu`` on the CPU: ``gelu_tanh(gate) * up``, gelu looked up in float16 as ggml does.
 
-    ggml-cpu (``GGML_GELU_FP16``) rounds ``gate`` to float16, reads
-    ``gelu(gate)`` from a float16 table, and passes ``gate`` through unchanged
-    at or beyond ±10 (0 below -10). Rounding the same way keeps greedy
-    choices identical to llama.cpp's when two logits are close.
+    ``gelu(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g³)))``. ggml-cpu
+    (``GGML_GELU_FP16``) rounds ``gate`` to float16, reads ``gelu(gate)`` from
+    a float16 table, and passes ``gate`` through unchanged at or beyond 10 (0
+    at or below -10). Rounding the same way keeps greedy choices identical to
+    llama.cpp's when two logits are close. (..., n_ff) each.
     """
-    g16 = gate.astype(np.float16).astype(np.float32)
-    with np.errstate(over="ignore"):
-        inner = np.float32(0.7978845608028654) * g16 * (1.0 + np.float32(0.044715) * g16 * g16)
-    gelu = (0.5 * g16 * (1.0 + np.tanh(inner))).astype(np.float16).astype(np.float32)
-    gelu = np.where(gate >= 10.0, gate, np.where(gate <= -10.0, np.float32(0.0), gelu))
-    return gelu * up
+    g = gate.astype(np.float16).astype(np.float32)
+    t = g * g                                                             # in place from here on
+    t *= np.float32(0.044715)
+    t += np.float32(1.0)
+    t *= g
+    t *= np.float32(0.7978845608028654)                                   # sqrt(2/pi)
+    np.tanh(t, out=t)
+    t += np.float32(1.0)
+    t *= g
+    t *= np.float32(0.5)
+    t = t.astype(np.float16).astype(np.float32)
+    big = np.abs(gate) >= 10.0
+    if big.any():
+        t[big] = np.where(gate[big] > 0, gate[big], np.float32(0.0))
+    t *= up
+    return t
 
 
 def softcap(x: np.ndarray, cap: float) -> np.ndarray:
@@ -270,8 +283,11 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: int, window: int
     Long prompts are cut into query chunks of at most ``SCORES_MAX`` scores.
     """
     hkv, g, t, _ = q.shape
-    out = np.empty((hkv, g, t, v.shape[2]), np.float32)
     step = max(1, SCORES_MAX // (hkv * g * (pos + t)))
+    if step >= t:                                                         # one chunk (decode, short prompts)
+        s0 = max(0, pos - window + 1) if window else 0
+        return _attend(q, k[:, s0:], v[:, s0:], pos, s0, window)
+    out = np.empty((hkv, g, t, v.shape[2]), np.float32)
     for t0 in range(0, t, step):
         t1 = min(t, t0 + step)
         p0, p1 = pos + t0, pos + t1                                       # queries' positions
