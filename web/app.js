@@ -38,14 +38,13 @@ const SETTINGS = [
 
 // ---------------------------------------------------------------- state
 // phase: starting -> no model -> loading -> ready <-> generating (-> stopping) ; "failed" if Python cannot start.
-const state = { phase: "starting", hasModel: false, reply: null, replyText: "", pieces: 0 };
+const state = { phase: "starting", hasModel: false, reply: null, replyText: "" }; // reply: the <li> growing
 
 function setPhase(phase) {
   state.phase = phase;
   el.status.textContent = phase;
   el.status.dataset.state = phase.replace(" ", "-");
   const busy = phase === "loading" || phase === "starting" || phase === "failed";
-  const generating = phase === "generating" || phase === "stopping";
   el.prompt.disabled = !state.hasModel || busy;
   el.send.disabled = !(state.hasModel && phase === "ready");
   el.stop.disabled = phase !== "generating";
@@ -53,7 +52,6 @@ function setPhase(phase) {
   el.dropzone.classList.toggle("disabled", el.fileInput.disabled);
   el.loadDemo.disabled = el.fileInput.disabled;
   el.newChat.disabled = busy && phase !== "starting";
-  document.body.classList.toggle("generating", generating);
 }
 
 // Back to idle: "ready" with a model, "no model" without.
@@ -112,7 +110,6 @@ const handlers = {
   },
   piece(msg) {
     state.replyText += msg.text;
-    state.pieces += 1;
     setMessageText(state.reply, state.replyText);
     scrollToEnd();
   },
@@ -234,7 +231,6 @@ function send() {
   state.reply = addMessage("assistant", "");
   state.reply.classList.add("streaming");
   state.replyText = "";
-  state.pieces = 0;
   setPhase("generating");
   worker.postMessage({ type: "chat", text, system: el.systemPrompt.value, settings: readSettings() });
 }
@@ -254,7 +250,7 @@ function finishReply(note) {
     li.dataset.note = note;
     const tag = document.createElement("span");
     tag.className = "note";
-    tag.textContent = note === "stopped" ? "stopped" : "no reply";
+    tag.textContent = note === "stopped" ? "stopped" : "failed: see the error above";
     li.append(tag);
   }
   state.reply = null;

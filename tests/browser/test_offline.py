@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from browser.conftest import NetworkGuard, check_static, start_server, stop_server
+from browser.conftest import NetworkGuard, start_server, stop_server
 from browser.pages import BOOT_MS, wait_status
 
 pytestmark = pytest.mark.browser
 
 
-def test_reload_with_the_server_stopped(browser):
-    check_static()
+def test_reload_with_the_server_stopped(browser, built):
     proc, url = start_server()
     context = browser.new_context()
     guard = NetworkGuard(context)
