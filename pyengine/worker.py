@@ -7,8 +7,8 @@ worker's ``postMessage``, then hands every command from the page to
 =============  ==================================================  ==============================
 command        fields                                              replies
 =============  ==================================================  ==============================
-``load``       ``files``: the ``File`` objects (all parts of a     ``progress``..., ``model``
-               split model, any order)
+``load``       ``files``: the ``File`` objects (all parts of a     (``unloaded``), ``progress``...,
+               split model, any order)                             ``model``
 ``chat``       ``text``, ``system`` (str, may be empty),           ``piece``..., ``done``
                ``settings`` (:data:`SETTINGS` names -> numbers)
 ``new-chat``   --                                                  ``cleared``
@@ -16,8 +16,8 @@ command        fields                                              replies
 
 Any failure is an ``error`` message (``{"type": "error", "during", "message"}``):
 the :class:`~pyengine.errors.PyEngineError` text for bad input, ``internal error:
-...`` for a bug in pyengine; the worker stays alive and keeps the model and the
-conversation it had.
+...`` for a bug in pyengine; the worker stays alive, and keeps the model and the
+conversation it had unless a load got as far as ``unloaded``.
 
 Stop: when the page is cross-origin isolated it writes SIGINT into Pyodide's
 interrupt buffer, and Python raises ``KeyboardInterrupt`` wherever it is (within
@@ -39,6 +39,7 @@ whatever its size) and needs no mount, unmount or file-name bookkeeping.
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 import time
 import traceback
@@ -147,20 +148,26 @@ class WorkerSession:
         """Open the files (a browser File each, or byte sources), build the model and a new chat;
         post ``progress`` while the tensors are read, then ``model`` (card, inspector, seconds).
 
-        The model loaded before stays until the new one is ready, so a broken file
-        leaves the app (model and conversation) as it was.
+        A file whose header or hyperparameters are bad fails before anything changes: the model
+        loaded before and its conversation stay. Once the new file checks out, the old model is
+        let go (``unloaded``) before the new weights are read, so two models never share the
+        4 GiB of wasm memory.
         """
+        from pyengine import generate
+        from pyengine.config import ModelConfig
         from pyengine.gguf import open_gguf
         from pyengine.inspect import describe
 
         t0 = time.perf_counter()
         sources = [f if hasattr(f, "read") else BrowserFileSource(f) for f in files]
         gguf = open_gguf(sources)
-        from pyengine import generate
         d = describe(gguf)
-        chat = generate.ChatSession(generate.load(gguf, progress=self._progress(sources)))
+        ModelConfig.from_metadata(gguf.metadata, gguf.tensors)  # an unsupported architecture fails here
         if self.chat is not None:
-            self.chat.reset()  # let the old model's cache go before the new one is used
+            self.chat = None
+            gc.collect()  # a chat and its last reply refer to each other
+            self.post({"type": "unloaded"})
+        chat = generate.ChatSession(generate.load(gguf, progress=self._progress(sources)))
         self.chat = chat
         self.post({"type": "model", "card": model_card(d, chat.template_name), "inspect": inspector(d),
                    "seconds": time.perf_counter() - t0})

@@ -108,6 +108,12 @@ const handlers = {
     setPhase("ready");
     el.prompt.focus();
   },
+  unloaded() { // the model loaded before is gone; the new one is on its way
+    state.hasModel = false;
+    el.modelInfo.hidden = true;
+    el.inspector.querySelector(".empty").hidden = false;
+    el.inspector.querySelector(".inspect-body").hidden = true;
+  },
   piece(msg) {
     state.replyText += msg.text;
     setMessageText(state.reply, state.replyText);

@@ -193,3 +193,33 @@ def test_an_interrupt_keeps_what_was_shown(posted):
     from browser.reference import cpython_reply
     again, _ = chat(posted, "again", max_tokens=4)  # the session goes on from the stopped reply
     assert again == cpython_reply(TINY["llama"], ["hello", text, "again"], max_tokens=4)
+
+
+def retyped(path, **changes) -> BytesSource:
+    """The GGUF at ``path`` with some metadata values changed, in memory."""
+    from gguf_write import gguf_bytes
+    with open_gguf(path) as g:
+        kvs = [(k, g.value_types[k], changes.get(k, v)) for k, v in g.metadata.items()]
+        tensors = [(n, t.shape, t.type.id, g.tensor_bytes(n).tobytes()) for n, t in g.tensors.items()]
+        return BytesSource(gguf_bytes(kvs, tensors, alignment=g.alignment), f"changed-{path.name}")
+
+
+def test_a_model_that_cannot_load_keeps_the_one_before(posted):
+    load_tiny(posted)
+    chat(posted, "hello", max_tokens=2)
+    before = list(worker._session.chat.messages)
+    start = len(posted)
+    run({"type": "load", "files": [retyped(TINY["llama"], **{"general.architecture": "phi9"})]})
+    assert [m["type"] for m in posted[start:]] == ["error"]  # no "unloaded": nothing changed
+    assert "phi9" in posted[-1]["message"]
+    assert worker._session.chat.messages == before
+
+
+def test_a_new_model_replaces_the_old_one(posted):
+    load_tiny(posted)
+    start = len(posted)
+    run({"type": "load", "files": [browser_source(TINY["qwen2"])]})
+    kinds = [m["type"] for m in posted[start:]]
+    assert kinds[0] == "unloaded" and kinds[-1] == "model" and set(kinds[1:-1]) == {"progress"}
+    assert posted[-1]["card"]["architecture"] == "qwen2"
+    assert worker._session.chat.messages == []
