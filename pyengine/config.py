@@ -117,7 +117,7 @@ class ModelConfig:
         or listing the supported architectures.
         """
         arch = metadata.get("general.architecture")
-        if arch not in ARCHITECTURES:
+        if not isinstance(arch, str) or arch not in ARCHITECTURES:
             raise ModelError(f"unsupported architecture {arch!r} (general.architecture); "
                              f"supported: {', '.join(ARCHITECTURES)}")
         values = {"arch": arch}

@@ -310,6 +310,14 @@ def model_tensors(c: ModelConfig) -> list[tuple[str, tuple, bool]]:
     return names
 
 
+def _squeeze(shape) -> tuple:
+    """A ggml ne shape without trailing 1s (ggml pads every shape to 4 dims with 1s)."""
+    shape = tuple(shape)
+    while len(shape) > 1 and shape[-1] == 1:
+        shape = shape[:-1]
+    return shape
+
+
 class _Loader:
     """Reads and checks every tensor once, reports progress, and lays the weights out for the hot loop."""
 
@@ -321,7 +329,7 @@ class _Loader:
             info = gguf_file.tensors.get(name)
             if info is None and required:
                 raise ModelError(f"missing tensor {name!r} (the {config.arch} architecture needs it)")
-            if info is not None and tuple(info.shape) != ne:
+            if info is not None and _squeeze(info.shape) != ne:
                 raise ModelError(f"tensor {name!r} has shape {tuple(info.shape)}, expected {ne} "
                                  f"from the metadata")
         self.names = [n for n, _, _ in wanted if n in gguf_file.tensors]

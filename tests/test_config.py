@@ -152,6 +152,8 @@ def test_unsupported_architecture_lists_the_supported():
         ModelConfig.from_metadata({**md, "general.architecture": "mamba"})
     with pytest.raises(ModelError, match="None"):
         ModelConfig.from_metadata({})
+    with pytest.raises(ModelError, match=r"\['llama'\]"):
+        ModelConfig.from_metadata({**md, "general.architecture": ["llama"]})
     assert list(ARCHITECTURES) == ["llama", "qwen2", "qwen3", "gemma3"]
 
 

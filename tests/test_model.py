@@ -217,6 +217,18 @@ def test_metadata_that_contradicts_a_tensor_names_it(name, key, tensor, files):
         Model.from_gguf(Edited(files[name], drop=[key]))
 
 
+def test_trailing_unit_dims_are_accepted_and_wrong_shapes_named(files):
+    g = files["llama"]
+    fake = Edited(g)
+    info = g.tensors["blk.0.attn_norm.weight"]
+    fake.tensors["blk.0.attn_norm.weight"] = info._replace(shape=info.shape + (1, 1))    # (64, 1, 1)
+    a, b = Model.from_gguf(fake), Model.from_gguf(g)
+    np.testing.assert_array_equal(a.forward([1, 2], a.new_cache(4)), b.forward([1, 2], b.new_cache(4)))
+    fake.tensors["blk.0.attn_norm.weight"] = info._replace(shape=(32, 2))
+    with pytest.raises(ModelError, match=r"'blk.0.attn_norm.weight' has shape \(32, 2\), expected \(64,\)"):
+        Model.from_gguf(fake)
+
+
 def _probe_changes(fixtures_reference):
     """(arch, 'key'|'tensor', name, top5) for each omission llama.cpp loads with different logits."""
     for arch, probes in fixtures_reference["required_keys_probe"].items():
