@@ -17,10 +17,10 @@ def _engine(path: Path) -> generate.Engine:
     return generate.load(path)
 
 
-def cpython_reply(path: Path, turns: list[str], max_tokens: int) -> str:
+def cpython_reply(path: Path, turns: list[str], max_tokens: int, system: str | None = None) -> str:
     """The greedy reply to the last of ``turns`` (user, assistant, user, ... ; earlier assistant
     turns as the page showed them), with the page's defaults for everything but temperature."""
-    chat = generate.ChatSession(_engine(Path(path)))
+    chat = generate.ChatSession(_engine(Path(path)), system=system)
     chat.messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns[:-1])]
     turn = chat.send(turns[-1], GREEDY, max_tokens)
     for _ in turn:

@@ -18,6 +18,8 @@ pytestmark = pytest.mark.browser
 
 QUESTION = "What is the capital of France?"
 LONG_QUESTION = "Write a long story about a dragon who learns to cook."
+SYSTEM = "You are Captain Hook, a pirate."
+WHO = "Who are you?"
 FOLLOW_UP = "Name three colors.\nJust the names, please."
 
 
@@ -74,6 +76,19 @@ def test_greedy_reply_streams_and_equals_cpython(smollm, smollm2_path):
     assert "tok/s" in stats and " generated" in stats
     assert messages(smollm) == [("user", QUESTION), ("assistant", reply)]
     assert error_text(smollm) is None
+
+
+def test_system_prompt(smollm, smollm2_path):
+    smollm.get_by_test_id("new-chat").click()
+    set_settings(smollm, temperature=0, max_tokens=12)
+    smollm.get_by_test_id("system-prompt").fill(SYSTEM)
+    try:
+        send(smollm, WHO)
+        reply = wait_reply(smollm)
+    finally:
+        smollm.get_by_test_id("system-prompt").fill("")
+    assert reply == cpython_reply(smollm2_path, [WHO], max_tokens=12, system=SYSTEM)
+    assert reply != cpython_reply(smollm2_path, [WHO], max_tokens=12)  # the system prompt mattered
 
 
 def stop_mid_reply_then_ask_again(page, model_path) -> None:
