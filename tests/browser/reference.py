@@ -17,12 +17,13 @@ def _engine(path: Path) -> generate.Engine:
     return generate.load(path)
 
 
-def cpython_reply(path: Path, turns: list[str], max_tokens: int, system: str | None = None) -> str:
-    """The greedy reply to the last of ``turns`` (user, assistant, user, ... ; earlier assistant
-    turns as the page showed them), with the page's defaults for everything but temperature."""
+def cpython_reply(path: Path, turns: list[str], max_tokens: int, system: str | None = None,
+                  params: SamplerParams = GREEDY) -> str:
+    """The reply to the last of ``turns`` (user, assistant, user, ... ; earlier assistant turns as
+    the page showed them), greedy unless ``params`` say otherwise."""
     chat = generate.ChatSession(_engine(Path(path)), system=system)
     chat.messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns[:-1])]
-    turn = chat.send(turns[-1], GREEDY, max_tokens)
+    turn = chat.send(turns[-1], params, max_tokens)
     for _ in turn:
         pass
     return turn.text

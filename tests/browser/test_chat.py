@@ -13,6 +13,7 @@ from browser.pages import (BOOT_MS, WATCH_REPLY, error_text, messages, pick_file
                            wait_reply, wait_status)
 from browser.reference import cpython_reply
 from pyengine.gguf import open_gguf
+from pyengine.sampling import SamplerParams
 
 pytestmark = pytest.mark.browser
 
@@ -89,6 +90,21 @@ def test_system_prompt(smollm, smollm2_path):
         smollm.get_by_test_id("system-prompt").fill("")
     assert reply == cpython_reply(smollm2_path, [WHO], max_tokens=12, system=SYSTEM)
     assert reply != cpython_reply(smollm2_path, [WHO], max_tokens=12)  # the system prompt mattered
+
+
+def test_sampling_settings_and_seed(smollm, smollm2_path):
+    """Every sampling input reaches the sampler: a seeded reply equals CPython's with the same settings."""
+    settings = dict(temperature=0.9, top_k=20, top_p=0.9, min_p=0.02, repeat_penalty=1.1, seed=7)
+    set_settings(smollm, max_tokens=16, **settings)
+    replies = []
+    for _ in range(2):
+        smollm.get_by_test_id("new-chat").click()
+        send(smollm, WHO)
+        replies.append(wait_reply(smollm))
+    set_settings(smollm, seed=None)
+    assert replies[0] == replies[1]  # the same seed, the same reply
+    assert replies[0] == cpython_reply(smollm2_path, [WHO], max_tokens=16, params=SamplerParams(**settings))
+    assert replies[0] != cpython_reply(smollm2_path, [WHO], max_tokens=16)  # not the greedy one
 
 
 def stop_mid_reply_then_ask_again(page, model_path) -> None:
