@@ -287,8 +287,9 @@ async def handle(msg: Any) -> None:
             raise PyEngineError(f"unknown command {kind!r}")
     except Exception as e:  # noqa: BLE001 (each one becomes a message; the worker lives on)
         _session.post({"type": "error", "during": kind, "message": error_text(e)})
-    except KeyboardInterrupt:  # a Stop that arrived between two commands: nothing to stop
-        pass
+    except KeyboardInterrupt:  # a Stop that landed outside the reply's loop (say, while "done" was posted)
+        if kind == "chat":
+            _session.post({"type": "done", "stopped": True, "stats": None})  # the page waits for one
 
 
 def error_text(e: BaseException) -> str:

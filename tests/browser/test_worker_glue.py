@@ -173,24 +173,29 @@ def test_a_cooperative_stop_keeps_what_was_shown(posted):
     assert len(pieces) == 2
 
 
-def test_an_interrupt_keeps_what_was_shown(posted):
-    """KeyboardInterrupt (the interrupt buffer) may land anywhere: here, while a piece is posted."""
-    load_tiny(posted)
-    worker._session.interruptible = True
-    shown, interrupted = [], []
-
+def interrupt_once(posted: list[dict], when):
+    """A post() that raises KeyboardInterrupt, as Pyodide's interrupt buffer would, at the first
+    message ``when(message)`` picks; every other message lands in ``posted``. ``post.fired`` tells."""
     def post(m):
-        if m["type"] == "piece" and len(shown) == 3 and not interrupted:
-            interrupted.append(True)
+        if not post.fired and when(m):
+            post.fired = True
             raise KeyboardInterrupt
         posted.append(m)
-        if m["type"] == "piece":
-            shown.append(m["text"])
-    worker._session.post = post
-    text, done = chat(posted, "hello", max_tokens=50)
-    assert done["stopped"] is True and text == "".join(shown)
-    assert worker._session.chat.messages[-1] == {"role": "assistant", "content": text}
+    post.fired = False
+    return post
+
+
+def test_an_interrupt_keeps_what_was_shown(posted):
+    """KeyboardInterrupt (the interrupt buffer) may land anywhere: here, while the 4th piece is posted."""
     from browser.reference import cpython_reply
+    load_tiny(posted)
+    worker._session.interruptible = True
+    start = len(posted)
+    worker._session.post = interrupt_once(
+        posted, lambda m: m["type"] == "piece" and sum(p["type"] == "piece" for p in posted[start:]) == 3)
+    text, done = chat(posted, "hello", max_tokens=50)
+    assert worker._session.post.fired and done["stopped"] is True
+    assert text and worker._session.chat.messages[-1] == {"role": "assistant", "content": text}
     again, _ = chat(posted, "again", max_tokens=4)  # the session goes on from the stopped reply
     assert again == cpython_reply(TINY["llama"], ["hello", text, "again"], max_tokens=4)
 
@@ -223,3 +228,12 @@ def test_a_new_model_replaces_the_old_one(posted):
     assert kinds[0] == "unloaded" and kinds[-1] == "model" and set(kinds[1:-1]) == {"progress"}
     assert posted[-1]["card"]["architecture"] == "qwen2"
     assert worker._session.chat.messages == []
+
+
+def test_an_interrupt_while_done_is_posted_still_ends_the_reply(posted):
+    load_tiny(posted)
+    worker._session.interruptible = True
+    worker._session.post = interrupt_once(posted, lambda m: m["type"] == "done")
+    text, done = chat(posted, "hello", max_tokens=3)
+    assert worker._session.post.fired and done == {"type": "done", "stopped": True, "stats": None}
+    assert text
