@@ -75,21 +75,22 @@ def round_activations(x: np.ndarray, vec_dot_type: str | None) -> np.ndarray:
 
 
 class Linear:
-    """``y = W x (+ b)`` for a weight ``W (n_out, n_in)``: float32, or int8 rows with a float32 scale each.
+    """``y = W x (+ b)`` for a weight ``W (n_out, n_in)``: float32, or int8 with a float32 scale per block.
 
     ``act`` is the ggml vec_dot_type the activations are rounded to first
     (see ``round_activations``); when rows of different types were stacked,
     ``groups`` lists ``(first_row, end_row, act)`` and each group gets its own.
-    The int8 form (``W ≈ scale[:, None] * q``, ``q`` in -127..127) is the
-    low-memory policy of :mod:`pyengine.model`: a quarter of the memory,
-    converted per use inside the einsum.
+    The int8 form (``W ≈ q * scale`` per block of ``INT8_BLOCK`` weights of
+    a row, ``q`` in -127..127) is the low-memory policy of
+    :mod:`pyengine.model`: about a quarter of the memory, converted per use
+    inside the einsum (see ``matmul_int8``).
     """
     __slots__ = ("w", "scale", "b", "act", "groups")
 
     def __init__(self, w: np.ndarray, b: np.ndarray | None = None, scale: np.ndarray | None = None,
                  act: str | None = None, groups: list | None = None):
         self.w = w            # (n_out, n_in) float32 or int8
-        self.scale = scale    # (n_out,) float32, for int8 rows
+        self.scale = scale    # (n_out, n_in / block) float32, for int8 weights
         self.b = b            # (n_out,) float32 or None
         self.act = act        # vec_dot_type of all rows, or None
         self.groups = groups  # [(r0, r1, vec_dot_type)] when rows differ, else None
@@ -105,21 +106,25 @@ class Linear:
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """(n_in,) -> (n_out,), or (T, n_in) -> (T, n_out)."""
         if self.groups is None:
-            y = matmul(self.w, round_activations(x, self.act))
+            y = self._product(0, len(self.w), round_activations(x, self.act))
         else:
-            y = np.concatenate([matmul(self.w[r0:r1], round_activations(x, act))
+            y = np.concatenate([self._product(r0, r1, round_activations(x, act))
                                 for r0, r1, act in self.groups], axis=-1)
-        if self.scale is not None:
-            y *= self.scale
         if self.b is not None:
             y += self.b
         return y
 
+    def _product(self, r0: int, r1: int, x: np.ndarray) -> np.ndarray:
+        if self.scale is None:
+            return matmul(self.w[r0:r1], x)
+        return matmul_int8(self.w[r0:r1], self.scale[r0:r1], x)
+
     def rows(self, ids) -> np.ndarray:
         """Rows ``ids`` of W as float32 (the embedding lookup, ggml ``get_rows``): (len(ids), n_in)."""
-        r = self.w[ids].astype(np.float32)
+        r = self.w[ids].astype(np.float32)                                # (R, n_in)
         if self.scale is not None:
-            r *= self.scale[ids, None]
+            nb = self.scale.shape[1]
+            r = (r.reshape(len(r), nb, -1) * self.scale[ids, :, None]).reshape(len(r), -1)
         return r
 
 
@@ -152,12 +157,41 @@ def matmul(w: np.ndarray, x: np.ndarray) -> np.ndarray:
     return np.concatenate([np.einsum("nk,tk->tn", w, x[j:j + step]) for j in range(0, t, step)])
 
 
-def quantize_rows_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """float32 ``W (N, K)`` -> (``q (N, K)`` int8, ``scale (N,)`` float32) with ``W ≈ scale[:, None] * q``."""
-    amax = np.abs(w).max(axis=1)                                      # (N,)
-    scale = (amax / 127.0).astype(np.float32)
-    inv = np.divide(1.0, scale, out=np.zeros_like(scale), where=scale > 0)
-    q = np.rint(w * inv[:, None]).astype(np.int8)                     # (N, K)
+def matmul_int8(q: np.ndarray, scale: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``W x`` for ``W = q * scale`` in blocks: q (N, K) int8, scale (N, B) float32, x (K,) or (T, K).
+
+    Each row's K weights form B blocks of K/B, each with its own scale: an
+    einsum gives the B partial dot products per row, in float32 (numpy casts
+    the int8 codes chunk by chunk), and a second weighs them by the scales.
+    In Pyodide this runs as fast as int8 with one scale per row (1.4-1.6 ms
+    for 2048 x 640, float32 0.5 ms) and is far more accurate.
+    """
+    n, k = q.shape
+    nb = scale.shape[1]
+    qb = q.reshape(n, nb, k // nb)                                        # (N, B, K/B)
+    if x.ndim == 1:
+        part = np.einsum("nbk,bk->nb", qb, x.reshape(nb, -1))             # (N, B)
+        return np.einsum("nb,nb->n", part, scale)
+    step = max(1, EINSUM_MAX // (n * k))                                  # tokens per einsum
+    out = []
+    for j in range(0, x.shape[0], step):
+        part = np.einsum("nbk,tbk->tnb", qb, x[j:j + step].reshape(-1, nb, k // nb))  # (T, N, B)
+        out.append(np.einsum("tnb,nb->tn", part, scale))
+    return out[0] if len(out) == 1 else np.concatenate(out)
+
+
+def quantize_int8(w: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """float32 ``W (N, K)`` -> (``q (N, K)`` int8, ``scale (N, K/block)`` float32), ``W ≈ q * scale`` per block.
+
+    ``scale = absmax / 127`` of each block of ``block`` weights of a row
+    (one block per row when ``block`` does not divide K).
+    """
+    n, k = w.shape
+    block = block if k % block == 0 else k
+    wb = w.reshape(n, k // block, block)                                  # (N, B, block)
+    scale = (np.abs(wb).max(axis=-1) / np.float32(127.0)).astype(np.float32)   # (N, B)
+    inv = np.divide(np.float32(1.0), scale, out=np.zeros_like(scale), where=scale > 0)
+    q = np.rint(wb * inv[:, :, None]).astype(np.int8).reshape(n, k)
     return q, scale
 
 

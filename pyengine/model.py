@@ -26,19 +26,19 @@ gemma3 GGUF conversion already added 1).
 
 Policy: when a model's float32 weights would pass ``WEIGHTS_BUDGET`` (2.5 GiB,
 leaving room for the KV cache and activations under the 4 GiB wasm32 heap), its
-matrices are kept as int8 rows with one float32 scale per row instead
-(``weights="int8"`` forces it): a quarter of the memory, dequantized a few
-thousand rows at a time while loading, converted per use inside the einsum
-(about 1.5x slower per matmul in Pyodide). On the real models int8 rows move
-the last-position logits by RMS 0.16-0.52 from float32 (std 3-5), about as far
-as llama.cpp moves when its KV cache goes from F16 to F32. Measured in CPython
-(``bench/bench_model.py``):
+matrices are kept as int8 with a float32 scale per block of 64 weights of a
+row (128 in the vocabulary matrices) instead (``weights="int8"`` forces it):
+27% of the memory, dequantized a few thousand rows at a time while loading,
+converted per use inside the einsum (2-3x slower than float32 in Pyodide). On
+the real models this moves the last-position logits by RMS 0.07-0.25 from
+float32 (std 3-5), less than llama.cpp moves when its KV cache goes from F16
+to F32 (0.14-0.45). Measured in CPython (``bench/bench_model.py``):
 
 =============================  =========  ======================  ======================
-model                          file       float32: weights / RSS  int8 rows: weights / RSS
+model                          file       float32: weights / RSS  int8: weights / RSS
 =============================  =========  ======================  ======================
-gemma-3-270m Q4_K_M            253 MB     1072 MB / 1112 MB       270 MB / 428 MB
-SmolLM2-135M-Instruct Q4_1     98 MB      538 MB / 575 MB         135 MB / 190 MB
+gemma-3-270m Q4_K_M            253 MB     1072 MB / 1112 MB       280 MB / 432 MB
+SmolLM2-135M-Instruct Q4_1     98 MB      538 MB / 575 MB         141 MB / 208 MB
 =============================  =========  ======================  ======================
 
 The KV cache adds ``2 · n_layer · n_ctx · n_head_kv · head_dim · 4`` bytes
@@ -56,12 +56,14 @@ import numpy as np
 from pyengine import quants
 from pyengine.config import ModelConfig
 from pyengine.errors import ModelError, PyEngineError
-from pyengine.kernels import (VEC_DOT_TYPE, Linear, Rope, attention, geglu, quantize_rows_int8, rmsnorm,
+from pyengine.kernels import (VEC_DOT_TYPE, Linear, Rope, attention, geglu, quantize_int8, rmsnorm,
                               softcap, swiglu)
 
-WEIGHTS_BUDGET = int(2.5 * 2**30)   # bytes of float32 weights above which matrices are kept as int8 rows
+WEIGHTS_BUDGET = int(2.5 * 2**30)   # bytes of float32 weights above which matrices are kept as int8
 UBATCH = 512                         # tokens per forward step of a long prompt (llama.cpp's n_ubatch)
 INT8_ROWS = 4096                     # rows dequantized at once when loading int8 weights
+INT8_BLOCK = 64                      # weights of a row sharing one scale in the int8 form
+VOCAB_INT8_BLOCK = 128               # the same for token_embd / output (262144 x 640 for gemma3)
 LOGITS_MODES = ("last", "all", "none")
 
 
@@ -356,7 +358,7 @@ class _Loader:
         self._tick(name)
         return a
 
-    def matrix(self, names: list[str], bias_names: list[str] | None = None) -> Linear:
+    def matrix(self, names: list[str], bias_names: list[str] | None = None, block: int = INT8_BLOCK) -> Linear:
         """The weights ``names`` stacked by rows into one Linear (n_out, n_in), with their biases if any.
 
         Each part is dequantized straight into its rows of the stacked array,
@@ -365,7 +367,8 @@ class _Loader:
         infos = [self.gf.tensors[n] for n in names]
         n_in, n_out = infos[0].shape[0], sum(i.shape[1] for i in infos)
         w = np.empty((n_out, n_in), np.int8 if self.int8 else np.float32)      # (n_out, n_in)
-        scale = np.empty(n_out, np.float32) if self.int8 else None             # (n_out,)
+        blocks = n_in // block if n_in % block == 0 else 1
+        scale = np.empty((n_out, blocks), np.float32) if self.int8 else None   # (n_out, blocks)
         groups, r0 = [], 0
         for name, info in zip(names, infos):
             r1 = r0 + info.shape[1]
@@ -383,7 +386,7 @@ class _Loader:
         return Linear(w, b, scale, act, groups)
 
     def _read_rows(self, name: str, w: np.ndarray, scale: np.ndarray | None) -> None:
-        """Dequantize tensor ``name`` into ``w`` (n_rows, n_in): float32, or int8 rows and their ``scale``.
+        """Dequantize tensor ``name`` into ``w`` (n_rows, n_in): float32, or int8 and its block ``scale``.
 
         int8: ``INT8_ROWS`` rows are dequantized per step, which bounds the
         float32 held at once whatever the tensor's size (a 128256 x 2048
@@ -399,7 +402,7 @@ class _Loader:
         for a in range(0, n_rows, INT8_ROWS):
             b = min(n_rows, a + INT8_ROWS)
             rows = quants.dequantize(raw[a * row_bytes:b * row_bytes], info.type, (b - a) * n_in, name=name)
-            w[a:b], scale[a:b] = quantize_rows_int8(rows.reshape(b - a, n_in))
+            w[a:b], scale[a:b] = quantize_int8(rows.reshape(b - a, n_in), n_in // scale.shape[1])
 
     def layer(self, il: int) -> Layer:
         c, p = self.config, f"blk.{il}."
@@ -422,9 +425,12 @@ class _Loader:
     def load(self) -> Model:
         if self.progress is not None:
             self.progress(0, len(self.names), 0, self.total_bytes)
-        token_embd = self.matrix(["token_embd.weight"])
+        # int8: blocks of 128 in the vocabulary matrices (gemma3's 262144-row output runs 1.3x
+        # faster than with blocks of 64, for a little more error), 64 elsewhere
+        token_embd = self.matrix(["token_embd.weight"], block=VOCAB_INT8_BLOCK)
         output_norm = self.vector("output_norm.weight")
-        output = self.matrix(["output.weight"]) if "output.weight" in self.gf.tensors else token_embd
+        output = (self.matrix(["output.weight"], block=VOCAB_INT8_BLOCK) if "output.weight" in self.gf.tensors
+                  else token_embd)
         rope_freqs = self.vector("rope_freqs.weight")
         layers = [self.layer(il) for il in range(self.config.n_layer)]
         return Model(self.config, token_embd, layers, output_norm, output, rope_freqs)

@@ -119,3 +119,20 @@ def test_q8_k_activation_rounding():
     assert np.all(round_activations(np.zeros(256, np.float32), "Q8_K") == 0)
     assert round_activations(x, None) is x
     np.testing.assert_array_equal(round_activations(x, "F16"), x.astype(np.float16).astype(np.float32))
+
+
+@pytest.mark.parametrize("block, k", [(64, 640), (64, 100), (32, 96)])
+def test_int8_blocks_and_their_matmul(block, k, monkeypatch):
+    from pyengine import kernels
+    from pyengine.kernels import matmul_int8, quantize_int8
+    w = RNG.standard_normal((50, k)).astype(np.float32) * np.linspace(0.1, 3, k, dtype=np.float32)
+    q, scale = quantize_int8(w, block)
+    nb = k // block if k % block == 0 else 1                     # 100 % 64: one block per row
+    assert q.dtype == np.int8 and scale.shape == (50, nb) and np.abs(q).max() == 127
+    back = (q.reshape(50, nb, -1) * scale[:, :, None]).reshape(50, k)
+    assert np.all(np.abs(back - w) <= scale.repeat(k // nb, axis=1) * 0.5 + 1e-7)   # half a step at most
+    x1 = RNG.standard_normal(k).astype(np.float32)
+    xt = RNG.standard_normal((9, k)).astype(np.float32)
+    np.testing.assert_allclose(matmul_int8(q, scale, x1), back @ x1, rtol=1e-4, atol=1e-4)
+    monkeypatch.setattr(kernels, "EINSUM_MAX", 50 * k * 4)      # 4 tokens per einsum
+    np.testing.assert_allclose(matmul_int8(q, scale, xt), xt @ back.T, rtol=1e-4, atol=1e-4)
