@@ -12,13 +12,13 @@ let glue = null;           // the pyengine.worker module, once Python is up
 async function boot() {
   const t0 = performance.now();
   post({ type: "boot", stage: "starting Python" });
+  const manifest = fetch("./wheels/manifest.json").then((r) => r.json());
   const pyodide = await loadPyodide({ indexURL: new URL("./pyodide/", import.meta.url).href });
-  post({ type: "boot", stage: "loading numpy" });
-  await pyodide.loadPackage("numpy", { messageCallback: () => {} });
-  post({ type: "boot", stage: "installing pyengine" });
-  const manifest = await (await fetch("./wheels/manifest.json")).json();
-  const wheels = manifest.wheels.map((w) => new URL(`./wheels/${w.file || w}`, import.meta.url).href);
-  await pyodide.loadPackage(wheels, { messageCallback: () => {} });
+  post({ type: "boot", stage: "loading numpy and pyengine" });
+  // One call: Pyodide fetches and unpacks numpy (from its lock file) and our wheels side by side.
+  const { pyodide_packages: packages, wheels } = await manifest;
+  const urls = wheels.map((w) => new URL(`./wheels/${w.file}`, import.meta.url).href);
+  await pyodide.loadPackage([...packages, ...urls], { messageCallback: () => {} });
   if (interrupt) pyodide.setInterruptBuffer(interrupt);
   glue = pyodide.pyimport("pyengine.worker");
   glue.setup(post, () => stopRequested, interrupt !== null);
