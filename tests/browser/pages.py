@@ -20,6 +20,15 @@ WATCH_REPLY = """() => {
   }).observe(list, {subtree: true, childList: true, characterData: true});
 }"""
 
+# Records every text and width the progress bar shows while a model loads.
+WATCH_PROGRESS = """() => {
+  window.progressUpdates = [];
+  const box = document.querySelector('[data-testid=progress]');
+  new MutationObserver(() => window.progressUpdates.push(
+    [box.querySelector('.progress-text').textContent, box.querySelector('.progress-fill').style.width]
+  )).observe(box, {subtree: true, childList: true, characterData: true, attributes: true});
+}"""
+
 DROP = """files => {
   const dt = new DataTransfer();
   for (const f of files) {

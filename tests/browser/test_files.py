@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from browser.pages import (drop_files, error_text, messages, pick_files, send, set_settings, wait_loaded,
+from browser.pages import (WATCH_PROGRESS, drop_files, error_text, messages, pick_files, send, set_settings, wait_loaded,
                            wait_reply, wait_status)
 from browser.reference import cpython_reply
 from conftest import TINY
@@ -90,8 +90,13 @@ def test_demo_model_button(app):
 
 
 def test_gemma3_card(app, gemma3_path):
+    app.evaluate(WATCH_PROGRESS)
     pick_files(app, [gemma3_path])
     wait_loaded(app)
+    shown = [text for text, _ in app.evaluate("window.progressUpdates")]
+    assert any(t.endswith("of 241.4 MiB · 0 / 236 tensors") for t in shown), shown
+    assert any(t.endswith("241.4 MiB of 241.4 MiB · 236 / 236 tensors") for t in shown), shown
+    assert app.get_by_test_id("progress").is_hidden()
     assert app.get_by_test_id("status").text_content() == "ready", error_text(app)
     assert card_field(app, "architecture") == "gemma3"
     assert "Q8_0" in card_field(app, "quant-types")
