@@ -51,6 +51,7 @@ from pyengine.source import ByteSource
 PROGRESS_EVERY = 0.1  # seconds between two progress messages while loading
 
 MAX_TOKENS = 256      # a reply's default length limit, in tokens
+SHOWN_CHARS = 20_000  # a metadata string longer than this is cut in the inspector (a chat template fits)
 
 # The page's settings: name -> type. Sampling ones are pyengine.sampling.SamplerParams fields (its
 # defaults apply to a field left empty); max_tokens limits the reply.
@@ -111,20 +112,27 @@ def model_card(d: dict, chat_template: str) -> dict:
 
 
 def inspector(d: dict) -> dict:
-    """The inspector's data from :func:`pyengine.inspect.describe`'s dict: ``header`` (version, counts,
-    alignment, data offset), ``parts`` (each file's name, size and five sections with byte ranges),
-    ``metadata`` (key, type, value as text: strings whole, long arrays cut), ``types`` (per ggml type:
-    count, params, bytes), ``tensors`` (name, shape, type, offset, n_bytes)."""
-    from pyengine.inspect import _show as show_value  # the CLI's text for a value
+    """The inspector's data from :func:`pyengine.inspect.describe`'s dict: ``header`` (version,
+    counts, alignment, data offset), ``parts`` (each file's name, size and five sections with byte
+    ranges), ``metadata`` (key, type, value as text), ``types`` (per ggml type: count, params,
+    bytes), ``tensors`` (name, shape, type, offset, n_bytes)."""
     types = d["value_types"]
     return {
         "header": {k: d[k] for k in ("version", "n_kv", "n_tensors", "alignment", "data_offset")},
         "parts": d["parts"],
-        "metadata": [{"key": k, "type": types[k], "value": v if isinstance(v, str) else show_value(v, types[k])}
-                     for k, v in d["metadata"].items()],
+        "metadata": [{"key": k, "type": types[k], "value": show_value(v, types[k])} for k, v in d["metadata"].items()],
         "types": d["types"],
         "tensors": [{k: t[k] for k in ("name", "shape", "type", "offset", "n_bytes")} for t in d["tensors"]],
     }
+
+
+def show_value(value: Any, vtype: str) -> str:
+    """A metadata value as the inspector shows it: a string as it is (up to SHOWN_CHARS; a chat
+    template fits), anything else as the CLI prints it (long arrays cut, their length shown)."""
+    from pyengine.inspect import _show
+    if isinstance(value, str):
+        return value if len(value) <= SHOWN_CHARS else f"{value[:SHOWN_CHARS]}... ({len(value):,} characters)"
+    return _show(value, vtype)
 
 
 # ---------------------------------------------------------------------------

@@ -237,3 +237,11 @@ def test_an_interrupt_while_done_is_posted_still_ends_the_reply(posted):
     text, done = chat(posted, "hello", max_tokens=3)
     assert worker._session.post.fired and done == {"type": "done", "stopped": True, "stats": None}
     assert text
+
+
+def test_metadata_values_as_the_inspector_shows_them():
+    assert worker.show_value("{% for m in messages %}", "STRING") == "{% for m in messages %}"
+    long = "x" * (worker.SHOWN_CHARS + 5)
+    assert worker.show_value(long, "STRING") == "x" * worker.SHOWN_CHARS + f"... ({len(long):,} characters)"
+    assert worker.show_value({"length": 100, "first": [0, 1]}, "ARRAY[INT32]") == "[0, 1, ... ] (100 items)"  # cut by describe()
+    assert worker.show_value(1e-06, "FLOAT32") == "1e-06"
