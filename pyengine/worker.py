@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import sys
 import time
 import traceback
@@ -52,6 +53,7 @@ PROGRESS_EVERY = 0.1  # seconds between two progress messages while loading
 
 MAX_TOKENS = 256      # a reply's default length limit, in tokens
 SHOWN_CHARS = 20_000  # a metadata string longer than this is cut in the inspector (a chat template fits)
+INSPECT_ROWS = 10_000  # metadata keys and tensors sent to the inspector (real models: a few hundred)
 
 # The page's settings: name -> type. Sampling ones are pyengine.sampling.SamplerParams fields (its
 # defaults apply to a field left empty); max_tokens limits the reply.
@@ -115,14 +117,16 @@ def inspector(d: dict) -> dict:
     """The inspector's data from :func:`pyengine.inspect.describe`'s dict: ``header`` (version,
     counts, alignment, data offset), ``parts`` (each file's name, size and five sections with byte
     ranges), ``metadata`` (key, type, value as text), ``types`` (per ggml type: count, params,
-    bytes), ``tensors`` (name, shape, type, offset, n_bytes)."""
+    bytes), ``tensors`` (name, shape, type, offset, n_bytes); at most INSPECT_ROWS keys and tensors."""
     types = d["value_types"]
     return {
         "header": {k: d[k] for k in ("version", "n_kv", "n_tensors", "alignment", "data_offset")},
         "parts": d["parts"],
-        "metadata": [{"key": k, "type": types[k], "value": show_value(v, types[k])} for k, v in d["metadata"].items()],
+        "metadata": [{"key": k, "type": types[k], "value": show_value(v, types[k])}
+                     for k, v in itertools.islice(d["metadata"].items(), INSPECT_ROWS)],
         "types": d["types"],
-        "tensors": [{k: t[k] for k in ("name", "shape", "type", "offset", "n_bytes")} for t in d["tensors"]],
+        "tensors": [{k: t[k] for k in ("name", "shape", "type", "offset", "n_bytes")}
+                    for t in d["tensors"][:INSPECT_ROWS]],
     }
 
 

@@ -38,7 +38,7 @@ const SETTINGS = [
 
 // ---------------------------------------------------------------- state
 // phase: starting -> no model -> loading -> ready <-> generating (-> stopping) ; "failed" if Python cannot start.
-const state = { phase: "starting", hasModel: false, reply: null, replyText: "" }; // reply: the <li> growing
+const state = { phase: "starting", hasModel: false, reply: null, replyText: "", tensors: [] }; // reply: the <li> growing
 
 function setPhase(phase) {
   state.phase = phase;
@@ -386,19 +386,18 @@ function showInspector(info) {
     + `${withCommas(h.n_tensors)} tensors · alignment ${h.alignment} · tensor data from byte ${withCommas(h.data_offset)}`;
   el.inspector.querySelector(".parts").replaceChildren(...info.parts.map((p) => drawPart(p, info.parts.length > 1)));
   const meta = el.inspector.querySelector(".meta-table tbody");
-  meta.replaceChildren(...info.metadata.map((m) => row([m.key, m.type, m.value])));
-  el.inspector.querySelector(".meta-count").textContent = `(${info.metadata.length} keys)`;
-  const tensors = el.inspector.querySelector(".tensor-table tbody");
-  tensors.replaceChildren(...info.tensors.map((t) => {
-    const tr = row([t.name, t.shape.join(" × "), t.type, withCommas(t.offset), withCommas(t.n_bytes)]);
-    tr.dataset.search = `${t.name} ${t.type}`.toLowerCase();
-    return tr;
-  }));
-  el.inspector.querySelector(".tensor-count").textContent = `(${info.tensors.length})`;
+  meta.replaceChildren(...info.metadata.slice(0, MAX_ROWS).map((m) => row([m.key, m.type, m.value])));
+  el.inspector.querySelector(".meta-count").textContent = `(${shownOf(Math.min(MAX_ROWS, info.metadata.length), h.n_kv)} keys)`;
   el.inspector.querySelector(".types-table tbody").replaceChildren(...info.types.map(
     (t) => row([t.type, withCommas(t.count), withCommas(t.params), `${withCommas(t.bytes)} (${formatBytes(t.bytes)})`])));
+  state.tensors = info.tensors.map((t) => ({ ...t, search: `${t.name} ${t.type}`.toLowerCase() }));
   filterTensors();
 }
+
+// The tables show at most MAX_ROWS rows: real models have a few hundred tensors, a hostile file
+// may claim millions. The search looks through every tensor the worker sent.
+const MAX_ROWS = 2000;
+const shownOf = (shown, total) => (shown < total ? `${withCommas(shown)} of ${withCommas(total)}` : withCommas(total));
 
 // One file's five sections: a bar with each part as wide as its bytes (at least a sliver), and a table.
 function drawPart(part, named) {
@@ -433,9 +432,11 @@ function drawPart(part, named) {
 
 function filterTensors() {
   const q = el.tensorSearch.value.trim().toLowerCase();
-  for (const tr of el.inspector.querySelectorAll(".tensor-table tbody tr")) {
-    tr.hidden = q !== "" && !tr.dataset.search.includes(q);
-  }
+  const found = q ? state.tensors.filter((t) => t.search.includes(q)) : state.tensors;
+  el.inspector.querySelector(".tensor-table tbody").replaceChildren(...found.slice(0, MAX_ROWS).map(
+    (t) => row([t.name, t.shape.join(" × "), t.type, withCommas(t.offset), withCommas(t.n_bytes)])));
+  const total = q ? found.length : state.tensors.length;
+  el.inspector.querySelector(".tensor-count").textContent = `(${shownOf(Math.min(MAX_ROWS, total), total)}${q ? " found" : ""})`;
 }
 el.tensorSearch.addEventListener("input", filterTensors);
 

@@ -58,7 +58,10 @@ def test_inspector_shows_parts_metadata_and_searchable_tensors(smollm, smollm2_p
     rows = inspector.locator(".tensor-table tbody tr")
     assert rows.count() == 272
     inspector.locator(".tensor-search").fill("blk.0.")
-    assert inspector.locator(".tensor-table tbody tr:not([hidden])").count() == 9
+    assert inspector.locator(".tensor-table tbody tr").count() == 9
+    assert inspector.locator(".tensor-count").text_content() == "(9 found)"
+    inspector.locator(".tensor-search").fill("q8_0")  # by type too
+    assert inspector.locator(".tensor-table tbody td:nth-child(3)").all_text_contents() == ["Q8_0"]
     inspector.locator(".tensor-search").fill("")
     smollm.get_by_role("tab", name="Chat").click()
 
