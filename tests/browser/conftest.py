@@ -49,11 +49,13 @@ def check_static() -> None:
     wheels = list((STATIC / "wheels").glob("pyengine-*.whl"))
     if len(wheels) != 1:
         pytest.fail("static/wheels/ has no pyengine wheel: run `make build`")
+    sources = sorted((ROOT / "pyengine").glob("*.py"))
     with zipfile.ZipFile(wheels[0]) as z:
-        for p in sorted((ROOT / "pyengine").glob("*.py")):
-            name = f"pyengine/{p.name}"
-            if name not in z.namelist() or z.read(name) != p.read_bytes():
-                stale.append(name)
+        if "pyengine/__init__.py" in z.namelist():  # a source wheel: compare the bytes
+            stale += [f"pyengine/{p.name}" for p in sources
+                      if f"pyengine/{p.name}" not in z.namelist() or z.read(f"pyengine/{p.name}") != p.read_bytes()]
+        else:                                        # compiled (.pyc only): compare the times
+            stale += [f"pyengine/{p.name}" for p in sources if p.stat().st_mtime > wheels[0].stat().st_mtime]
     if stale:
         pytest.fail(f"static/ is older than {', '.join(stale)}: run `make build`")
 
