@@ -14,11 +14,20 @@ from pyengine.gguf import open_gguf
 
 pytestmark = pytest.mark.browser
 
+HOOKS = ["dropzone", "file-input", "load-demo", "model-info", "inspector", "progress", "status", "prompt", "send",
+         "stop", "new-chat", "temperature", "top-k", "top-p", "min-p", "repeat-penalty", "max-tokens", "seed",
+         "system-prompt", "stats", "error"]
 HOSTILE_NAME = '<img src=x onerror="window.pwned = 1">Tiny <b>bold</b>'
 
 
 def card_field(page, field: str) -> str:
     return page.get_by_test_id("model-info").locator(f"dd[data-field={field}]").text_content()
+
+
+def test_every_test_hook_is_on_the_page(app):
+    missing = [h for h in HOOKS if app.get_by_test_id(h).count() != 1]
+    assert missing == []
+    assert app.get_by_test_id("status").text_content() == "no model"
 
 
 def test_split_model_dropped_as_several_files(app, tmp_path):
