@@ -20,6 +20,7 @@ import numpy as np
 
 EINSUM_MAX = 1 << 30    # elements one einsum may iterate over: wasm32 numpy fails past 2**31
 USE_BLAS = sys.platform != "emscripten"   # CPython's numpy wheels link OpenBLAS (prefill); Pyodide's has none
+BLAS_MIN_TOKENS = 64    # smaller batches stay einsum: OpenBLAS's threads cost ~20 ms a call when cores are busy
 
 
 # ----------------------------------------------------------------------------
@@ -133,14 +134,15 @@ def matmul(w: np.ndarray, x: np.ndarray) -> np.ndarray:
 
     One einsum per call (the decode mat-vec runs 2.3-3 GFLOP/s in Pyodide,
     ``x @ W.T`` 0.2-0.6), split over rows of W or tokens when N·K·T would
-    pass ``EINSUM_MAX``. In CPython a batch (prefill) of float32 weights goes
-    to BLAS, ``X @ W.T`` without a copy, 5-10x faster there; the decode
-    mat-vec stays an einsum: it is memory-bound either way, and OpenBLAS's
-    threads make it 5x slower when the cores are busy.
+    pass ``EINSUM_MAX``. In CPython a batch of at least ``BLAS_MIN_TOKENS``
+    tokens (prefill) with float32 weights goes to BLAS, ``X @ W.T`` without a
+    copy: 5-10x faster on one thread. Smaller batches and the decode mat-vec
+    stay einsums: memory-bound either way, and OpenBLAS's threads, when the
+    cores are busy with other work, cost more than the product itself.
     """
     if x.ndim == 2 and x.shape[0] == 1:                  # one token: the mat-vec
         return matmul(w, x[0])[None]
-    if USE_BLAS and x.ndim == 2 and w.dtype == np.float32:
+    if USE_BLAS and x.ndim == 2 and len(x) >= BLAS_MIN_TOKENS and w.dtype == np.float32:
         return x @ w.T
     n, k = w.shape
     if x.ndim == 1:

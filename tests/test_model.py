@@ -299,6 +299,7 @@ def test_matmul_chunks_give_the_same_product(monkeypatch):
         np.testing.assert_allclose(kernels.matmul(w, x1), want1, rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(kernels.matmul(w, xt), wantt, rtol=1e-6, atol=1e-6)
     monkeypatch.setattr(kernels, "USE_BLAS", True)
+    monkeypatch.setattr(kernels, "BLAS_MIN_TOKENS", 2)
     np.testing.assert_allclose(kernels.matmul(w, x1), want1, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(kernels.matmul(w, xt), wantt, rtol=1e-5, atol=1e-5)
 
