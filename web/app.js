@@ -185,7 +185,7 @@ async function findDemo() {
     demo = await r.json();
     const detail = document.createElement("small");
     detail.textContent = `${demo.display_name || demo.file} · ${formatBytes(demo.size)}`;
-    el.loadDemo.replaceChildren("Load the demo model", detail);
+    el.loadDemo.replaceChildren("Load demo model", detail);
     el.loadDemo.hidden = false;
   } catch { /* no demo model (or offline): the button stays hidden */ }
 }
