@@ -66,6 +66,7 @@ KEYS = [
     ("rope_dim",               "{arch}.rope.dimension_count",                 int,   None),   # head_dim_k
     ("rope_scaling_type",      "{arch}.rope.scaling.type",                    str,   "linear"),
     ("rope_scaling_factor",    "{arch}.rope.scaling.factor",                  float, 0.0),    # 0: none
+    ("rope_scale_linear",      "{arch}.rope.scale_linear",                    float, 0.0),    # older name of it
     ("sliding_window",         "{arch}.attention.sliding_window",             int,   0),      # 0: none
     ("sliding_window_pattern", "{arch}.attention.sliding_window_pattern",     None,  None),   # int or [bool]
     ("rope_freq_base_swa",     "{arch}.rope.freq_base_swa",                   float, None),   # ARCHITECTURES
@@ -94,6 +95,7 @@ class ModelConfig:
     rope_dim: int               # leading dims of each q/k head that rope rotates
     rope_scaling_type: str
     rope_scaling_factor: float  # linear: positions are divided by it (0 or 1: none)
+    rope_scale_linear: float    # the factor under its older key, used when rope.scaling.factor is absent
     sliding_window: int         # tokens a sliding-window layer sees, itself included (0: none)
     sliding_window_pattern: object
     rope_freq_base_swa: float
@@ -191,6 +193,8 @@ def _derive(cfg: ModelConfig, metadata: dict) -> None:
     if a == "llama" and cfg.rope_dim != cfg.head_dim_k:  # llama.cpp: "invalid n_rot"
         raise ModelError(f"metadata key 'llama.rope.dimension_count' = {cfg.rope_dim}: "
                          f"llama needs it equal to the head size {cfg.head_dim_k}")
+    if cfg.rope_scaling_factor == 0.0:
+        cfg.rope_scaling_factor = cfg.rope_scale_linear
     if cfg.rope_freq_base <= 0 or cfg.rope_scaling_factor < 0 or cfg.rms_eps < 0:
         raise ModelError(f"metadata: rope.freq_base, rope.scaling.factor and the rms epsilon must be positive")
     if cfg.rope_scaling_type not in ROPE_SCALING_TYPES:

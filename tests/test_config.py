@@ -142,6 +142,7 @@ def test_linear_rope_scaling():
     md = metadata("llama")[0]
     c = ModelConfig.from_metadata({**md, "llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 4.0})
     assert c.rope_freq_scale == 0.25
+    assert ModelConfig.from_metadata({**md, "llama.rope.scale_linear": 2.0}).rope_freq_scale == 0.5   # older key
     with pytest.raises(ModelError, match="yarn.*supported: none, linear"):
         ModelConfig.from_metadata({**md, "llama.rope.scaling.type": "yarn"})
 
