@@ -1,0 +1,134 @@
+"""The browser half of `make bench`: Debian's Chromium driven by Playwright against a local server.
+
+One server on 127.0.0.1 (build_scripts/serve.py's handler, with its COOP/COEP headers, so the page is
+cross-origin isolated and wllama may start threads) serves three folders:
+
+    /bench/...   bench/          the bench page (bench/web/) and bench/pyengine_bench.py
+    /wllama/...  .cache/wllama/package/esm/   wllama's ES module and wasm (`npm pack @wllama/wllama`)
+    /...         static/         Pyodide and the wheels, as built by build_scripts/build_static.py
+
+Each run gets a fresh browser context and page (a fresh worker and wasm heap): boot the runtime, choose
+the model file through the page's file input (as a person would), wait for the load, run the prompt.
+Every request to a host other than 127.0.0.1 is aborted and counted.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tarfile
+import threading
+from pathlib import Path
+from urllib.parse import urlsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "build_scripts"))
+import serve  # noqa: E402
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+WLLAMA_VERSION = "3.13.0"
+WLLAMA_DIR = ROOT / ".cache" / "wllama"                 # git-ignored (/.cache/)
+WLLAMA_ESM = WLLAMA_DIR / "package" / "esm"
+MOUNTS = {"/bench/": ROOT / "bench", "/wllama/": WLLAMA_ESM}   # URL prefix -> folder; the rest is static/
+TIMEOUT_MS = 15 * 60 * 1000                              # one step of one run
+
+
+def fetch_wllama() -> Path:
+    """wllama's package in .cache/wllama/ (`npm pack`, once); returns its esm/ folder."""
+    if not (WLLAMA_ESM / "index.js").is_file():
+        WLLAMA_DIR.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["npm", "pack", f"@wllama/wllama@{WLLAMA_VERSION}"], cwd=WLLAMA_DIR, check=True,
+                       capture_output=True)
+        with tarfile.open(WLLAMA_DIR / f"wllama-wllama-{WLLAMA_VERSION}.tgz") as tar:
+            tar.extractall(WLLAMA_DIR, filter="data")
+    return WLLAMA_ESM
+
+
+class BenchHandler(serve.Handler):
+    """serve.py's handler (headers, path checks, ranges) over the three folders of :data:`MOUNTS`."""
+
+    static_root: Path
+
+    def send_file(self, body: bool) -> None:
+        self.root = self.static_root
+        for prefix, folder in MOUNTS.items():
+            if self.path.startswith(prefix):
+                self.root, self.path = folder.resolve(), self.path[len(prefix) - 1:]
+                break
+        super().send_file(body)
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002
+        pass
+
+
+class ChromiumBench:
+    """Chromium and the server, for the length of a `with` block; :meth:`run` measures one engine once."""
+
+    def __init__(self, static: Path):
+        handler = type("Handler", (BenchHandler,), {"static_root": static.resolve()})
+        self.server = serve.Server((serve.HOST, 0), handler)
+        self.url = f"http://{serve.HOST}:{self.server.server_address[1]}"
+        self.blocked: list[str] = []
+
+    def __enter__(self) -> "ChromiumBench":
+        from playwright.sync_api import sync_playwright
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self._pw = sync_playwright().start()
+        self.browser = self._pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.browser.close()
+        self._pw.stop()
+        self.server.shutdown()
+        self.server.server_close()
+
+    def version(self) -> str:
+        return self.browser.version
+
+    def _guard(self, route) -> None:
+        if urlsplit(route.request.url).hostname == serve.HOST:
+            route.continue_()
+        else:
+            self.blocked.append(route.request.url)
+            route.abort()
+
+    def run(self, engine: str, threads: int, model: Path, prompt: list[int] | str, n_gen: int) -> dict:
+        """One run in a fresh page: boot, choose the file, load, the prompt to its first token (``ttft_s``,
+        wall), the prompt again to ``n_gen`` tokens. ``prompt``: ids for pyengine, the text that
+        tokenizes to them for wllama (its completion API takes text). Numbers in seconds and bytes."""
+        context = self.browser.new_context()
+        context.route("**/*", self._guard)
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        try:
+            page.goto(f"{self.url}/bench/web/index.html?engine={engine}&threads={threads}")
+            if not page.evaluate("self.crossOriginIsolated"):
+                raise RuntimeError("the bench page is not cross-origin isolated")
+            boot = page.evaluate("bench.boot()")
+            page.set_input_files("#file", str(model))
+            load = page.evaluate("bench.loaded")
+            first = page.evaluate("([p, n]) => bench.generate(p, n)", [prompt, 1])
+            result = page.evaluate("([p, n]) => bench.generate(p, n)", [prompt, n_gen])
+            memory = result.get("wasm_heap_bytes") or self._worker_memory(page)
+        finally:
+            context.close()
+        if errors:
+            result["page_errors"] = errors
+        return {**result, "boot": boot, **load, "load_s": load["load_wall_s"], "ttft_s": first["ttft_wall_s"],
+                "first": first, "wasm_heap_bytes": memory}
+
+    @staticmethod
+    def _worker_memory(page) -> int | None:
+        """The largest wasm memory the hooks in bench.js saw in any worker (wllama's heap), in bytes."""
+        sizes = []
+        for worker in page.workers:
+            try:
+                sizes += worker.evaluate("self.__benchMemories ? self.__benchMemories.map(m => m.buffer.byteLength) : []")
+            except Exception:  # noqa: BLE001 (a pthread worker that went away)
+                pass
+        return max(sizes) if sizes else None
