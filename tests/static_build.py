@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -40,3 +41,13 @@ def current_static() -> Path:
         subprocess.run([sys.executable, str(ROOT / "build_scripts" / "build_static.py")],
                        check=True, capture_output=True, timeout=600)
     return STATIC
+
+
+def offline(cmd: list[str]) -> list[str]:
+    """``cmd`` run in a new network namespace with no interfaces up (``unshare -n``, as root), so any
+    attempt to reach the network fails; ``cmd`` unchanged where that is not possible (fails under CI)."""
+    if shutil.which("unshare") and subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0:
+        return ["unshare", "-n", *cmd]
+    if os.environ.get("CI") == "true":
+        pytest.fail("unshare -n is not available to cut the network")
+    return cmd

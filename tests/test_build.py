@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from static_build import current_static
+from static_build import current_static, offline
 
 sys.path.insert(0, str(ROOT / "build_scripts"))
 from buildlib import install_bytes, link_file, prune  # noqa: E402
@@ -105,11 +104,7 @@ def test_page_is_a_copy_of_web(static):
 
 def test_rebuild_offline_writes_nothing(static):
     """After a build, a second one needs no network (run in a new network namespace) and changes nothing."""
-    cmd = [sys.executable, str(ROOT / "build_scripts" / "build_static.py")]
-    if shutil.which("unshare") and subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0:
-        cmd = ["unshare", "-n", *cmd]
-    elif os.environ.get("CI") == "true":
-        pytest.fail("unshare -n is not available to cut the network")
+    cmd = offline([sys.executable, str(ROOT / "build_scripts" / "build_static.py")])
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert " 0 written in " in proc.stdout.splitlines()[-1], proc.stdout

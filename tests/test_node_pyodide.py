@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, MODELS, ROOT, SMOLLM2, TINY
-from static_build import STATIC, current_static
+from static_build import STATIC, current_static, offline
 
 pytestmark = pytest.mark.node
 
@@ -129,12 +129,14 @@ def static_ready() -> None:
 
 
 def in_pyodide(code: str, timeout: float = 900) -> object:
-    """The JSON value of ``code``'s last line, run under Pyodide in Node with FX and MODELS mounted."""
+    """The JSON value of ``code``'s last line, run under Pyodide in Node with FX and MODELS mounted,
+    with the network cut: everything must come from static/."""
     setup = 'FX, MODELS = "/fx", "/models"\n'
     args = ["node", str(HARNESS), "--static", str(STATIC), "--mount", f"{FIXTURES}:/fx"]
     if MODELS.is_dir():
         args += ["--mount", f"{MODELS}:/models"]
-    proc = subprocess.run(args, input=setup + PROBES + code, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(offline(args), input=setup + PROBES + code, capture_output=True, text=True,
+                          timeout=timeout)
     assert proc.returncode == 0, f"Pyodide run failed:\n{proc.stderr[-4000:]}"
     return json.loads(proc.stdout)
 

@@ -54,6 +54,10 @@ async function startPyodide(staticDir) {
     if (digest !== wheel.sha256) throw new Error(`${wheel.file}: sha256 ${digest} != manifest ${wheel.sha256}`);
     await pyodide.loadPackage(file, { messageCallback: quiet });
   }
+  // loadPackage reports a failed download and carries on: check that every package is really there.
+  const missing = [...manifest.pyodide_packages, ...manifest.wheels.map((w) => w.name)]
+    .filter((name) => !(name in pyodide.loadedPackages));
+  if (missing.length) throw new Error(`packages not loaded: ${missing.join(", ")}`);
   return pyodide;
 }
 
