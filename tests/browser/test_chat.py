@@ -123,7 +123,9 @@ def stop_mid_reply_then_ask_again(page, model_path) -> None:
     last = page.locator("[data-testid=message][data-role=assistant]").last
     assert last.get_attribute("data-note") == "stopped"
     partial = messages(page)[-1][1]
-    assert partial and len(partial) < len(cpython_reply(model_path, [LONG_QUESTION], max_tokens=200))
+    stats = page.get_by_test_id("stats").text_content()
+    assert partial and stats.endswith("· stopped"), stats
+    assert int(stats.split(" generated")[0].rsplit("· ", 1)[1]) < 200
 
     set_settings(page, max_tokens=16)
     send(page, FOLLOW_UP)
