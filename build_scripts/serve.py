@@ -189,7 +189,10 @@ def main() -> None:
     args = ap.parse_args()
     if not (args.root / "index.html").is_file():
         sys.exit(f"error: {args.root}/index.html is missing: run `make build` first")
-    server = make_server(args.root, args.port)
+    try:
+        server = make_server(args.root, args.port)
+    except OSError as e:
+        sys.exit(f"error: cannot listen on {HOST}:{args.port}: {e.strerror} (PORT=... picks another port)")
     print(f"serving {args.root} at http://{HOST}:{server.server_address[1]}/  (Ctrl+C stops)", flush=True)
     try:
         server.serve_forever()

@@ -186,3 +186,11 @@ def test_etag_revalidation_answers_304_without_a_body(server):
     assert resp.getheader("Cross-Origin-Embedder-Policy") == "require-corp"
     resp, body = get(server, "/app.mjs", headers={"If-None-Match": '"0-0"'})
     assert (resp.status, body) == (200, FILES["app.mjs"][0])
+
+
+def test_a_port_in_use_is_a_clear_error(server, tmp_path):
+    (tmp_path / "index.html").write_text("<p>x</p>")
+    proc = subprocess.run([sys.executable, str(ROOT / "build_scripts" / "serve.py"), "--port", str(server[1]),
+                           "--root", str(tmp_path)], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{server[1]}" in proc.stderr and "Traceback" not in proc.stderr
