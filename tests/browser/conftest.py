@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -61,15 +62,18 @@ def check_static() -> None:
 
 
 def start_server() -> tuple[subprocess.Popen, str]:
-    """serve.py on a free port: (process, base URL)."""
+    """serve.py on a free port: (process, base URL). Its stderr goes to a file, never to a pipe
+    nobody reads (a browser dropping connections makes the server log, and a full pipe would block it)."""
+    log = tempfile.TemporaryFile(mode="w+")
     proc = subprocess.Popen([sys.executable, str(ROOT / "build_scripts" / "serve.py"), "--port", "0"],
                             env={**os.environ, "SERVE_QUIET": "1"},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=log, text=True)
     line = proc.stdout.readline()
     m = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
     if not m:
         proc.kill()
-        pytest.fail(f"serve.py printed no URL: {line!r} {proc.stderr.read()!r}")
+        log.seek(0)
+        pytest.fail(f"serve.py printed no URL: {line!r} {log.read()!r}")
     return proc, m.group(1)
 
 
