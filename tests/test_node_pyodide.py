@@ -18,6 +18,7 @@ One Node process per group of probes (Pyodide starts in ~6 s). Needs node and st
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -118,10 +119,6 @@ def need(condition: bool, why: str) -> None:
         pytest.skip(why)
 
 
-def has_module(name: str) -> bool:
-    return (ROOT / "pyengine" / f"{name}.py").exists()
-
-
 @pytest.fixture(scope="module")
 def static_ready() -> None:
     need(shutil.which("node") is not None, "node is not installed (build_scripts/install_test_deps.sh)")
@@ -144,23 +141,21 @@ def in_pyodide(code: str, timeout: float = 900) -> object:
 def in_cpython(code: str) -> object:
     """The same under this CPython (pyengine from the work tree), through the same JSON round trip."""
     ns = {"__name__": "__probe__"}
-    lines = (f"FX, MODELS = {str(FIXTURES)!r}, {str(MODELS)!r}\n" + PROBES + code).rstrip().splitlines()
-    exec("\n".join(lines[:-1]), ns)
-    return json.loads(json.dumps(eval(lines[-1], ns)))
+    tree = ast.parse(f"FX, MODELS = {str(FIXTURES)!r}, {str(MODELS)!r}\n" + PROBES + code)
+    last = tree.body.pop()  # the final expression, whose value Pyodide's eval_code returns
+    exec(compile(tree, "<probe>", "exec"), ns)
+    return json.loads(json.dumps(eval(compile(ast.Expression(last.value), "<probe>", "eval"), ns)))
 
 
 TINY_CODE = f'''
 names = {sorted(p.name for p in TINY.values())!r}
-result = {{"describe": {{n: describe(f"{{FX}}/{{n}}") for n in names}}}}
-if {has_module("model")!r}:
-    result["greedy"] = {{n: greedy(f"{{FX}}/{{n}}", {PROMPT_IDS!r}, {GREEDY_STEPS}) for n in names}}
-result
+{{"describe": {{n: describe(f"{{FX}}/{{n}}") for n in names}},
+ "greedy": {{n: greedy(f"{{FX}}/{{n}}", {PROMPT_IDS!r}, {GREEDY_STEPS}) for n in names}}}}
 '''
 
 
 @pytest.fixture(scope="module")
 def tiny_runs(static_ready) -> tuple[dict, dict]:
-    need(has_module("gguf"), "pyengine/gguf.py has not landed")
     return in_pyodide(TINY_CODE), in_cpython(TINY_CODE)
 
 
@@ -178,7 +173,6 @@ def test_reader_in_pyodide_matches_cpython_on_fixture(tiny_runs, name):
 
 @pytest.mark.parametrize("name", sorted(p.name for p in TINY.values()))
 def test_greedy_in_pyodide_matches_cpython_on_fixture(tiny_runs, name):
-    need(has_module("model"), "pyengine/model.py has not landed")
     pyodide, cpython = (run["greedy"][name] for run in tiny_runs)
     assert pyodide["greedy_ids"] == cpython["greedy_ids"]
     assert len(pyodide["greedy_ids"]) == GREEDY_STEPS
@@ -187,19 +181,15 @@ def test_greedy_in_pyodide_matches_cpython_on_fixture(tiny_runs, name):
 
 
 REAL_CODE = f'''
-result = {{"gemma3": describe(f"{{MODELS}}/gemma-3-270m-q4_k_m.gguf", "one per type"),
-          "smollm2": describe(f"{{MODELS}}/{SMOLLM2.name}", "one per type")}}
-if {has_module("chat_template")!r}:
-    result["chat"] = render_chat(f"{{MODELS}}/{SMOLLM2.name}", {CHAT!r})
-if {has_module("generate")!r}:
-    result["reply"] = chat(f"{{MODELS}}/{SMOLLM2.name}", {CHAT!r}, {GREEDY_STEPS})
-result
+{{"gemma3": describe(f"{{MODELS}}/gemma-3-270m-q4_k_m.gguf", "one per type"),
+ "smollm2": describe(f"{{MODELS}}/{SMOLLM2.name}", "one per type"),
+ "chat": render_chat(f"{{MODELS}}/{SMOLLM2.name}", {CHAT!r}),
+ "reply": chat(f"{{MODELS}}/{SMOLLM2.name}", {CHAT!r}, {GREEDY_STEPS})}}
 '''
 
 
 @pytest.fixture(scope="module")
 def real_runs(static_ready, gemma3_path, smollm2_path) -> tuple[dict, dict]:
-    need(has_module("gguf"), "pyengine/gguf.py has not landed")
     return in_pyodide(REAL_CODE), in_cpython(REAL_CODE)
 
 
@@ -213,7 +203,6 @@ def test_reader_in_pyodide_matches_cpython_on_real_model(real_runs, name):
 
 @pytest.mark.real_model
 def test_chat_template_renders_with_jinja_in_pyodide_as_in_cpython(real_runs):
-    need(has_module("chat_template"), "pyengine/chat_template.py has not landed")
     pyodide, cpython = (run["chat"] for run in real_runs)
     assert pyodide == cpython
     assert pyodide["name"] == "jinja"  # jinja2 and markupsafe imported and ran under Pyodide
@@ -223,7 +212,6 @@ def test_chat_template_renders_with_jinja_in_pyodide_as_in_cpython(real_runs):
 
 @pytest.mark.real_model
 def test_greedy_chat_reply_in_pyodide_matches_cpython_on_smollm2(real_runs):
-    need(has_module("generate"), "pyengine/generate.py has not landed")
     pyodide, cpython = (run["reply"] for run in real_runs)
     assert pyodide["prompt"] == cpython["prompt"] == real_runs[1]["chat"]["text"]
     assert pyodide["prompt_ids"] == cpython["prompt_ids"] and len(pyodide["prompt_ids"]) > 10
