@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, MODELS, ROOT, SMOLLM2, TINY
+from conftest import FIXTURES, MODELS, SMOLLM2, TINY
 from static_build import STATIC, current_static, offline
 
 pytestmark = pytest.mark.node
