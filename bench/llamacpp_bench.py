@@ -5,8 +5,8 @@ process (bench/run.py starts one per run, so the peak RSS is this run's).
 
 The same measures as bench/pyengine_bench.py: load (``Llama(...)``: llama.cpp mmaps the file, so pages
 are read as they are first used), the prompt ids in one batch (``Llama.eval``) plus the argmax of the last
-logits (time to first token), then again from an empty cache: the prefill and ``gen - 1`` one-token decode
-steps, each an ``eval`` and an argmax (greedy; end-of-generation ids are not special: always ``gen`` tokens).
+logits (time to first token), then ``gen - 1`` one-token decode steps, each an ``eval`` and an argmax
+(greedy; end-of-generation ids are not special: always ``gen`` tokens).
 """
 
 from __future__ import annotations
@@ -25,14 +25,6 @@ def greedy_next(llm) -> int:
     return int(np.argmax(logits))
 
 
-def prefill(llm, prompt_ids: list[int]) -> tuple[list[int], float]:
-    """An empty KV cache, then the prompt in one batch and its greedy next token: ([id], seconds)."""
-    llm.reset()
-    t0 = time.perf_counter()
-    llm.eval(prompt_ids)
-    return [greedy_next(llm)], time.perf_counter() - t0
-
-
 def bench(path: str, prompt_ids: list[int], n_gen: int, threads: int) -> dict:
     import llama_cpp
     t0 = time.perf_counter()
@@ -40,8 +32,10 @@ def bench(path: str, prompt_ids: list[int], n_gen: int, threads: int) -> dict:
                           verbose=False)
     load_s = time.perf_counter() - t0
 
-    ttft_s = prefill(llm, prompt_ids)[1]          # the first reply after loading
-    ids, prefill_s = prefill(llm, prompt_ids)
+    t0 = time.perf_counter()
+    llm.eval(prompt_ids)
+    ids = [greedy_next(llm)]
+    prefill_s = time.perf_counter() - t0          # and the first token: the first reply after loading
 
     t0 = time.perf_counter()
     while len(ids) < n_gen:
@@ -50,7 +44,7 @@ def bench(path: str, prompt_ids: list[int], n_gen: int, threads: int) -> dict:
     decode_s = time.perf_counter() - t0
     n_decode = n_gen - 1
     return {"load_s": load_s, "prompt_tokens": len(prompt_ids), "prefill_tokens": len(prompt_ids),
-            "prefill_seconds": prefill_s, "ttft_s": ttft_s, "decode_tokens": n_decode,
+            "prefill_seconds": prefill_s, "ttft_s": prefill_s, "decode_tokens": n_decode,
             "decode_seconds": decode_s, "prefill_tok_s": len(prompt_ids) / prefill_s,
             "decode_tok_s": n_decode / decode_s if decode_s > 0 else 0.0, "generated_tokens": len(ids),
             "ids": ids, "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,

@@ -54,13 +54,12 @@ def peak_memory_bytes() -> dict:
 
 
 def bench(sources: list, prompt_ids: list[int], n_gen: int) -> dict:
-    """One measured run, as bench/run.py defines it for every engine: load; the prompt to its first token
-    (``ttft_s``: the first reply after loading); the prompt again, to ``n_gen`` tokens (prefill and decode
-    speeds). Numbers in seconds, tokens, bytes."""
+    """One measured run, as bench/run.py defines it for every engine: load, then the prompt to ``n_gen``
+    greedy tokens (``ttft_s``: the first reply after loading, prefill + first token). Numbers in seconds,
+    tokens, bytes."""
     engine, load_s = load(sources)
-    first = run_greedy(engine, prompt_ids, 1)
-    result = {"load_s": load_s, "ttft_s": first["ttft_seconds"], **run_greedy(engine, prompt_ids, n_gen)}
-    return {**result, **peak_memory_bytes()}
+    result = run_greedy(engine, prompt_ids, n_gen)
+    return {"load_s": load_s, "ttft_s": result["ttft_seconds"], **result, **peak_memory_bytes()}
 
 
 def main() -> None:

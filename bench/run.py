@@ -11,11 +11,12 @@ What one run of one engine on one model measures (the same steps everywhere):
 1. load: file chosen -> ready, in seconds. In the browser the runtime (Pyodide, numpy, the wheels) is
    started before the file is chosen; wllama has nothing to start before it has a model, so its load
    includes compiling its wasm. pyengine's load is the page's (``pyengine.worker.WorkerSession.load``).
-2. time to first token (TTFT): the fixed prompt, right after the load, to its first greedy token (wall).
-3. the prompt again from an empty cache, to --gen greedy tokens (temperature 0; end of generation
-   ignored): prefill tok/s = prompt tokens / prefill seconds, decode tok/s = (gen - 1) one-token passes /
-   their seconds, both as the engine times them (pyengine's TurnStats, llama-server's `timings`).
-4. peak memory: the wasm heap in the browser and under Node (wasm memory only grows: its size at the
+2. the fixed prompt, right after the load, to --gen greedy tokens (temperature 0; end of generation
+   ignored): time to first token (TTFT; in the browser as the page sees the first token arrive), prefill
+   tok/s = prompt tokens / prefill seconds, decode tok/s = (gen - 1) one-token passes / their seconds,
+   both as the engine times them (pyengine's TurnStats, llama-server's `timings`). wllama's load reads
+   every tensor (with JSPI it reads the File without mmap), so its first prefill is not slowed by reads.
+3. peak memory: the wasm heap in the browser and under Node (wasm memory only grows: its size at the
    end is its peak), peak RSS (ru_maxrss) of a fresh process in CPython and llama.cpp (which mmaps the
    file: its RSS counts the pages it touched).
 
