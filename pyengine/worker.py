@@ -46,6 +46,7 @@ import time
 import traceback
 from typing import Any, Callable
 
+from pyengine import shard
 from pyengine.errors import PyEngineError
 from pyengine.source import ByteSource
 
@@ -151,14 +152,17 @@ class WorkerSession:
     """
 
     def __init__(self, post: Callable[[dict], None], should_stop: Callable[[], bool] = lambda: False,
-                 interruptible: bool = False):
+                 interruptible: bool = False, pool: Any = None, heap: Callable[[], int] | None = None):
         self.post, self.should_stop, self.interruptible = post, should_stop, interruptible
-        self.chat = None  # pyengine.generate.ChatSession
+        self.pool, self.heap = pool, heap   # helper workers (worker.js's pool), this worker's wasm bytes
+        self.chat = None     # pyengine.generate.ChatSession
+        self.sharded = None  # pyengine.shard.ShardedLinear, when helpers hold part of the model
 
     # --- load
-    def load(self, files: list) -> None:
+    async def load(self, files: list) -> None:
         """Open the files (a browser File each, or byte sources), build the model and a new chat;
-        post ``progress`` while the tensors are read, then ``model`` (card, inspector, seconds).
+        post ``progress`` while the tensors are read, then ``model`` (card, inspector, seconds,
+        ``workers``: see :meth:`_split`).
 
         A file whose header or hyperparameters are bad fails before anything changes: the model
         loaded before and its conversation stay. Once the new file checks out, the old model is
@@ -175,14 +179,54 @@ class WorkerSession:
         gguf = open_gguf(sources)
         d = describe(gguf)
         ModelConfig.from_metadata(gguf.metadata, gguf.tensors)  # an unsupported architecture fails here
+        n_shards = int(self.pool.size()) if self.pool is not None else 0
+        spec = shard.plan(gguf, n_shards + 1) if n_shards else None
         if self.chat is not None:
+            if self.sharded is not None:
+                self.sharded.close()  # the helpers leave their loop and drop their rows
+                self.sharded = None
             self.chat = None
             gc.collect()  # a chat and its last reply refer to each other
             self.post({"type": "unloaded"})
-        chat = generate.ChatSession(generate.load(gguf, progress=self._progress(sources)))
+        block = pending = None
+        if spec is not None:  # the helpers read their rows while this worker reads the whole model
+            block = shard.new_block(spec["n_embd"], spec["n_vocab"])
+            pending = self.pool.load(_to_js(files), _to_js(spec), getattr(block, "sab", block))
+        try:
+            chat = generate.ChatSession(generate.load(gguf, progress=self._progress(sources)))
+        except BaseException:
+            if block is not None:
+                shard.send_exit(block)
+            raise
+        workers = await self._split(chat.engine.model, spec, block, pending)
         self.chat = chat
         self.post({"type": "model", "card": model_card(d, chat.template_name), "inspect": inspector(d),
-                   "seconds": time.perf_counter() - t0})
+                   "seconds": time.perf_counter() - t0, "workers": workers})
+
+    async def _split(self, model, spec: dict | None, block: Any, pending: Any) -> dict:
+        """Hand the helpers' rows over to them once they have loaded (see :mod:`pyengine.shard`).
+
+        Returns ``{"count": workers computing the model, "heap": [wasm bytes of each worker], "note"}``:
+        a helper that failed to start or load leaves the whole model in this worker (count 1) and
+        says why in ``note``.
+        """
+        heap = [int(self.heap())] if self.heap is not None else []
+        if spec is None:
+            return {"count": 1, "heap": heap, "note": ""}
+        results = await pending
+        results = results.to_py() if hasattr(results, "to_py") else list(results)
+        failed = [i for i, r in enumerate(results) if not r["ok"]]
+        if not failed and shard.fits(spec, model):
+            self.sharded = shard.install(model, spec, block)
+            gc.collect()  # the rows given away
+            return {"count": len(results) + 1, "heap": heap + [int(r["heap"]) for r in results], "note": ""}
+        shard.send_exit(block)
+        if failed:
+            self.pool.drop(_to_js(failed))
+            why = f"worker {failed[0] + 2} failed: {results[failed[0]]['message']}"
+        else:
+            why = "the model's output layer is not in a form the helpers hold"
+        return {"count": 1, "heap": heap, "note": f"running in 1 worker ({why})"}
 
     def _progress(self, sources: list) -> Callable[[int, int], None]:
         """A ``progress(done_tensors, total_tensors)`` callback for :func:`pyengine.generate.load` that
@@ -264,23 +308,32 @@ _session: WorkerSession | None = None
 
 
 def setup(post: Callable[[Any], None], should_stop: Callable[[], bool] = lambda: False,
-          interruptible: bool = False) -> None:
+          interruptible: bool = False, pool: Any = None, heap: Callable[[], int] | None = None) -> None:
     """Start the session.
 
     ``post``: the worker's ``postMessage`` (under Pyodide, dicts become JS objects);
     ``should_stop()``: true once the page has asked to stop the running reply;
-    ``interruptible``: Pyodide has an interrupt buffer, so Stop raises KeyboardInterrupt.
+    ``interruptible``: Pyodide has an interrupt buffer, so Stop raises KeyboardInterrupt;
+    ``pool``: the helper workers (worker.js: ``size()``, ``load(files, spec, sab) -> Promise``,
+    ``drop(indices)``), None for none; ``heap()``: this worker's wasm memory in bytes.
     """
     global _session
     if sys.platform == "emscripten":
         post = _js_post(post)
-    _session = WorkerSession(post, should_stop, interruptible)
+    _session = WorkerSession(post, should_stop, interruptible, pool, heap)
+
+
+def _to_js(value: Any) -> Any:
+    """A Python list or dict as a JS Array or Object under Pyodide (JS proxies inside pass as they are)."""
+    if sys.platform != "emscripten":
+        return value
+    import js
+    from pyodide.ffi import to_js
+    return to_js(value, dict_converter=js.Object.fromEntries)
 
 
 def _js_post(post: Callable[[Any], None]) -> Callable[[dict], None]:
-    import js
-    from pyodide.ffi import to_js
-    return lambda msg: post(to_js(msg, dict_converter=js.Object.fromEntries))
+    return lambda msg: post(_to_js(msg))
 
 
 async def handle(msg: Any) -> None:
@@ -290,7 +343,7 @@ async def handle(msg: Any) -> None:
     kind = msg.get("type")
     try:
         if kind == "load":
-            _session.load(list(msg["files"]))
+            await _session.load(list(msg["files"]))
         elif kind == "chat":
             await _session.reply(str(msg["text"]), str(msg.get("system") or ""), msg.get("settings") or {})
         elif kind == "new-chat":

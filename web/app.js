@@ -24,6 +24,8 @@ const el = {
   stats: byId("stats"),
   systemPrompt: byId("system-prompt"),
   tensorSearch: document.querySelector(".tensor-search"),
+  workers: byId("workers"),
+  workersNote: byId("workers-note"),
 };
 // The sampling inputs: data-testid -> the name pyengine.worker expects, and how to read the value.
 const SETTINGS = [
@@ -59,6 +61,14 @@ const settle = () => setPhase(state.hasModel ? "ready" : "no model");
 // A reply is running (a load queued behind it owns the phase once it has begun).
 const replying = () => state.phase === "generating" || state.phase === "stopping";
 
+// How many workers compute the model, their memory, or why it runs in one.
+function showWorkers(w) {
+  if (!w) return;
+  el.workersNote.dataset.count = w.count;
+  const heap = w.heap.length ? ` (${w.heap.map(formatBytes).join(" + ")} of wasm memory)` : "";
+  el.workersNote.textContent = w.note || `computing in ${w.count} worker${w.count > 1 ? "s" : ""}${heap}`;
+}
+
 function showError(message) {
   el.errorText.textContent = message;
   el.error.hidden = false;
@@ -75,7 +85,16 @@ const worker = new Worker("./worker.js", { type: "module" });
 // Python polls, so even a long matmul stops at once. Otherwise the worker's generation loop
 // yields between tokens and sees the "stop" message.
 const interrupt = self.crossOriginIsolated ? new Int32Array(new SharedArrayBuffer(4)) : null;
-worker.postMessage({ type: "init", interrupt });
+// Workers: helper workers share the model's largest matrix through shared memory, so only a
+// cross-origin isolated page can have more than one. A change applies to the next model loaded.
+el.workers.value = self.crossOriginIsolated ? "2" : "1";
+el.workers.disabled = !self.crossOriginIsolated;
+el.workersNote.textContent = self.crossOriginIsolated ? "" : "1 worker: the page is not cross-origin isolated";
+worker.postMessage({ type: "init", interrupt, workers: Number(el.workers.value) });
+el.workers.addEventListener("change", () => {
+  worker.postMessage({ type: "workers", workers: Number(el.workers.value) });
+  if (state.hasModel) el.workersNote.textContent = "from the next model loaded on";
+});
 
 worker.onerror = (e) => {
   showError(`the worker failed: ${e.message || "could not start (see the browser console)"}`);
@@ -105,6 +124,7 @@ const handlers = {
     showInspector(msg.inspect);
     clearMessages();
     el.stats.textContent = `loaded in ${msg.seconds.toFixed(1)} s`;
+    showWorkers(msg.workers);
     setPhase("ready");
     el.prompt.focus();
   },

@@ -1,28 +1,81 @@
-// The module worker: starts Python (Pyodide 0.27.7) with numpy, installs the wheels
-// listed in wheels/manifest.json (pyengine, jinja2, markupsafe), then hands every
-// command from the page to pyengine.worker, one at a time. Python posts its replies
-// (progress, text pieces, errors) straight to the page with postMessage.
-import { loadPyodide } from "./pyodide/pyodide.mjs";
+// The module worker: starts Python (Pyodide 0.27.7) with numpy and the wheels (pyodide_boot.js),
+// then hands every command from the page to pyengine.worker, one at a time. Python posts its
+// replies (progress, text pieces, errors) straight to the page with postMessage.
+// When the page is cross-origin isolated and more than one worker is chosen, this worker also
+// starts the helper workers (shard_worker.js) that share the vocabulary matrix (pyengine/shard.py).
+import { bootPython, heapBytes } from "./pyodide_boot.js";
 
 const post = (msg) => self.postMessage(msg);
 let interrupt = null;      // Int32Array on a SharedArrayBuffer, when the page is cross-origin isolated
 let stopRequested = false; // set by a "stop" message; Python reads it between tokens
 let glue = null;           // the pyengine.worker module, once Python is up
+let pyodide = null;
+let setup = null;          // resolves when "init" came (the interrupt buffer and the worker count)
+const inited = new Promise((resolve) => { setup = resolve; });
+
+const SHARD_MS = 600_000;  // a helper that has not booted and loaded its rows by then is given up
+
+// The helper workers. wanted: workers in all (the page's setting; 1 when not isolated).
+// A change applies at the next load: Python sends the old shards out of their loop first.
+const pool = {
+  wanted: 1,
+  shards: [], // {worker, booted: Promise<string|null> (null: ok, else the error)}
+  spawn() {
+    const worker = new Worker(new URL("./shard_worker.js", import.meta.url), { type: "module" });
+    const booted = new Promise((resolve) => {
+      worker.onmessage = (e) => {
+        if (e.data.type === "booted") resolve(null);
+        else if (e.data.type === "boot-error") resolve(`Python did not start: ${e.data.message}`);
+      };
+      worker.onerror = (e) => resolve(`could not start: ${e.message || "see the console"}`);
+    });
+    return { worker, booted };
+  },
+  resize() {
+    const n = self.crossOriginIsolated ? Math.max(0, this.wanted - 1) : 0;
+    for (const s of this.shards.splice(n)) s.worker.terminate();
+    while (this.shards.length < n) this.shards.push(this.spawn());
+  },
+  // Python: how many helpers the next load may use.
+  size() { return self.crossOriginIsolated ? Math.max(0, this.wanted - 1) : 0; },
+  // Python: every helper loads its rows; resolves to [{ok, message, bytes, heap}] in shard order.
+  load(files, spec, sab) {
+    this.resize();
+    return Promise.all(this.shards.map((s, index) => loadShard(s, { type: "load", files, spec, index, sab })));
+  },
+  // Python: the helpers that failed are replaced at the next load.
+  drop(failed) {
+    for (const i of [...failed].sort((a, b) => b - a)) this.shards.splice(i, 1)[0]?.worker.terminate();
+  },
+};
+
+async function loadShard(s, msg) {
+  const timeout = new Promise((resolve) => setTimeout(() => resolve("did not answer in time"), SHARD_MS));
+  const bootError = await Promise.race([s.booted, timeout]);
+  if (bootError) return { ok: false, message: bootError };
+  const answer = new Promise((resolve) => {
+    s.worker.onmessage = (e) => {
+      const m = e.data;
+      if (m.type === "ready") resolve({ ok: true, bytes: m.bytes, heap: m.heap });
+      else if (m.type === "error") resolve({ ok: false, message: m.message.trim().split("\n").pop() });
+    };
+    s.worker.onerror = (e) => resolve({ ok: false, message: e.message || "the worker died" });
+  });
+  s.worker.postMessage(msg);
+  const got = await Promise.race([answer, timeout]);
+  return typeof got === "string" ? { ok: false, message: got } : got;
+}
 
 async function boot() {
   const t0 = performance.now();
-  post({ type: "boot", stage: "starting Python" });
-  const manifest = fetch("./wheels/manifest.json").then((r) => r.json());
-  const pyodide = await loadPyodide({ indexURL: new URL("./pyodide/", import.meta.url).href });
-  post({ type: "boot", stage: "loading numpy and pyengine" });
-  // One call: Pyodide fetches and unpacks numpy (from its lock file) and our wheels side by side.
-  const { pyodide_packages: packages, wheels } = await manifest;
-  const urls = wheels.map((w) => new URL(`./wheels/${w.file}`, import.meta.url).href);
-  await pyodide.loadPackage([...packages, ...urls], { messageCallback: () => {} });
+  await inited;
+  pool.resize(); // the helpers start Python beside this one
+  pyodide = await bootPython((stage) => post({ type: "boot", stage }));
   if (interrupt) pyodide.setInterruptBuffer(interrupt);
   glue = pyodide.pyimport("pyengine.worker");
-  glue.setup(post, () => stopRequested, interrupt !== null);
-  post({ type: "booted", seconds: (performance.now() - t0) / 1000, isolated: self.crossOriginIsolated });
+  glue.setup(post, () => stopRequested, interrupt !== null, pool, () => heapBytes(pyodide));
+  post({ type: "booted", seconds: (performance.now() - t0) / 1000, isolated: self.crossOriginIsolated,
+         workers: 1 + pool.size() });
 }
 
 // Commands run in order; "stop" must not wait in that line, since the command it stops is
@@ -34,6 +87,10 @@ self.onmessage = (e) => {
   const msg = e.data;
   if (msg.type === "init") {
     interrupt = msg.interrupt;
+    pool.wanted = msg.workers || 1;
+    setup();
+  } else if (msg.type === "workers") {
+    pool.wanted = msg.workers; // from the next load on
   } else if (msg.type === "stop") {
     stopRequested = true; // no Python here: a SIGINT may be pending in the buffer
   } else {

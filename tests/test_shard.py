@@ -1,0 +1,188 @@
+"""pyengine.shard in CPython: the row split, slices read from the file, and the shared-buffer protocol
+with the shards served in-process on numpy arrays (the browser runs the same code on a SharedArrayBuffer)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pyengine import generate, shard, worker
+from pyengine.errors import PyEngineError
+from pyengine.gguf import open_gguf
+from pyengine.kernels import Linear
+from pyengine.model import Model
+from pyengine.source import FileSource
+
+from conftest import TINY
+
+
+def test_row_ranges_cover_the_rows_in_order():
+    assert shard.row_ranges(262144, 2) == [(0, 131072), (131072, 262144)]
+    assert shard.row_ranges(10, 3) == [(0, 4), (4, 7), (7, 10)]
+    assert shard.row_ranges(49152, 4) == [(0, 12288), (12288, 24576), (24576, 36864), (36864, 49152)]
+    assert shard.row_ranges(5, 1) == [(0, 5)]
+    for bad in (0, 10, 4):
+        with pytest.raises(PyEngineError, match="cannot split"):
+            shard.row_ranges(3 if bad == 4 else 100, bad)
+
+
+@pytest.mark.parametrize("name, weights", [("gemma3", "f32"), ("llama-q4km", "f32"), ("llama-q4km", "int8")])
+def test_a_slice_read_from_the_file_equals_those_rows_of_the_model(name, weights):
+    with open_gguf(TINY[name]) as g:
+        model = Model.from_gguf(g, weights=weights)
+        full = model.output
+        lo, hi = 37, 250
+        part = shard.load_rows(g, shard.vocab_tensor(g.tensors), lo, hi, shard.weight_form(full), full.act)
+    assert part.w.dtype == full.w.dtype and part.w.shape == (hi - lo, full.w.shape[1])
+    assert np.array_equal(part.w, full.w[lo:hi])
+    if weights == "int8":
+        assert shard.weight_form(full) == 160 and np.array_equal(part.scale, full.scale[lo:hi])
+    else:
+        assert part.scale is None
+
+
+def test_plan_predicts_the_models_output_form():
+    with open_gguf(TINY["llama-q4km"]) as g:
+        spec = shard.plan(g, 2)
+        model = Model.from_gguf(g)
+    assert spec["tensor"] == "output.weight" and spec["ranges"] == [(0, 164), (164, 328)]
+    assert (spec["n_embd"], spec["n_vocab"], spec["block"]) == (160, 328, None)
+    assert shard.fits(spec, model)
+    assert not shard.fits({**spec, "block": 160}, model)   # an int8 model would need int8 slices
+
+
+class InProcess:
+    """Shards served on a NumpyBlock whenever the main side waits: the protocol without threads."""
+
+    def __init__(self, gguf, model, n_workers: int, fail: int | None = None):
+        self.spec = shard.plan(gguf, n_workers)
+        self.block = shard.NumpyBlock(self.spec["n_embd"], self.spec["n_vocab"], on_wait=self.serve)
+        self.servers = [shard.ShardServer(shard.load_rows(gguf, self.spec["tensor"], lo, hi, self.spec["block"]),
+                                          i, lo, hi, self.block, self.spec["n_embd"])
+                        for i, (lo, hi) in enumerate(self.spec["ranges"][1:])]
+        if fail is not None:
+            self.servers[fail].local = None   # its next command raises
+        self.alive = [True] * len(self.servers)
+        self.commands = 0
+
+    def serve(self) -> None:
+        self.commands += 1
+        for i, s in enumerate(self.servers):
+            if self.alive[i]:
+                self.alive[i] = s.serve_one()
+
+
+@pytest.mark.parametrize("n_workers", [2, 3, 4])
+def test_sharded_logits_and_rows_equal_the_whole_matrix(n_workers):
+    with open_gguf(TINY["gemma3"]) as g:          # tied: token_embd is the output too
+        model = Model.from_gguf(g)
+        full = model.output
+        shards = InProcess(g, model, n_workers)
+    sharded = shard.install(model, shards.spec, shards.block)
+    assert model.output is sharded and model.token_embd is sharded
+    lo, hi = shards.spec["ranges"][0]
+    assert sharded.local.w.shape == (hi - lo, 48) and sharded.nbytes == full.w[lo:hi].nbytes
+    x = np.random.default_rng(0).standard_normal((19, 48)).astype(np.float32)   # (R, n_embd): 3 commands
+    for xs in (x[0], x[:1], x[:3], x):
+        assert np.array_equal(sharded(xs), full(xs))
+    assert shards.commands == 1 + 1 + 1 + 3
+    ids = [0, 327, 5, 200, lo, hi - 1, 164, 300]
+    assert np.array_equal(sharded.rows(ids), full.rows(ids))
+    assert np.array_equal(sharded.rows([1, 2]), full.rows([1, 2]))  # all ours: no command
+    assert shards.commands == 7
+    sharded.close()
+    shards.serve()
+    assert shards.alive == [False] * (n_workers - 1)                  # EXIT ends every loop
+
+
+def test_a_failed_or_silent_shard_is_an_error(monkeypatch, capsys):
+    with open_gguf(TINY["gemma3"]) as g:
+        model = Model.from_gguf(g)
+        shards = InProcess(g, model, 3, fail=1)
+    sharded = shard.install(model, shards.spec, shards.block)
+    with pytest.raises(PyEngineError, match="worker 3 failed"):
+        sharded(np.ones(48, np.float32))
+    assert "Traceback" in capsys.readouterr().err
+    shards.block.on_wait = None                                       # nobody answers
+    monkeypatch.setattr(shard, "TIMEOUT_S", 0.0)
+    with pytest.raises(PyEngineError, match="worker 2 did not answer"):
+        sharded(np.ones(48, np.float32))
+
+
+class FakePool:
+    """worker.js's pool as pyengine.worker sees it, with the shards in this process."""
+
+    def __init__(self, n_workers: int, fail: str | None = None):
+        self.n, self.fail, self.servers, self.dropped = n_workers, fail, [], []
+
+    def size(self) -> int:
+        return self.n - 1
+
+    async def load(self, files, spec, block):
+        results = []
+        for i in range(self.n - 1):
+            if self.fail and i == 0:
+                results.append({"ok": False, "message": self.fail})
+                continue
+            self.servers.append(shard.load_shard(files, spec, i, block))
+            results.append({"ok": True, "bytes": 0, "heap": 1000 + i})
+        block.on_wait = lambda: [s.serve_one() for s in self.servers]
+        return results
+
+    def drop(self, failed) -> None:
+        self.dropped += list(failed)
+
+
+def run(coro) -> None:
+    """Drive a coroutine whose awaits never suspend (no event loop needed)."""
+    try:
+        while True:
+            coro.send(None)
+    except StopIteration:
+        pass
+
+
+def worker_reply(pool: FakePool | None, path, text: str) -> tuple[dict, str]:
+    posted: list[dict] = []
+    worker.setup(posted.append, pool=pool, heap=lambda: 12345)
+    run(worker.handle({"type": "load", "files": [FileSource(path)]}))
+    model_msg = next(m for m in posted if m["type"] in ("model", "error"))
+    assert model_msg["type"] == "model", model_msg
+    run(worker.handle({"type": "chat", "text": text, "system": "", "settings": {"temperature": 0, "max_tokens": 8}}))
+    return model_msg["workers"], "".join(m["text"] for m in posted if m["type"] == "piece")
+
+
+@pytest.mark.parametrize("name", ["gemma3", "llama-q4km"])
+def test_the_worker_splits_the_model_and_replies_as_one_worker(name):
+    one, text = worker_reply(None, TINY[name], "hello")
+    assert one == {"count": 1, "heap": [12345], "note": ""}
+    pool = FakePool(2)
+    two, text2 = worker_reply(pool, TINY[name], "hello")
+    assert two == {"count": 2, "heap": [12345, 1000], "note": ""}
+    assert isinstance(worker._session.chat.engine.model.output, shard.ShardedLinear)
+    assert text2 == text and len(text) > 0
+
+
+def test_a_shard_that_fails_to_load_leaves_one_worker_with_a_note():
+    one, text = worker_reply(None, TINY["gemma3"], "hello")
+    pool = FakePool(3, fail="Python did not start")
+    info, text2 = worker_reply(pool, TINY["gemma3"], "hello")
+    assert info["count"] == 1 and info["note"] == "running in 1 worker (worker 2 failed: Python did not start)"
+    assert pool.dropped == [0]
+    assert isinstance(worker._session.chat.engine.model.output, Linear)
+    assert text2 == text
+    assert [s.seq for s in pool.servers] == [0]          # told to EXIT: served when it next looks
+    assert pool.servers[0].serve_one() is False
+
+
+def test_engine_unchanged_by_sharding_in_cpython_generate():
+    """The CPython engine's greedy text with the output split over 2 in-process shards."""
+    engine = generate.load(TINY["llama-q4km"])
+    ids = engine.tokenizer.encode("hello world")
+    ref = generate.generate(engine.model, engine.tokenizer, ids, generate.SamplerParams(temperature=0), 10)
+    ref_text = "".join(ref)
+    with open_gguf(TINY["llama-q4km"]) as g:
+        shards = InProcess(g, engine.model, 2)
+    shard.install(engine.model, shards.spec, shards.block)
+    got = generate.generate(engine.model, engine.tokenizer, ids, generate.SamplerParams(temperature=0), 10)
+    assert "".join(got) == ref_text and shards.commands >= 10

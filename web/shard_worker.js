@@ -1,0 +1,34 @@
+// A helper ("shard") worker: started by worker.js when the page is cross-origin isolated and
+// more than one worker is chosen. It holds some rows of the model's vocabulary matrix and
+// computes their logits whenever the main worker asks through shared memory
+// (pyengine/shard.py has the protocol): no message per token.
+//   in:  {type: "load", files, spec, index, sab}  (files: the same File objects as the main worker's)
+//   out: {type: "booted"} | {type: "boot-error", message}
+//        {type: "ready", bytes, heap} once its rows are loaded (then it serves until told to exit)
+//        {type: "error", message} when the load failed;  {type: "exited"} after the serving loop
+import { bootPython, heapBytes } from "./pyodide_boot.js";
+
+const post = (msg) => self.postMessage(msg);
+let pyodide = null;
+let shard = null; // the pyengine.shard module
+
+const booting = bootPython().then((py) => {
+  pyodide = py;
+  shard = py.pyimport("pyengine.shard");
+  post({ type: "booted" });
+}).catch((err) => post({ type: "boot-error", message: `${err.message || err}` }));
+
+self.onmessage = async (e) => {
+  const msg = e.data;
+  if (msg.type !== "load") return;
+  await booting;
+  if (!shard) return post({ type: "error", message: "Python did not start in this worker" });
+  try {
+    // Blocks this worker until the main worker sends EXIT (a new model, or a failed load elsewhere).
+    shard.serve_shard(msg.files, msg.spec, msg.index, msg.sab,
+      (bytes) => post({ type: "ready", bytes, heap: heapBytes(pyodide) }));
+    post({ type: "exited" });
+  } catch (err) {
+    post({ type: "error", message: `${err.message || err}` });
+  }
+};
