@@ -27,7 +27,10 @@ const pool = {
         if (e.data.type === "booted") resolve(null);
         else if (e.data.type === "boot-error") resolve(`Python did not start: ${e.data.message}`);
       };
-      worker.onerror = (e) => resolve(`could not start: ${e.message || "see the console"}`);
+      worker.onerror = (e) => {
+        e.preventDefault(); // handled here: not an error of this worker for the page to see
+        resolve(`could not start: ${e.message || "see the console"}`);
+      };
     });
     return { worker, booted };
   },
@@ -59,7 +62,10 @@ async function loadShard(s, msg) {
       if (m.type === "ready") resolve({ ok: true, bytes: m.bytes, heap: m.heap });
       else if (m.type === "error") resolve({ ok: false, message: m.message.trim().split("\n").pop() });
     };
-    s.worker.onerror = (e) => resolve({ ok: false, message: e.message || "the worker died" });
+    s.worker.onerror = (e) => {
+      e.preventDefault();
+      resolve({ ok: false, message: e.message || "the worker died" });
+    };
   });
   s.worker.postMessage(msg);
   const got = await Promise.race([answer, timeout]);

@@ -61,11 +61,12 @@ def check_static() -> None:
         pytest.fail(f"static/ is older than {', '.join(stale)}: run `make build`")
 
 
-def start_server() -> tuple[subprocess.Popen, str]:
-    """serve.py on a free port: (process, base URL). Its stderr goes to a file, never to a pipe
-    nobody reads (a browser dropping connections makes the server log, and a full pipe would block it)."""
+def start_server(root: Path = STATIC) -> tuple[subprocess.Popen, str]:
+    """serve.py on a free port for ``root``: (process, base URL). Its stderr goes to a file, never to a
+    pipe nobody reads (a browser dropping connections makes the server log, and a full pipe would block it)."""
     log = tempfile.TemporaryFile(mode="w+")
-    proc = subprocess.Popen([sys.executable, str(ROOT / "build_scripts" / "serve.py"), "--port", "0"],
+    proc = subprocess.Popen([sys.executable, str(ROOT / "build_scripts" / "serve.py"), "--port", "0",
+                             "--root", str(root)],
                             env={**os.environ, "SERVE_QUIET": "1"},
                             stdout=subprocess.PIPE, stderr=log, text=True)
     line = proc.stdout.readline()

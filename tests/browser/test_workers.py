@@ -1,0 +1,131 @@
+"""The model split over several Pyodide workers (pyengine/shard.py, web/shard_worker.js) in Chromium.
+
+With 2 workers the vocabulary matrix's rows are shared between the main worker and a helper; the
+page's greedy replies must still equal the CPython engine's, Stop must still land while the main
+worker waits on the helper, and a page that is not cross-origin isolated, or a helper that cannot
+start, leaves one worker that works.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from browser.conftest import STATIC, NetworkGuard, start_server, stop_server
+from browser.pages import BOOT_MS, error_text, messages, pick_files, send, set_settings, wait_loaded, wait_reply, \
+    wait_status
+from browser.reference import cpython_reply
+from browser.test_chat import QUESTION, stop_mid_reply_then_ask_again, strip_isolation_headers
+
+pytestmark = pytest.mark.browser
+
+
+def load(page, path, workers: str | None = None) -> None:
+    if workers is not None:
+        page.get_by_test_id("workers").select_option(workers)
+    pick_files(page, [path])
+    wait_loaded(page)
+    assert page.get_by_test_id("status").text_content() == "ready", error_text(page)
+
+
+def worker_count(page) -> int:
+    return int(page.get_by_test_id("workers-note").get_attribute("data-count"))
+
+
+def greedy(page, text: str, max_tokens: int) -> str:
+    page.get_by_test_id("new-chat").click()
+    set_settings(page, temperature=0, max_tokens=max_tokens, seed=None)
+    send(page, text)
+    return wait_reply(page)
+
+
+@pytest.fixture(scope="module")
+def two_workers(app, smollm2_path):
+    """The app (cross-origin isolated: 2 workers by default) with SmolLM2-135M-Instruct loaded."""
+    assert app.evaluate("crossOriginIsolated")
+    assert app.get_by_test_id("workers").input_value() == "2"
+    load(app, smollm2_path)
+    return app
+
+
+def test_two_workers_reply_as_cpython(two_workers, smollm2_path):
+    assert worker_count(two_workers) == 2
+    note = two_workers.get_by_test_id("workers-note").text_content()
+    assert note.startswith("computing in 2 workers (") and note.count(" + ") == 1, note  # each one's memory
+    assert greedy(two_workers, QUESTION, 24) == cpython_reply(smollm2_path, [QUESTION], max_tokens=24)
+
+
+def test_stop_while_waiting_on_the_helper_then_the_next_message_works(two_workers, smollm2_path):
+    assert worker_count(two_workers) == 2
+    stop_mid_reply_then_ask_again(two_workers, smollm2_path)
+
+
+def test_gemma3_with_two_then_four_workers_replies_as_cpython(two_workers, gemma3_path):
+    """Gemma 3's output is tied to token_embd: the helpers also look up the embedding rows they hold."""
+    question = "The capital of France is"
+    want = cpython_reply(gemma3_path, [question], max_tokens=12)
+    load(two_workers, gemma3_path)
+    assert worker_count(two_workers) == 2
+    assert greedy(two_workers, question, 12) == want
+    load(two_workers, gemma3_path, "4")                 # the old helper leaves its loop, three load
+    assert worker_count(two_workers) == 4
+    assert greedy(two_workers, question, 12) == want
+    load(two_workers, gemma3_path, "1")
+    assert worker_count(two_workers) == 1
+    assert greedy(two_workers, question, 12) == want
+
+
+def new_page(browser, server, route=None):
+    context = browser.new_context(service_workers="block")  # cached responses would undo the route
+    guard = NetworkGuard(context)
+    if route is not None:
+        context.route(f"{server}**", route)
+    page = context.new_page()
+    page.goto(server)
+    wait_status(page, ("no model",), BOOT_MS)
+    return context, guard, page
+
+
+def test_without_isolation_the_setting_falls_back_to_one_worker(browser, server, smollm2_path):
+    context, guard, page = new_page(browser, server, strip_isolation_headers)
+    try:
+        assert page.evaluate("crossOriginIsolated") is False
+        workers = page.get_by_test_id("workers")
+        assert workers.input_value() == "1" and workers.is_disabled()
+        assert page.get_by_test_id("workers-note").text_content() == "1 worker: the page is not cross-origin isolated"
+        load(page, smollm2_path)
+        assert worker_count(page) == 1
+        assert greedy(page, QUESTION, 8) == cpython_reply(smollm2_path, [QUESTION], max_tokens=8)
+    finally:
+        context.close()
+    assert guard.outside == []
+
+
+@pytest.fixture
+def broken_helper_server(built, tmp_path):
+    """static/ (hard links) with a shard_worker.js that throws as it starts, served on its own port.
+    (A route cannot do it: Playwright does not see the requests of a worker started by a worker.)"""
+    root = tmp_path / "static"
+    shutil.copytree(STATIC, root, copy_function=os.link)
+    (root / "shard_worker.js").unlink()
+    (root / "shard_worker.js").write_text("throw new Error('no helper today');\n")
+    proc, url = start_server(root)
+    yield url
+    stop_server(proc)
+
+
+def test_a_helper_that_cannot_start_leaves_one_working_worker(browser, broken_helper_server, smollm2_path):
+    context, guard, page = new_page(browser, broken_helper_server)
+    try:
+        assert page.evaluate("crossOriginIsolated") and page.get_by_test_id("workers").input_value() == "2"
+        load(page, smollm2_path)
+        note = page.get_by_test_id("workers-note").text_content()
+        assert worker_count(page) == 1 and note.startswith("running in 1 worker (worker 2 failed: "), note
+        assert error_text(page) is None
+        assert greedy(page, QUESTION, 8) == cpython_reply(smollm2_path, [QUESTION], max_tokens=8)
+        assert messages(page)[-1][0] == "assistant"
+    finally:
+        context.close()
+    assert guard.outside == []
