@@ -103,19 +103,22 @@ def rows_per_command(n_embd: int, n_vocab: int) -> int:
     return min(R_MAX * n_embd, R_MAX * n_vocab // n_embd)
 
 
-def load_rows(gguf, name: str, lo: int, hi: int, block: int | None, act: str | None = None) -> Linear:
-    """Rows ``[lo, hi)`` of weight ``name`` as a :class:`Linear`: float32, or int8 + scale per ``block``.
+def load_rows(gguf, name: str, lo: int, hi: int, form: dict) -> Linear:
+    """Rows ``[lo, hi)`` of weight ``name`` as a :class:`Linear` in weight ``form`` (see :func:`weight_form`).
 
     Reads only those rows' bytes (``LOAD_ROWS`` rows a read), never the whole
     tensor: row r spans bytes ``r * row_bytes`` to ``(r + 1) * row_bytes`` of
-    the tensor. int8 rows are quantized as ``pyengine.model`` quantizes them
-    (``kernels.quantize_int8``, row by row), so the slice equals those rows of
-    the main model's matrix. Raises GGUFError on a short read.
+    the tensor. int8 rows are made as ``pyengine.model`` makes them (divided by
+    the column scale ``col`` if any, then ``kernels.quantize_int8`` row by
+    row), so the slice equals those rows of the main model's matrix. Raises
+    GGUFError on a short read.
     """
     info = gguf.tensors[name]
     n_in = info.shape[0]
     row_bytes = info.type.n_bytes(n_in)
     src = gguf.parts[info.part].source
+    block, col = form["block"], form["col"]
+    col = None if col is None else np.asarray(col, np.float32)                  # (n_in,)
     w = np.empty((hi - lo, n_in), np.float32 if block is None else np.int8)    # (hi-lo, n_in)
     scale = None if block is None else np.empty((hi - lo, n_in // block), np.float32)
     for a in range(lo, hi, LOAD_ROWS):
@@ -126,21 +129,34 @@ def load_rows(gguf, name: str, lo: int, hi: int, block: int | None, act: str | N
             raise GGUFError(f"{src.name}: byte {at}: tensor {name!r}: read {len(raw)} of {n} bytes")
         if block is None:
             quants.dequantize(raw, info.type, (b - a) * n_in, name=name, out=w[a - lo:b - lo].reshape(-1))
-        else:
-            rows = quants.dequantize(raw, info.type, (b - a) * n_in, name=name).reshape(b - a, n_in)
-            w[a - lo:b - lo], scale[a - lo:b - lo] = quantize_int8(rows, block)
-    return Linear(w, None, scale, act)
+            continue
+        rows = quants.dequantize(raw, info.type, (b - a) * n_in, name=name).reshape(b - a, n_in)
+        if col is not None:
+            rows /= col
+        w[a - lo:b - lo], scale[a - lo:b - lo] = quantize_int8(rows, block)
+    return linear(w, scale, form["act"], col)
 
 
-def weight_form(lin: Linear) -> int | None:
-    """The int8 block size of ``lin`` (weights per scale), or None for float32."""
-    return None if lin.scale is None else lin.w.shape[1] // lin.scale.shape[1]
+def linear(w: np.ndarray, scale: np.ndarray | None, act: str | None, col: np.ndarray | None) -> Linear:
+    """A bias-free Linear (a column scale only when there is one: older kernels have none)."""
+    return Linear(w, None, scale, act) if col is None else Linear(w, None, scale, act, None, col)
+
+
+def weight_form(lin: Linear) -> dict | None:
+    """How ``lin`` holds its weights, for a shard to hold its rows alike: ``{"block": weights per scale
+    (None: float32), "col": column scales (list of float) or None, "act"}``; None when the rows cannot
+    be split (a bias, or rows of different activation rounding)."""
+    if not isinstance(lin, Linear) or lin.b is not None or lin.groups is not None:
+        return None
+    col = getattr(lin, "col", None)
+    return {"block": None if lin.scale is None else lin.w.shape[1] // lin.scale.shape[1],
+            "col": None if col is None else col.tolist(), "act": lin.act}
 
 
 def keep_rows(lin: Linear, lo: int, hi: int) -> Linear:
     """A new Linear with copies of rows ``[lo, hi)`` of ``lin`` (so the rest can be freed)."""
-    return Linear(lin.w[lo:hi].copy(), None if lin.b is None else lin.b[lo:hi].copy(),
-                  None if lin.scale is None else lin.scale[lo:hi].copy(), lin.act)
+    return linear(lin.w[lo:hi].copy(), None if lin.scale is None else lin.scale[lo:hi].copy(), lin.act,
+                  getattr(lin, "col", None))
 
 
 # ---------------------------------------------------------------------------
@@ -373,36 +389,22 @@ class ShardServer:
 # The entry points: the main worker's and a shard worker's
 # ---------------------------------------------------------------------------
 
-def plan(gguf, n_workers: int) -> dict:
-    """What every shard must load to split the vocabulary matrix of ``gguf``'s model over ``n_workers``.
+def plan(model, tensor_names, n_workers: int) -> dict | None:
+    """What every shard must load to split ``model.output`` over ``n_workers`` workers, or None when
+    it cannot be split (see :func:`weight_form`).
 
-    Known from the header alone, so the shards can load while the main worker
-    does: ``{"tensor", "ranges", "block", "act", "n_embd", "n_vocab"}``, where
-    ``ranges[0]`` stays in the main worker and ``ranges[i]`` goes to shard
-    i - 1, and ``block`` is the int8 block size or None (float32), chosen as
-    ``pyengine.model`` chooses (``WEIGHTS_BUDGET``, ``VOCAB_INT8_BLOCK``);
-    :func:`fits` checks it against the loaded model. Raises PyEngineError (bad
-    split) or ModelError (bad header).
+    ``{"tensor", "ranges", "form", "n_embd", "n_vocab"}``: ``ranges[0]`` stays in
+    the main worker, ``ranges[i]`` goes to shard i - 1; ``form`` is the weight
+    form of the main model's matrix. Raises PyEngineError for a bad split.
     """
-    from pyengine.config import ModelConfig
-    from pyengine.model import VOCAB_INT8_BLOCK, WEIGHTS_BUDGET, model_tensors
-
-    c = ModelConfig.from_metadata(gguf.metadata, gguf.tensors)
-    if c.n_vocab >= 1 << 24:
-        raise PyEngineError(f"n_vocab {c.n_vocab}: token ids travel as float32, exact below 2**24")
-    f32_bytes = sum(4 * gguf.tensors[n].n_elements for n, _, _ in model_tensors(c) if n in gguf.tensors)
-    block = None
-    if f32_bytes > WEIGHTS_BUDGET:
-        block = VOCAB_INT8_BLOCK if c.n_embd % VOCAB_INT8_BLOCK == 0 else c.n_embd
-    return {"tensor": vocab_tensor(gguf.tensors), "ranges": row_ranges(c.n_vocab, n_workers),
-            "block": block, "act": None, "n_embd": c.n_embd, "n_vocab": c.n_vocab}
-
-
-def fits(spec: dict, model) -> bool:
-    """True when ``model.output`` is the matrix ``spec`` split: same shape, weight form, no bias or groups."""
-    out = model.output
-    return (isinstance(out, Linear) and out.shape == (spec["n_vocab"], spec["n_embd"]) and out.b is None
-            and out.groups is None and out.act == spec["act"] and weight_form(out) == spec["block"])
+    form = weight_form(model.output)
+    n_vocab, n_embd = model.output.shape
+    if form is None:
+        return None
+    if n_vocab >= 1 << 24:
+        raise PyEngineError(f"n_vocab {n_vocab}: token ids travel as float32, exact below 2**24")
+    return {"tensor": vocab_tensor(tensor_names), "ranges": row_ranges(n_vocab, n_workers), "form": form,
+            "n_embd": n_embd, "n_vocab": n_vocab}
 
 
 def install(model, spec: dict, block: Any) -> ShardedLinear:
@@ -425,7 +427,7 @@ def load_shard(files: list, spec: dict, index: int, block: Any) -> ShardServer:
 
     lo, hi = spec["ranges"][index + 1]
     with open_gguf([f if hasattr(f, "read") else BrowserFileSource(f) for f in files]) as g:
-        local = load_rows(g, spec["tensor"], lo, hi, spec["block"], spec["act"])
+        local = load_rows(g, spec["tensor"], lo, hi, spec["form"])
     return ShardServer(local, index, lo, hi, block, spec["n_embd"])
 
 

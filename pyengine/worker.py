@@ -180,7 +180,6 @@ class WorkerSession:
         d = describe(gguf)
         ModelConfig.from_metadata(gguf.metadata, gguf.tensors)  # an unsupported architecture fails here
         n_shards = int(self.pool.size()) if self.pool is not None else 0
-        spec = shard.plan(gguf, n_shards + 1) if n_shards else None
         if self.chat is not None:
             if self.sharded is not None:
                 self.sharded.close()  # the helpers leave their loop and drop their rows
@@ -188,45 +187,40 @@ class WorkerSession:
             self.chat = None
             gc.collect()  # a chat and its last reply refer to each other
             self.post({"type": "unloaded"})
-        block = pending = None
-        if spec is not None:  # the helpers read their rows while this worker reads the whole model
-            block = shard.new_block(spec["n_embd"], spec["n_vocab"])
-            pending = self.pool.load(_to_js(files), _to_js(spec), getattr(block, "sab", block))
-        try:
-            chat = generate.ChatSession(generate.load(gguf, progress=self._progress(sources)))
-        except BaseException:
-            if block is not None:
-                shard.send_exit(block)
-            raise
-        workers = await self._split(chat.engine.model, spec, block, pending)
+        chat = generate.ChatSession(generate.load(gguf, progress=self._progress(sources)))
+        workers = await self._split(chat.engine.model, gguf, files, n_shards)
         self.chat = chat
         self.post({"type": "model", "card": model_card(d, chat.template_name), "inspect": inspector(d),
                    "seconds": time.perf_counter() - t0, "workers": workers})
 
-    async def _split(self, model, spec: dict | None, block: Any, pending: Any) -> dict:
-        """Hand the helpers' rows over to them once they have loaded (see :mod:`pyengine.shard`).
+    async def _split(self, model, gguf, files: list, n_shards: int) -> dict:
+        """Share the model's vocabulary matrix with ``n_shards`` helpers (see :mod:`pyengine.shard`).
 
-        Returns ``{"count": workers computing the model, "heap": [wasm bytes of each worker], "note"}``:
-        a helper that failed to start or load leaves the whole model in this worker (count 1) and
-        says why in ``note``.
+        The helpers read their rows of the file once this worker has loaded the model (they hold
+        them in the same form as ``model.output``). Returns ``{"count": workers computing the
+        model, "heap": [wasm bytes of each worker], "note"}``: a helper that failed to start or load
+        leaves the whole model in this worker (count 1) and says why in ``note``.
         """
-        heap = [int(self.heap())] if self.heap is not None else []
+        spec = shard.plan(model, gguf.tensors, n_shards + 1) if n_shards else None
         if spec is None:
-            return {"count": 1, "heap": heap, "note": ""}
-        results = await pending
+            note = "running in 1 worker (the output layer cannot be split)" if n_shards else ""
+            return {"count": 1, "heap": self._heap(), "note": note}
+        block = shard.new_block(spec["n_embd"], spec["n_vocab"])
+        self.post({"type": "stage", "stage": f"loading {n_shards} more worker{'s' * (n_shards > 1)}"})
+        results = await self.pool.load(_to_js(files), _to_js(spec), getattr(block, "sab", block))
         results = results.to_py() if hasattr(results, "to_py") else list(results)
         failed = [i for i, r in enumerate(results) if not r["ok"]]
-        if not failed and shard.fits(spec, model):
+        if not failed:
             self.sharded = shard.install(model, spec, block)
             gc.collect()  # the rows given away
-            return {"count": len(results) + 1, "heap": heap + [int(r["heap"]) for r in results], "note": ""}
-        shard.send_exit(block)
-        if failed:
-            self.pool.drop(_to_js(failed))
-            why = f"worker {failed[0] + 2} failed: {results[failed[0]]['message']}"
-        else:
-            why = "the model's output layer is not in a form the helpers hold"
-        return {"count": 1, "heap": heap, "note": f"running in 1 worker ({why})"}
+            return {"count": len(results) + 1, "heap": self._heap() + [int(r["heap"]) for r in results], "note": ""}
+        shard.send_exit(block)  # the helpers that did load leave their loop
+        self.pool.drop(_to_js(failed))
+        why = f"worker {failed[0] + 2} failed: {results[failed[0]]['message']}"
+        return {"count": 1, "heap": self._heap(), "note": f"running in 1 worker ({why})"}
+
+    def _heap(self) -> list[int]:
+        return [int(self.heap())] if self.heap is not None else []
 
     def _progress(self, sources: list) -> Callable[[int, int], None]:
         """A ``progress(done_tensors, total_tensors)`` callback for :func:`pyengine.generate.load` that

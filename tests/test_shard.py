@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from pyengine import generate, shard, worker
+from pyengine import model as model_module
 from pyengine.errors import PyEngineError
 from pyengine.gguf import open_gguf
 from pyengine.kernels import Linear
@@ -26,38 +27,46 @@ def test_row_ranges_cover_the_rows_in_order():
             shard.row_ranges(3 if bad == 4 else 100, bad)
 
 
-@pytest.mark.parametrize("name, weights", [("gemma3", "f32"), ("llama-q4km", "f32"), ("llama-q4km", "int8")])
+FORMS = list(getattr(model_module, "WEIGHT_FORMS", {"f32": 0, "int8": 0}))   # "mixed" too, where it exists
+
+
+@pytest.mark.parametrize("name", ["gemma3", "llama-q4km"])
+@pytest.mark.parametrize("weights", FORMS)
 def test_a_slice_read_from_the_file_equals_those_rows_of_the_model(name, weights):
     with open_gguf(TINY[name]) as g:
         model = Model.from_gguf(g, weights=weights)
         full = model.output
+        spec = shard.plan(model, g.tensors, 2)
         lo, hi = 37, 250
-        part = shard.load_rows(g, shard.vocab_tensor(g.tensors), lo, hi, shard.weight_form(full), full.act)
+        part = shard.load_rows(g, spec["tensor"], lo, hi, spec["form"])
+    assert spec["tensor"] == ("token_embd.weight" if name == "gemma3" else "output.weight")
     assert part.w.dtype == full.w.dtype and part.w.shape == (hi - lo, full.w.shape[1])
     assert np.array_equal(part.w, full.w[lo:hi])
-    if weights == "int8":
-        assert shard.weight_form(full) == 160 and np.array_equal(part.scale, full.scale[lo:hi])
+    if full.scale is None:
+        assert part.scale is None and spec["form"]["block"] is None
     else:
-        assert part.scale is None
+        assert np.array_equal(part.scale, full.scale[lo:hi]) and spec["form"]["block"] in (128, full.w.shape[1])
+    x = np.random.default_rng(1).standard_normal((2, full.w.shape[1])).astype(np.float32)
+    assert np.array_equal(part(x), full(x)[:, lo:hi])    # column scale and all
 
 
-def test_plan_predicts_the_models_output_form():
+def test_plan_splits_the_output_or_says_it_cannot():
     with open_gguf(TINY["llama-q4km"]) as g:
-        spec = shard.plan(g, 2)
-        model = Model.from_gguf(g)
-    assert spec["tensor"] == "output.weight" and spec["ranges"] == [(0, 164), (164, 328)]
-    assert (spec["n_embd"], spec["n_vocab"], spec["block"]) == (160, 328, None)
-    assert shard.fits(spec, model)
-    assert not shard.fits({**spec, "block": 160}, model)   # an int8 model would need int8 slices
+        model = Model.from_gguf(g, weights="f32")
+        spec = shard.plan(model, g.tensors, 2)
+        assert spec == {"tensor": "output.weight", "ranges": [(0, 164), (164, 328)],
+                        "form": {"block": None, "col": None, "act": None}, "n_embd": 160, "n_vocab": 328}
+        model.output.b = np.zeros(328, np.float32)          # a bias: not split
+        assert shard.plan(model, g.tensors, 2) is None
 
 
 class InProcess:
     """Shards served on a NumpyBlock whenever the main side waits: the protocol without threads."""
 
     def __init__(self, gguf, model, n_workers: int, fail: int | None = None):
-        self.spec = shard.plan(gguf, n_workers)
+        self.spec = shard.plan(model, gguf.tensors, n_workers)
         self.block = shard.NumpyBlock(self.spec["n_embd"], self.spec["n_vocab"], on_wait=self.serve)
-        self.servers = [shard.ShardServer(shard.load_rows(gguf, self.spec["tensor"], lo, hi, self.spec["block"]),
+        self.servers = [shard.ShardServer(shard.load_rows(gguf, self.spec["tensor"], lo, hi, self.spec["form"]),
                                           i, lo, hi, self.block, self.spec["n_embd"])
                         for i, (lo, hi) in enumerate(self.spec["ranges"][1:])]
         if fail is not None:

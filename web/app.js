@@ -65,6 +65,7 @@ const replying = () => state.phase === "generating" || state.phase === "stopping
 function showWorkers(w) {
   if (!w) return;
   el.workersNote.dataset.count = w.count;
+  el.workersNote.dataset.heap = JSON.stringify(w.heap); // bytes of wasm memory, per worker
   const heap = w.heap.length ? ` (${w.heap.map(formatBytes).join(" + ")} of wasm memory)` : "";
   el.workersNote.textContent = w.note || `computing in ${w.count} worker${w.count > 1 ? "s" : ""}${heap}`;
 }
@@ -103,6 +104,7 @@ worker.onerror = (e) => {
 
 const handlers = {
   boot(msg) { showProgress(msg.stage, null); },
+  stage(msg) { showProgress(msg.stage, null); }, // a step of a load with no byte count (the helper workers)
   booted() {
     hideProgress();
     if (state.phase === "starting") settle();
@@ -344,6 +346,7 @@ function showStats(s) {
     STOP_REASONS[s.stop_reason] || s.stop_reason,
   ];
   el.stats.textContent = parts.filter(Boolean).join(" · ");
+  el.stats.dataset.stats = JSON.stringify(s); // the numbers as measured, for scripts (bench/bench_workers.py)
 }
 
 function showProgress(text, frac) {
