@@ -1,6 +1,6 @@
 """Model speed and memory in CPython: load, prefill and decode tok/s, peak RSS (a benchmark, not a test).
 
-    python bench/bench_model.py [MODEL.gguf ...] [--prompt 128] [--gen 64] [--weights auto|f32|int8]
+    python bench/bench_model.py [MODEL.gguf ...] [--prompt 128] [--gen 64] [--weights auto|f32|mixed|int8]
                                 [--threads 1] [--pyodide] [--json]
 
 For each model (default: both real models in models/), in a fresh child process so that its peak
@@ -58,7 +58,7 @@ def run_one(path: str, n_prompt: int, n_gen: int, weights: str) -> dict:
     for _ in range(n_gen):
         logits = model.forward([int(np.argmax(logits))], cache)
     decode_s = time.perf_counter() - t0
-    return {"model": os.path.basename(path), "weights": "int8" if model.layers[0].wqkv.scale is not None else "f32",
+    return {"model": os.path.basename(path), "weights": getattr(model, "weights", "?"),
             "file_mb": os.path.getsize(path) / 1e6, "weights_mb": model.weights_nbytes / 1e6,
             "load_s": load_s, "prefill_tok_s": n_prompt / prefill_s, "decode_tok_s": n_gen / decode_s,
             "decode_ms": 1000 * decode_s / n_gen, "peak_mb": peak_memory_mb(), "runtime": sys.platform,
@@ -70,7 +70,7 @@ def main() -> None:
     ap.add_argument("models", nargs="*", default=[os.path.join(ROOT, m) for m in DEFAULT_MODELS])
     ap.add_argument("--prompt", type=int, default=128, help="prompt tokens (default 128)")
     ap.add_argument("--gen", type=int, default=64, help="greedy decode steps (default 64)")
-    ap.add_argument("--weights", default="auto", choices=["auto", "f32", "int8"])
+    ap.add_argument("--weights", default="auto", choices=["auto", "f32", "mixed", "int8"])
     ap.add_argument("--threads", type=int, default=1, help="OpenBLAS threads for the prefill (default 1)")
     ap.add_argument("--pyodide", action="store_true", help="measure in Pyodide under Node (needs static/)")
     ap.add_argument("--json", action="store_true", help="print one JSON list")

@@ -19,27 +19,49 @@ data in :data:`pyengine.config.ARCHITECTURES`, not code::
 Weights and memory
 ------------------
 Every weight is dequantized once, at load, into the layout the hot loop
-wants: ``(n_out, n_in)`` float32 rows, with q/k/v stacked into one ``wqkv``
-and gate/up into one ``w_gate_up`` so each stage is one einsum. A tied output
+wants: ``(n_out, n_in)`` rows, with q/k/v stacked into one ``wqkv`` and
+gate/up into one ``w_gate_up`` so each stage is one einsum. A tied output
 shares the token embedding's array. Norm weights are used as stored (the
-gemma3 GGUF conversion already added 1).
+gemma3 GGUF conversion already added 1). The file is read a chunk of rows at
+a time (``LOAD_CHUNK_BYTES``), never a whole tensor at once.
 
-Policy: when a model's float32 weights would pass ``WEIGHTS_BUDGET`` (2.5 GiB,
-leaving room for the KV cache and activations under the 4 GiB wasm32 heap), its
-matrices are kept as int8 with a float32 scale per block of 64 weights of a
-row (128 in the vocabulary matrices) instead (``weights="int8"`` forces it):
-27% of the memory, dequantized a few thousand rows at a time while loading,
-converted per use inside the einsum (2-3x slower than float32 in Pyodide). On
-the real models this moves the last-position logits by RMS 0.07-0.25 from
-float32 (std 3-5), less than llama.cpp moves when its KV cache goes from F16
-to F32 (0.14-0.45). Measured in CPython (``bench/bench_model.py``):
+Three weight forms (``WEIGHT_FORMS``, ``Model.from_gguf(weights=...)``):
 
-=============================  =========  ======================  ======================
-model                          file       float32: weights / RSS  int8: weights / RSS
-=============================  =========  ======================  ======================
-gemma-3-270m Q4_K_M            253 MB     1072 MB / 1112 MB       280 MB / 432 MB
-SmolLM2-135M-Instruct Q4_1     98 MB      538 MB / 575 MB         141 MB / 208 MB
-=============================  =========  ======================  ======================
+- ``"f32"``: every matrix float32. The fastest in Pyodide, 4-5x the file.
+- ``"mixed"``: the layers float32, the vocabulary matrices (token_embd and
+  output: 262144 x 640 for gemma3, 63% of its float32 weights) int8 with one
+  scale per row and one per column (``column_scale``). One einsum straight
+  over the int8 rows, the column scale folded into x; the embedding lookup
+  converts only the rows it reads.
+- ``"int8"``: the low-memory mode: every matrix int8 with a float32 scale per
+  block of 64 weights of a row (128 in the vocabulary matrices), about a
+  quarter of float32, converted per use inside the einsum.
+
+``"auto"`` (the default) picks "f32" while the float32 weights fit
+``F32_BUDGET`` (256 MiB: the tiny test models), else "mixed" while that fits
+``WEIGHTS_BUDGET`` (2.5 GiB, leaving room for the KV cache and activations
+under the 4 GiB wasm32 heap), else "int8". int8 matrices are dequantized
+``LOAD_CHUNK_BYTES`` at a time into one reused float32 buffer, so a load
+never builds the float32 matrix. Against float32, "mixed" moves gemma3's
+last-position logits by RMS 0.037 (max 0.22), "int8" by RMS 0.07-0.25 on the
+real models (std 3-5): less than llama.cpp moves when its KV cache goes from
+F16 to F32 (0.14-0.45).
+
+Measured on gemma-3-270m Q4_K_M (253 MB file), ``bench/bench_model.py``,
+Pyodide 0.27.7 under Node (peak = wasm heap), 2 busy cores, 128-token prompt,
+64 greedy steps; before/after each change in one interleaved run:
+
+=======  ==========  ======  =============  ============  ====================
+weights  weights MB  load s  prefill tok/s  decode ms/tok  peak MB (x file)
+=======  ==========  ======  =============  ============  ====================
+f32      1072        1.9     23-25          114-123       1167 (4.6x)
+mixed    570         3.9     24.6           201           640 (2.5x)
+int8     280         5.1     8.0            302           376 (1.5x)
+=======  ==========  ======  =============  ============  ====================
+
+wllama 3.13 (llama.cpp in wasm, one thread) on the same machine: load 5.3 s,
+prefill 11.1 tok/s, decode 222 ms/token, 410 MB. In CPython (RSS): see
+docs/ARCHITECTURE.md.
 
 The KV cache adds ``2 · n_layer · n_ctx · n_head_kv · head_dim · 4`` bytes
 (gemma-3-270m: 36 KiB per token; SmolLM2: 45 KiB per token) and grows with the
@@ -55,16 +77,27 @@ import numpy as np
 
 from pyengine import quants
 from pyengine.config import ModelConfig
-from pyengine.errors import ModelError, PyEngineError
+from pyengine.errors import GGUFError, ModelError, PyEngineError
 from pyengine.kernels import (VEC_DOT_TYPE, Linear, Rope, attention, geglu, quantize_int8, rmsnorm,
                               softcap, swiglu)
 
-WEIGHTS_BUDGET = int(2.5 * 2**30)   # bytes of float32 weights above which matrices are kept as int8
+F32_BUDGET = 256 * 2**20            # bytes of float32 weights up to which "auto" keeps every weight float32
+WEIGHTS_BUDGET = int(2.5 * 2**30)   # bytes of "mixed" weights above which "auto" keeps every matrix int8
 UBATCH = 512                         # tokens per forward step of a long prompt (llama.cpp's n_ubatch)
-INT8_ROWS = 4096                     # rows dequantized at once when loading int8 weights
+LOAD_CHUNK_BYTES = 8 * 2**20        # float32 bytes of rows read and dequantized at once while loading
 INT8_BLOCK = 64                      # weights of a row sharing one scale in the int8 form
 VOCAB_INT8_BLOCK = 128               # the same for token_embd / output (262144 x 640 for gemma3)
+ROW = 0                              # int8 with one scale per row and one per column (kernels.Linear.col)
+COL_SAMPLE = (16, 512)               # the column scales come from 16 chunks of 512 rows spread over the matrix
 LOGITS_MODES = ("last", "all", "none")
+
+# weights= : (the layers' matrices, the vocabulary matrices token_embd / output):
+# None keeps float32, a number keeps int8 with one scale per block of that many weights
+WEIGHT_FORMS = {
+    "f32": (None, None),
+    "mixed": (None, ROW),                   # the default for models past F32_BUDGET
+    "int8": (INT8_BLOCK, VOCAB_INT8_BLOCK),  # the low-memory mode
+}
 
 
 @dataclass
@@ -131,6 +164,7 @@ class Model:
     def __init__(self, config: ModelConfig, token_embd: Linear, layers: list[Layer],
                  output_norm: np.ndarray, output: Linear, rope_freqs: np.ndarray | None = None):
         self.config = config
+        self.weights = "f32"            # the weight form, a key of WEIGHT_FORMS (set by from_gguf)
         self.token_embd = token_embd    # (n_vocab, n_embd)
         self.layers = layers
         self.output_norm = output_norm  # (n_embd,)
@@ -320,6 +354,71 @@ def _squeeze(shape) -> tuple:
     return shape
 
 
+def is_vocab(name: str) -> bool:
+    """True for the vocabulary matrices (n_vocab rows): the token embedding and the output layer."""
+    return name in ("token_embd.weight", "output.weight")
+
+
+def pick_weights(weights: str, tensors: list[tuple[str, int]]) -> str:
+    """The weight form (a key of ``WEIGHT_FORMS``) that ``weights`` asks for, given (name, n_elements).
+
+    "auto": "f32" while every weight as float32 fits ``F32_BUDGET``, else
+    "mixed" while that form fits ``WEIGHTS_BUDGET``, else "int8".
+    Raises PyEngineError for an unknown ``weights``.
+    """
+    if weights != "auto" and weights not in WEIGHT_FORMS:
+        raise PyEngineError(f"weights must be 'auto', {', '.join(map(repr, WEIGHT_FORMS))}, got {weights!r}")
+    if weights != "auto":
+        return weights
+    f32 = sum(4 * n for _, n in tensors)
+    mixed = sum(n if is_vocab(name) else 4 * n for name, n in tensors)
+    return "f32" if f32 <= F32_BUDGET else "mixed" if mixed <= WEIGHTS_BUDGET else "int8"
+
+
+def read_rows(gguf_file, name: str, a: int, b: int) -> np.ndarray:
+    """The raw blocks of rows ``a..b-1`` of weight ``name``: uint8 (bytes,), one read of the file.
+
+    Rows are contiguous in a GGUF, so they are bytes ``a * row_bytes`` to
+    ``b * row_bytes`` of the tensor. An object without ``parts`` (a test's
+    stand-in) is sliced from its ``tensor_bytes``. Raises GGUFError on a short read.
+    """
+    info = gguf_file.tensors[name]
+    row_bytes = info.type.n_bytes(info.shape[0])
+    if not hasattr(gguf_file, "parts"):
+        return gguf_file.tensor_bytes(name)[a * row_bytes:b * row_bytes]
+    src = gguf_file.parts[info.part].source
+    at, n = info.offset + a * row_bytes, (b - a) * row_bytes
+    data = src.read(at, n)
+    if len(data) != n:
+        raise GGUFError(f"{src.name}: byte {at}: tensor {name!r}: read {len(data)} of {n} bytes "
+                        f"(the file changed or was truncated)")
+    return np.frombuffer(data, dtype=np.uint8)
+
+
+def column_scale(gguf_file, name: str) -> np.ndarray:
+    """The column scales of the vocabulary matrix ``name`` in the "mixed" form: (n_in,) float32 in (0, 1].
+
+    Each column's largest |weight| over ``COL_SAMPLE`` chunks of rows spread
+    evenly over the matrix (all rows when it is smaller), over the largest of
+    them. A row scale then takes each row's largest |weight / col|, so no
+    weight is clipped whatever the sample saw. On gemma3's token_embd this
+    moves the logits 2.3x less than a row scale alone (RMS 0.037 against 0.086
+    from float32; max 0.22 against 0.84), as close as blocks of 128, at the
+    speed of one scale per row. Any reader of the file (a shard) gets the same.
+    """
+    info = gguf_file.tensors[name]
+    n_in, n_rows = info.shape
+    n_chunks, rows = COL_SAMPLE
+    starts = [0] if n_rows <= n_chunks * rows else np.linspace(0, n_rows - rows, n_chunks).astype(int).tolist()
+    amax = np.zeros(n_in, np.float32)
+    for a in starts:
+        b = min(n_rows, a + rows)
+        chunk = quants.dequantize(read_rows(gguf_file, name, a, b), info.type, (b - a) * n_in, name=name)
+        np.maximum(amax, np.abs(chunk.reshape(b - a, n_in)).max(axis=0), out=amax)
+    top = amax.max()
+    return np.where(amax > 0, amax / top, np.float32(1.0)).astype(np.float32) if top > 0 else np.ones(n_in, np.float32)
+
+
 class _Loader:
     """Reads and checks every tensor once, reports progress, and lays the weights out for the hot loop."""
 
@@ -337,12 +436,9 @@ class _Loader:
         self.names = [n for n, _, _ in wanted if n in gguf_file.tensors]
         self.total_bytes = sum(gguf_file.tensors[n].n_bytes for n in self.names)
         self.done, self.done_bytes = 0, 0
-        f32_bytes = sum(4 * math.prod(gguf_file.tensors[n].shape) for n in self.names)
-        if weights == "auto":
-            weights = "f32" if f32_bytes <= WEIGHTS_BUDGET else "int8"
-        if weights not in ("f32", "int8"):
-            raise PyEngineError(f"weights must be 'auto', 'f32' or 'int8', got {weights!r}")
-        self.int8 = weights == "int8"
+        self.weights = pick_weights(weights, [(n, gguf_file.tensors[n].n_elements) for n in self.names])
+        self.layer_block, self.vocab_block = WEIGHT_FORMS[self.weights]
+        self.buf = np.empty(0, np.float32)   # float32 rows of one load chunk, reused tensor after tensor
 
     def _tick(self, name: str) -> None:
         self.done += 1
@@ -358,21 +454,25 @@ class _Loader:
         self._tick(name)
         return a
 
-    def matrix(self, names: list[str], bias_names: list[str] | None = None, block: int = INT8_BLOCK) -> Linear:
+    def matrix(self, names: list[str], bias_names: list[str] | None = None, block: int | None = None) -> Linear:
         """The weights ``names`` stacked by rows into one Linear (n_out, n_in), with their biases if any.
 
-        Each part is dequantized straight into its rows of the stacked array,
-        so a load never holds two float32 copies of a weight.
+        ``block``: None keeps float32, else int8 with a scale per ``block``
+        weights of a row (``ROW``, or a block that does not divide n_in: one
+        per row). Each part is dequantized straight into its rows of the
+        stacked array, so a load never holds two float32 copies of a weight.
         """
         infos = [self.gf.tensors[n] for n in names]
         n_in, n_out = infos[0].shape[0], sum(i.shape[1] for i in infos)
-        w = np.empty((n_out, n_in), np.int8 if self.int8 else np.float32)      # (n_out, n_in)
-        blocks = n_in // block if n_in % block == 0 else 1
-        scale = np.empty((n_out, blocks), np.float32) if self.int8 else None   # (n_out, blocks)
+        int8 = block is not None
+        col = column_scale(self.gf, names[0]) if block == ROW and len(names) == 1 else None   # (n_in,)
+        w = np.empty((n_out, n_in), np.int8 if int8 else np.float32)            # (n_out, n_in)
+        blocks = n_in // block if int8 and block and n_in % block == 0 else 1
+        scale = np.empty((n_out, blocks), np.float32) if int8 else None        # (n_out, blocks)
         groups, r0 = [], 0
         for name, info in zip(names, infos):
             r1 = r0 + info.shape[1]
-            self._read_rows(name, w[r0:r1], scale[r0:r1] if self.int8 else None)
+            self._read_rows(name, w[r0:r1], scale[r0:r1] if int8 else None, col)
             act = VEC_DOT_TYPE.get(info.type.name) if self.ggml_rounding else None
             groups = groups[:-1] + [(groups[-1][0], r1, act)] if groups and groups[-1][2] == act else \
                 groups + [(r0, r1, act)]
@@ -383,25 +483,31 @@ class _Loader:
             b = np.concatenate([self.vector(n) if n in self.gf.tensors else np.zeros(i.shape[1], np.float32)
                                 for n, i in zip(bias_names, infos)])
         act, groups = (groups[0][2], None) if len(groups) == 1 else (None, groups)
-        return Linear(w, b, scale, act, groups)
+        return Linear(w, b, scale, act, groups, col)
 
-    def _read_rows(self, name: str, w: np.ndarray, scale: np.ndarray | None) -> None:
-        """Dequantize tensor ``name`` into ``w`` (n_rows, n_in): float32, or int8 and its block ``scale``.
+    def _read_rows(self, name: str, w: np.ndarray, scale: np.ndarray | None, col: np.ndarray | None) -> None:
+        """Dequantize tensor ``name`` into ``w`` (n_rows, n_in): float32, or int8 and its block ``scale``
+        (of the weights divided by the column scale ``col`` when given).
 
-        int8: ``INT8_ROWS`` rows are dequantized per step, which bounds the
-        float32 held at once whatever the tensor's size (a 128256 x 2048
-        embedding is 1 GiB as float32: more than the browser can spare).
+        The file is read ``LOAD_CHUNK_BYTES`` of float32 rows at a time, so a
+        load holds one chunk of the raw tensor, never all of it (gemma3's
+        token_embd is 178 MB as Q8_0). float32 rows are dequantized in place;
+        int8 rows go through one reused float32 buffer (``quants.dequantize(out=)``).
         """
         info = self.gf.tensors[name]
         n_in, n_rows = info.shape
-        raw = self.gf.tensor_bytes(name)                                        # (n_bytes,) uint8
-        if scale is None:
-            quants.dequantize(raw, info.type, n_in * n_rows, name=name, out=w.reshape(-1))
-            return
-        row_bytes = info.type.n_bytes(n_in)
-        for a in range(0, n_rows, INT8_ROWS):
-            b = min(n_rows, a + INT8_ROWS)
-            rows = quants.dequantize(raw[a * row_bytes:b * row_bytes], info.type, (b - a) * n_in, name=name)
+        step = max(1, LOAD_CHUNK_BYTES // (4 * n_in))                          # rows per chunk
+        if scale is not None and self.buf.size < min(step, n_rows) * n_in:
+            self.buf = np.empty(min(step, n_rows) * n_in, np.float32)
+        for a in range(0, n_rows, step):
+            b = min(n_rows, a + step)
+            raw = read_rows(self.gf, name, a, b)                                # (bytes of rows a..b-1,) uint8
+            if scale is None:
+                quants.dequantize(raw, info.type, (b - a) * n_in, name=name, out=w[a:b].reshape(-1))
+                continue
+            rows = quants.dequantize(raw, info.type, (b - a) * n_in, name=name, out=self.buf[:(b - a) * n_in])
+            if col is not None:
+                rows.reshape(b - a, n_in)[:] /= col
             w[a:b], scale[a:b] = quantize_int8(rows.reshape(b - a, n_in), n_in // scale.shape[1])
 
     def layer(self, il: int) -> Layer:
@@ -409,15 +515,15 @@ class _Loader:
         return Layer(
             attn_norm=self.vector(p + "attn_norm.weight"),
             wqkv=self.matrix([p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"],
-                             [p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"]),
+                             [p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"], self.layer_block),
             q_norm=self.vector(p + "attn_q_norm.weight"),
             k_norm=self.vector(p + "attn_k_norm.weight"),
-            wo=self.matrix([p + "attn_output.weight"], [p + "attn_output.bias"]),
+            wo=self.matrix([p + "attn_output.weight"], [p + "attn_output.bias"], self.layer_block),
             post_attn_norm=self.vector(p + "post_attention_norm.weight"),
             ffn_norm=self.vector(p + "ffn_norm.weight"),
             w_gate_up=self.matrix([p + "ffn_gate.weight", p + "ffn_up.weight"],
-                                  [p + "ffn_gate.bias", p + "ffn_up.bias"]),
-            w_down=self.matrix([p + "ffn_down.weight"], [p + "ffn_down.bias"]),
+                                  [p + "ffn_gate.bias", p + "ffn_up.bias"], self.layer_block),
+            w_down=self.matrix([p + "ffn_down.weight"], [p + "ffn_down.bias"], self.layer_block),
             post_ffn_norm=self.vector(p + "post_ffw_norm.weight"),
             swa=c.swa_layers[il],
         )
@@ -425,12 +531,12 @@ class _Loader:
     def load(self) -> Model:
         if self.progress is not None:
             self.progress(0, len(self.names), 0, self.total_bytes)
-        # int8: blocks of 128 in the vocabulary matrices (gemma3's 262144-row output runs 1.3x
-        # faster than with blocks of 64, for a little more error), 64 elsewhere
-        token_embd = self.matrix(["token_embd.weight"], block=VOCAB_INT8_BLOCK)
+        token_embd = self.matrix(["token_embd.weight"], block=self.vocab_block)
         output_norm = self.vector("output_norm.weight")
-        output = (self.matrix(["output.weight"], block=VOCAB_INT8_BLOCK) if "output.weight" in self.gf.tensors
+        output = (self.matrix(["output.weight"], block=self.vocab_block) if "output.weight" in self.gf.tensors
                   else token_embd)
         rope_freqs = self.vector("rope_freqs.weight")
         layers = [self.layer(il) for il in range(self.config.n_layer)]
-        return Model(self.config, token_embd, layers, output_norm, output, rope_freqs)
+        model = Model(self.config, token_embd, layers, output_norm, output, rope_freqs)
+        model.weights = self.weights
+        return model

@@ -260,7 +260,7 @@ def test_progress_reports_every_tensor(files):
 
 
 def test_int8_weights_take_a_quarter_and_stay_close(files, models, monkeypatch):
-    monkeypatch.setattr(model_mod, "INT8_ROWS", 100)     # several steps per tensor (token_embd: 328 rows)
+    monkeypatch.setattr(model_mod, "LOAD_CHUNK_BYTES", 100 * 4 * 64)   # several reads per tensor (token_embd: 328 rows)
     m8 = Model.from_gguf(files["llama"], weights="int8")
     m32 = models["llama"]
     assert m8.layers[0].wqkv.w.dtype == np.int8 and m32.layers[0].wqkv.w.dtype == np.float32
@@ -270,11 +270,37 @@ def test_int8_weights_take_a_quarter_and_stay_close(files, models, monkeypatch):
     assert np.abs(a - b).max() < 0.05 * a.std()
 
 
-def test_weight_budget_picks_int8(files, monkeypatch):
-    monkeypatch.setattr(model_mod, "WEIGHTS_BUDGET", 100_000)   # the tiny llama is 1.9 MB as float32
-    assert Model.from_gguf(files["llama"]).token_embd.w.dtype == np.int8
+def test_weight_budgets_pick_the_form(files, monkeypatch):
+    assert Model.from_gguf(files["llama"]).token_embd.w.dtype == np.float32   # 1.9 MB: under F32_BUDGET
+    monkeypatch.setattr(model_mod, "F32_BUDGET", 100_000)
+    m = Model.from_gguf(files["llama"])
+    assert m.token_embd.w.dtype == m.output.w.dtype == np.int8 and m.layers[0].wqkv.w.dtype == np.float32
+    monkeypatch.setattr(model_mod, "WEIGHTS_BUDGET", 100_000)
+    assert Model.from_gguf(files["llama"]).layers[0].wqkv.w.dtype == np.int8
     with pytest.raises(PyEngineError, match="weights must be"):
         Model.from_gguf(files["llama"], weights="f16")
+
+
+def test_mixed_weights_keep_the_vocabulary_int8_by_rows(files, models, monkeypatch):
+    """float32 layers, int8 token_embd / output with a scale per row and per column, read in several
+    chunks (the fixture has 328 rows: the column scales see them all)."""
+    monkeypatch.setattr(model_mod, "LOAD_CHUNK_BYTES", 100 * 4 * 64)   # 100 rows of 64 float32s per read
+    m = Model.from_gguf(files["llama"], weights="mixed")
+    m32 = models["llama"]
+    for name in ("token_embd", "output"):
+        lin, ref32 = getattr(m, name), getattr(m32, name).w                  # (328, 64)
+        assert lin.w.dtype == np.int8 and lin.scale.shape == (328, 1) and lin.col.shape == (64,)
+        np.testing.assert_allclose(lin.col, np.abs(ref32).max(axis=0) / np.abs(ref32).max(), rtol=1e-6)
+        back = lin.w * lin.scale * lin.col                                     # (328, 64)
+        assert np.abs(back - ref32).max() <= (lin.scale * lin.col).max() / 2 * 1.001
+        assert np.abs(lin.w).max(axis=1).min() == 127                          # each row's scale is its largest
+        np.testing.assert_allclose(lin.rows([3, 0, 3]), back[[3, 0, 3]], rtol=1e-6)
+        np.testing.assert_allclose(lin(m32.output_norm), back @ m32.output_norm, rtol=1e-5, atol=1e-5)
+    assert m.layers[0].wqkv.w.dtype == np.float32
+    assert np.array_equal(m.layers[1].w_down.w, m32.layers[1].w_down.w)
+    a = m32.forward([1, 5, 9, 42], m32.new_cache(8))
+    b = m.forward([1, 5, 9, 42], m.new_cache(8))
+    assert 0 < np.abs(a - b).max() < 0.04 * a.std()   # measured 0.028 (random weights)
 
 
 def test_fused_weights_layout(models):
