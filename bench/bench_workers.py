@@ -56,6 +56,7 @@ def one_run(pw, url: str, model: Path, workers: int) -> dict:
             raise RuntimeError(f"load failed: {error_text(page)}")
         note = page.get_by_test_id("workers-note")
         count, heap = int(note.get_attribute("data-count")), json.loads(note.get_attribute("data-heap"))
+        sync = note.get_attribute("data-sync-us")
         if count != workers:
             raise RuntimeError(f"asked for {workers} workers, got {count}: {note.text_content()}")
         set_settings(page, temperature=0, max_tokens=N_GEN, seed=None)
@@ -67,6 +68,7 @@ def one_run(pw, url: str, model: Path, workers: int) -> dict:
     finally:
         browser.close()
     return {"workers": workers, "boot_s": boot_s, "load_s": load_s, "heap_bytes": heap,
+            "sync_us": float(sync) if sync else None,
             "prompt_tokens": stats["prompt_tokens"], "prefill_tok_s": stats["prefill_tok_s"],
             "decode_tokens": stats["decode_tokens"],
             "decode_ms_per_token": 1000 * stats["decode_seconds"] / max(1, stats["decode_tokens"]),
@@ -83,6 +85,8 @@ def summarize(runs: list[dict], counts: list[int]) -> list[dict]:
             v = [r[key] for r in mine]
             row[key] = {"median": statistics.median(v), "min": min(v), "max": max(v)}
         row["heap_bytes"] = mine[-1]["heap_bytes"]
+        syncs = [r["sync_us"] for r in mine if r.get("sync_us") is not None]
+        row["sync_us"] = statistics.median(syncs) if syncs else None
         rows.append(row)
     return rows
 
@@ -92,13 +96,13 @@ def table(rows: list[dict]) -> str:
 
     def cell(m: dict, fmt: str) -> str:
         return f"{m['median']:{fmt}} ({m['min']:{fmt}}-{m['max']:{fmt}})"
-    lines = ["| workers | decode ms/token | decode tok/s | speed-up | prefill tok/s | load s | wasm heap per worker |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| workers | decode ms/token | decode tok/s | speed-up | prefill tok/s | load s | wasm heap per worker "
+             "| one sync µs |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         heap = " + ".join(f"{b / 2**20:.0f} MiB" for b in r["heap_bytes"])
         lines.append(f"| {r['workers']} | {cell(r['decode_ms_per_token'], '.1f')} | {cell(r['decode_tok_s'], '.2f')} "
                      f"| {base / r['decode_ms_per_token']['median']:.2f}x | {cell(r['prefill_tok_s'], '.1f')} "
-                     f"| {cell(r['load_s'], '.1f')} | {heap} |")
+                     f"| {cell(r['load_s'], '.1f')} | {heap} | {'-' if r['sync_us'] is None else r['sync_us']} |")
     return "\n".join(lines)
 
 

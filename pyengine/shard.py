@@ -16,7 +16,7 @@ the logits the shards wrote into the shared buffer.
 The shared buffer (``Int32`` control words, then ``Float32`` data)::
 
     ctl[SEQ]          command number; a shard serves each new value once
-    ctl[CMD]          MATVEC (x -> logits), ROWS (token ids -> embedding rows) or EXIT
+    ctl[CMD]          MATVEC (x -> logits), ROWS (token ids -> embedding rows), PING (nothing) or EXIT
     ctl[NROWS]        R, the rows of x (or ids) in this command
     ctl[DONE + i]     the last command shard i finished (== SEQ: its output is there)
     ctl[FAIL + i]     the last command shard i failed
@@ -56,7 +56,7 @@ TIMEOUT_S = 120.0       # a shard silent this long is dead: PyEngineError
 # control words (Int32) and commands
 SEQ, CMD, NROWS, DONE, FAIL = 0, 1, 2, 8, 8 + MAX_SHARDS
 CTL_WORDS = 8 + 2 * MAX_SHARDS
-MATVEC, ROWS, EXIT = 1, 2, 3
+MATVEC, ROWS, EXIT, PING = 1, 2, 3, 4
 
 
 # ---------------------------------------------------------------------------
@@ -153,10 +153,33 @@ def weight_form(lin: Linear) -> dict | None:
             "col": None if col is None else col.tolist(), "act": lin.act}
 
 
-def keep_rows(lin: Linear, lo: int, hi: int) -> Linear:
-    """A new Linear with copies of rows ``[lo, hi)`` of ``lin`` (so the rest can be freed)."""
-    return linear(lin.w[lo:hi].copy(), None if lin.scale is None else lin.scale[lo:hi].copy(), lin.act,
-                  getattr(lin, "col", None))
+def keep_rows(model, lo: int, hi: int) -> Linear:
+    """Rows ``[lo, hi)`` of ``model.output`` as a new Linear; the whole matrix is let go.
+
+    Under Pyodide the kept rows wait in JS memory while the whole matrix is
+    freed, then come back into the space it left: the wasm heap (which never
+    shrinks) grows by nothing (a plain copy first would add the kept rows to
+    its peak: +128 MiB for gemma3 with 2 workers).
+    """
+    import gc
+    import sys
+
+    lin = model.output
+    scale = None if lin.scale is None else lin.scale[lo:hi].copy()   # (hi-lo, blocks): small
+    act, col, shape, dtype = lin.act, getattr(lin, "col", None), (hi - lo, lin.w.shape[1]), lin.w.dtype
+    if sys.platform != "emscripten":
+        return linear(lin.w[lo:hi].copy(), scale, act, col)
+    import js
+    stash = js.Uint8Array.new(lin.w[lo:hi].nbytes)
+    stash.assign(lin.w[lo:hi].reshape(-1).view(np.uint8))
+    if model.token_embd is lin:
+        model.token_embd = None
+    model.output = None
+    del lin
+    gc.collect()
+    w = np.empty(shape, dtype)                                        # (hi-lo, n_in), where the matrix was
+    stash.assign_to(w.reshape(-1).view(np.uint8))
+    return linear(w, scale, act, col)
 
 
 # ---------------------------------------------------------------------------
@@ -302,6 +325,17 @@ class ShardedLinear:
             out[j:j + len(chunk)][theirs] = got[theirs]
         return out
 
+    def ping(self, n: int = 50) -> float:
+        """Seconds of one command that does nothing (write, notify, every shard wakes and answers,
+        wait): the cost of a sync point, the median of ``n``."""
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            self._command(PING, np.empty(0, np.float32))
+            self._wait()
+            times.append(time.perf_counter() - t0)
+        return float(np.median(times))
+
     def close(self) -> None:
         """Send the shards out of their loop (they free their rows and wait for the next load)."""
         send_exit(self.block)
@@ -412,7 +446,7 @@ def install(model, spec: dict, block: Any) -> ShardedLinear:
     the same object); the rows given away are let go. The shards must have loaded their rows."""
     lo, hi = spec["ranges"][0]
     tied = model.token_embd is model.output
-    sharded = ShardedLinear(keep_rows(model.output, lo, hi), spec["ranges"], block, spec["n_embd"])
+    sharded = ShardedLinear(keep_rows(model, lo, hi), spec["ranges"], block, spec["n_embd"])
     model.output = sharded
     if tied:
         model.token_embd = sharded

@@ -29,6 +29,13 @@ stop comes after the token being computed. Either way the reply keeps the text
 shown so far, and :class:`pyengine.generate.ChatSession` keeps its KV cache
 consistent (the next turn reuses the common prefix).
 
+Several workers: when ``worker.js`` has helper workers (``setup``'s ``pool``: the page
+is cross-origin isolated and its "workers" setting is above 1), a load ends by giving
+each helper its rows of the vocabulary matrix (:mod:`pyengine.shard`); ``model``'s
+``workers`` field says how many workers compute, the wasm memory of each, the cost of
+one sync point (``sync_us``), or why the model stayed in this one (a helper that could
+not start or load).
+
 The bytes of a dropped file are read through :class:`BrowserFileSource`
 (``FileReaderSync`` on ``file.slice(a, b)``): only the ranges the reader asks
 for are copied. Measured in Chromium 156 on a 98 MB file, it reads as fast as
@@ -213,7 +220,8 @@ class WorkerSession:
         if not failed:
             self.sharded = shard.install(model, spec, block)
             gc.collect()  # the rows given away
-            return {"count": len(results) + 1, "heap": self._heap() + [int(r["heap"]) for r in results], "note": ""}
+            return {"count": len(results) + 1, "heap": self._heap() + [int(r["heap"]) for r in results], "note": "",
+                    "sync_us": round(1e6 * self.sharded.ping(), 1)}
         shard.send_exit(block)  # the helpers that did load leave their loop
         self.pool.drop(_to_js(failed))
         why = f"worker {failed[0] + 2} failed: {results[failed[0]]['message']}"

@@ -99,6 +99,7 @@ def test_sharded_logits_and_rows_equal_the_whole_matrix(n_workers):
     assert np.array_equal(sharded.rows(ids), full.rows(ids))
     assert np.array_equal(sharded.rows([1, 2]), full.rows([1, 2]))  # all ours: no command
     assert shards.commands == 7
+    assert sharded.ping(3) >= 0 and shards.commands == 10
     sharded.close()
     shards.serve()
     assert shards.alive == [False] * (n_workers - 1)                  # EXIT ends every loop
@@ -167,6 +168,7 @@ def test_the_worker_splits_the_model_and_replies_as_one_worker(name):
     assert one == {"count": 1, "heap": [12345], "note": ""}
     pool = FakePool(2)
     two, text2 = worker_reply(pool, TINY[name], "hello")
+    assert two.pop("sync_us") > 0
     assert two == {"count": 2, "heap": [12345, 1000], "note": ""}
     assert isinstance(worker._session.chat.engine.model.output, shard.ShardedLinear)
     assert text2 == text and len(text) > 0

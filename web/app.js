@@ -66,6 +66,7 @@ function showWorkers(w) {
   if (!w) return;
   el.workersNote.dataset.count = w.count;
   el.workersNote.dataset.heap = JSON.stringify(w.heap); // bytes of wasm memory, per worker
+  el.workersNote.dataset.syncUs = w.sync_us ?? ""; // one round trip through shared memory, microseconds
   const heap = w.heap.length ? ` (${w.heap.map(formatBytes).join(" + ")} of wasm memory)` : "";
   el.workersNote.textContent = w.note || `computing in ${w.count} worker${w.count > 1 ? "s" : ""}${heap}`;
 }
