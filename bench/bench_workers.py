@@ -1,6 +1,6 @@
 """Decode and prefill speed of the browser app with 1, 2 and 4 Pyodide workers (pyengine/shard.py).
 
-    python bench/bench_workers.py [--model models/gemma-3-270m-q4_k_m.gguf] [--runs 3] [--workers 1 2 4]
+    python bench/bench_workers.py [--model models/gemma-3-270m-q4_k_m.gguf] [--runs 3] [--workers 1 2 2:vocab 4]
 
 Each run is a fresh headless Chromium (Debian's /usr/bin/chromium) on the app as built in static/,
 served cross-origin isolated by build_scripts/serve.py: choose the worker count on the page, pick
@@ -9,6 +9,11 @@ with at most 64 new tokens, and read the page's own numbers (the worker's TurnSt
 of each worker). The worker counts are interleaved (1, 2, 4, 1, 2, 4, ...) so a noisy machine
 disturbs them alike; medians and the spread (min-max) over the runs are printed as a table and
 written to bench/workers.json. Requests to any host other than 127.0.0.1 are aborted.
+
+A setting ``N:vocab`` shares only the vocabulary matrix (the page's ``?split=vocab``), ``N`` every
+matrix. Before each round, two processes spin side by side (``cpu_parallel``: the speed-up two busy
+processes get over one, 2.0 when both cores are free, 1.0 when other work holds one): workers can
+only be faster when it is near 2.
 """
 
 from __future__ import annotations
@@ -36,15 +41,35 @@ PROMPT = ("Here is a short history of the printing press. Around 1440 Johannes G
 N_GEN = 64
 
 
-def one_run(pw, url: str, model: Path, workers: int) -> dict:
-    """A fresh browser: boot, choose ``workers``, load ``model``, one greedy reply. Seconds, tok/s, bytes."""
+def spin(_=None) -> float:
+    """Seconds of a fixed pure-Python loop."""
+    t0, x = time.perf_counter(), 0
+    for i in range(3_000_000):
+        x += i
+    return time.perf_counter() - t0
+
+
+def cpu_parallel() -> float:
+    """How much faster two processes spinning side by side finish their work than one after the other."""
+    import multiprocessing
+    one = spin()
+    with multiprocessing.Pool(2) as pool:
+        two = max(pool.map(spin, [0, 1]))
+    return 2 * one / two
+
+
+def one_run(pw, url: str, model: Path, setting: str) -> dict:
+    """A fresh browser: boot, choose the workers (``"N"`` or ``"N:vocab"``), load ``model``, one greedy
+    reply. Seconds, tok/s, bytes."""
+    workers, _, split = setting.partition(":")
+    workers = int(workers)
     browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
     try:
         context = browser.new_context(service_workers="block")
         guard = NetworkGuard(context)
         page = context.new_page()
         t0 = time.monotonic()
-        page.goto(url)
+        page.goto(url + ("?split=vocab" if split == "vocab" else ""))
         wait_status(page, ("no model",), BOOT_MS)
         boot_s = time.monotonic() - t0
         page.get_by_test_id("workers").select_option(str(workers))
@@ -67,7 +92,7 @@ def one_run(pw, url: str, model: Path, workers: int) -> dict:
             raise RuntimeError(f"requests left 127.0.0.1: {guard.outside}")
     finally:
         browser.close()
-    return {"workers": workers, "boot_s": boot_s, "load_s": load_s, "heap_bytes": heap,
+    return {"setting": setting, "workers": workers, "boot_s": boot_s, "load_s": load_s, "heap_bytes": heap,
             "sync_us": float(sync) if sync else None,
             "prompt_tokens": stats["prompt_tokens"], "prefill_tok_s": stats["prefill_tok_s"],
             "decode_tokens": stats["decode_tokens"],
@@ -75,13 +100,13 @@ def one_run(pw, url: str, model: Path, workers: int) -> dict:
             "decode_tok_s": stats["decode_tok_s"], "browser": browser.version}
 
 
-def summarize(runs: list[dict], counts: list[int]) -> list[dict]:
-    """Per worker count: median, min and max of each measure."""
+def summarize(runs: list[dict], settings: list[str]) -> list[dict]:
+    """Per setting: median, min and max of each measure."""
     rows = []
-    for n in counts:
-        mine = [r for r in runs if r["workers"] == n]
-        row = {"workers": n, "runs": len(mine)}
-        for key in ("decode_ms_per_token", "decode_tok_s", "prefill_tok_s", "load_s", "boot_s"):
+    for n in settings:
+        mine = [r for r in runs if r["setting"] == n]
+        row = {"setting": n, "runs": len(mine)}
+        for key in ("decode_ms_per_token", "decode_tok_s", "prefill_tok_s", "load_s", "boot_s", "cpu_parallel"):
             v = [r[key] for r in mine]
             row[key] = {"median": statistics.median(v), "min": min(v), "max": max(v)}
         row["heap_bytes"] = mine[-1]["heap_bytes"]
@@ -97,12 +122,13 @@ def table(rows: list[dict]) -> str:
     def cell(m: dict, fmt: str) -> str:
         return f"{m['median']:{fmt}} ({m['min']:{fmt}}-{m['max']:{fmt}})"
     lines = ["| workers | decode ms/token | decode tok/s | speed-up | prefill tok/s | load s | wasm heap per worker "
-             "| one sync µs |", "|---|---|---|---|---|---|---|---|"]
+             "| one sync µs | cpu_parallel |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         heap = " + ".join(f"{b / 2**20:.0f} MiB" for b in r["heap_bytes"])
-        lines.append(f"| {r['workers']} | {cell(r['decode_ms_per_token'], '.1f')} | {cell(r['decode_tok_s'], '.2f')} "
+        lines.append(f"| {r['setting']} | {cell(r['decode_ms_per_token'], '.1f')} | {cell(r['decode_tok_s'], '.2f')} "
                      f"| {base / r['decode_ms_per_token']['median']:.2f}x | {cell(r['prefill_tok_s'], '.1f')} "
-                     f"| {cell(r['load_s'], '.1f')} | {heap} | {'-' if r['sync_us'] is None else r['sync_us']} |")
+                     f"| {cell(r['load_s'], '.1f')} | {heap} | {'-' if r['sync_us'] is None else r['sync_us']} "
+                     f"| {cell(r['cpu_parallel'], '.2f')} |")
     return "\n".join(lines)
 
 
@@ -110,7 +136,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", type=Path, default=ROOT / "models" / "gemma-3-270m-q4_k_m.gguf")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--workers", nargs="+", default=["1", "2", "2:vocab", "4"])
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "workers.json")
     args = ap.parse_args()
     if not (STATIC / "index.html").is_file():
@@ -123,9 +149,10 @@ def main() -> None:
         with sync_playwright() as pw:
             for i in range(args.runs):
                 for n in args.workers:
-                    r = one_run(pw, url, args.model, n)
+                    par = cpu_parallel()
+                    r = {**one_run(pw, url, args.model, n), "cpu_parallel": par}
                     runs.append(r)
-                    print(f"run {i + 1}/{args.runs}, {n} worker(s): decode {r['decode_ms_per_token']:.1f} ms/token, "
+                    print(f"run {i + 1}/{args.runs}, {n} worker(s), cpu_parallel {par:.2f}: decode {r['decode_ms_per_token']:.1f} ms/token, "
                           f"prefill {r['prefill_tok_s']:.1f} tok/s ({r['prompt_tokens']} tokens), "
                           f"load {r['load_s']:.1f} s", flush=True)
     finally:

@@ -1,28 +1,31 @@
-"""The vocabulary matrix split by rows over several Pyodide workers, with no message per token.
+"""The model's matrices split by rows over several Pyodide workers, with no message per token.
 
 When the page is cross-origin isolated, ``web/worker.js`` (the main worker) can
-start N-1 helper workers (``web/shard_worker.js``, "shards"). Each opens the same
-``File`` objects and reads only its rows of the vocabulary matrix (``token_embd``
-when the output is tied to it, else ``output.weight``; rows are contiguous in the
-GGUF, so rows ``[lo, hi)`` are bytes ``[lo * row_bytes, hi * row_bytes)`` of the
-tensor) in the same form as the main model's ``model.output`` (float32, or int8
-with a float32 scale per block). The main worker keeps the first rows and puts a
-:class:`ShardedLinear` in place of ``model.output`` (and ``model.token_embd`` when
-tied): each call writes ``x`` into a ``SharedArrayBuffer``, wakes the shards with
-``Atomics.notify``, computes its own rows, waits for theirs (``Atomics.wait`` in
-bounded steps, so the page's Stop still lands as KeyboardInterrupt), and reads
-the logits the shards wrote into the shared buffer.
+start N-1 helper workers (``web/shard_worker.js``, "shards"). Once the main
+worker has loaded the model, each shard opens the same ``File`` objects and reads
+only its rows of each split matrix (rows are contiguous in the GGUF, so rows
+``[lo, hi)`` are bytes ``[lo * row_bytes, hi * row_bytes)`` of the tensor), in the
+main model's weight form (float32, or int8 with its scales). Split are: the
+vocabulary matrix (``model.output``; ``token_embd`` when tied, else
+``output.weight``) and, unless the plan says ``layers=False``, each layer's
+``wqkv``, ``wo``, ``w_gate_up`` and ``w_down`` (4 sync points per layer). The
+main worker keeps the first rows of each and puts a :class:`ShardedLinear` in
+its place: a call writes ``x`` into a ``SharedArrayBuffer``, wakes the shards
+with ``Atomics.notify``, computes its own rows, waits for theirs
+(``Atomics.wait`` in bounded steps, so the page's Stop still lands as
+KeyboardInterrupt) and reads the rows they wrote into the shared buffer.
 
 The shared buffer (``Int32`` control words, then ``Float32`` data)::
 
     ctl[SEQ]          command number; a shard serves each new value once
-    ctl[CMD]          MATVEC (x -> logits), ROWS (token ids -> embedding rows), PING (nothing) or EXIT
-    ctl[NROWS]        R, the rows of x (or ids) in this command
+    ctl[CMD]          MATVEC (x -> rows of W x), ROWS (token ids -> embedding rows), PING (nothing) or EXIT
+    ctl[MAT]          which matrix of the plan (0: the vocabulary matrix, then 4 per layer)
+    ctl[NROWS]        R, the rows of x (or ids) in this command (at most the matrix's ``cap``)
     ctl[DONE + i]     the last command shard i finished (== SEQ: its output is there)
     ctl[FAIL + i]     the last command shard i failed
-    data[X : X + R_MAX*n_embd]              x (R, n_embd), or R token ids (as float32)
-    data[OUT + R_MAX*lo : ... + R*(hi-lo)]  MATVEC: shard (lo, hi)'s logits (R, hi - lo)
-    data[OUT + k*n_embd : ... + n_embd]     ROWS: the embedding row of id k, written by its owner
+    data[0 : x_size]                            x (R, n_in), or R token ids (as float32)
+    data[x_size + cap*lo : ... + R*(hi-lo)]     MATVEC: shard (lo, hi)'s rows of the output (R, hi - lo)
+    data[x_size + k*n_embd : ... + n_embd]      ROWS: the embedding row of id k, written by its owner
 
 A stale command (the main worker gave up waiting, on Stop) needs no cleanup: the
 next one has a new SEQ, and the main worker reads only after ``DONE + i == SEQ``.
@@ -30,10 +33,11 @@ next one has a new SEQ, and the main worker reads only after ``DONE + i == SEQ``
 The same code runs in CPython on numpy arrays (:class:`NumpyBlock`), which the
 unit tests use with the shards served in-process.
 
-Measured in Chromium 156 on this 2-core machine, Gemma 3 270M Q4_K_M (float32
-weights), ``bench/bench_workers.py`` (median of 3, interleaved)::
+Measured (``bench/bench_workers.py``, Chromium 156, Gemma 3 270M Q4_K_M, a
+119-token chat prompt then 64 greedy tokens, median of 3 interleaved runs; see
+``bench/workers.json``)::
 
-    (see bench/workers.json; the table is filled in below)
+    MEASUREMENTS
 """
 
 from __future__ import annotations
@@ -48,15 +52,24 @@ from pyengine.errors import GGUFError, PyEngineError
 from pyengine.kernels import Linear, quantize_int8
 
 MAX_SHARDS = 8          # helper workers a shared buffer has room for
-R_MAX = 8               # rows of x per command (a longer batch goes in several commands)
+R_MAX = 8               # rows of x per command on the vocabulary matrix (a longer batch: several commands)
+LAYER_ROWS = 512        # rows of x per command on a layer's matrix (model.UBATCH: a prompt step in one)
 LOAD_ROWS = 4096        # rows read and dequantized at once while a shard loads
 WAIT_MS = 20            # one bounded Atomics.wait; Stop is seen between two
 TIMEOUT_S = 120.0       # a shard silent this long is dead: PyEngineError
 
 # control words (Int32) and commands
-SEQ, CMD, NROWS, DONE, FAIL = 0, 1, 2, 8, 8 + MAX_SHARDS
+SEQ, CMD, NROWS, MAT, DONE, FAIL = 0, 1, 2, 3, 8, 8 + MAX_SHARDS
 CTL_WORDS = 8 + 2 * MAX_SHARDS
 MATVEC, ROWS, EXIT, PING = 1, 2, 3, 4
+
+# a layer's matrices (pyengine.model.Layer fields) and the GGUF tensors stacked in each, by rows
+LAYER_MATRICES = {
+    "wqkv": ("attn_q", "attn_k", "attn_v"),
+    "wo": ("attn_output",),
+    "w_gate_up": ("ffn_gate", "ffn_up"),
+    "w_down": ("ffn_down",),
+}
 
 
 # ---------------------------------------------------------------------------
@@ -83,58 +96,50 @@ def vocab_tensor(tensor_names) -> str:
     return "output.weight" if "output.weight" in tensor_names else "token_embd.weight"
 
 
-def data_size(n_embd: int, n_vocab: int) -> int:
-    """Float32 elements of the data area: x (R_MAX, n_embd), then the logits (R_MAX, n_vocab)."""
-    return R_MAX * (n_embd + n_vocab)
+def load_rows(gguf, names: list[str], lo: int, hi: int, form: dict) -> Linear:
+    """Rows ``[lo, hi)`` of the weights ``names`` stacked by rows, as a :class:`Linear` in weight ``form``
+    (see :func:`weight_form`).
 
-
-def buffer_bytes(n_embd: int, n_vocab: int) -> int:
-    """Bytes of the whole shared buffer (control words, then data)."""
-    return 4 * (CTL_WORDS + data_size(n_embd, n_vocab))
-
-
-def out_at(n_embd: int) -> int:
-    """Where the output area starts in the data (float32 elements): after x (R_MAX, n_embd)."""
-    return R_MAX * n_embd
-
-
-def rows_per_command(n_embd: int, n_vocab: int) -> int:
-    """Token ids one ROWS command carries: as many rows as fit in the logits area (and ids in x)."""
-    return min(R_MAX * n_embd, R_MAX * n_vocab // n_embd)
-
-
-def load_rows(gguf, name: str, lo: int, hi: int, form: dict) -> Linear:
-    """Rows ``[lo, hi)`` of weight ``name`` as a :class:`Linear` in weight ``form`` (see :func:`weight_form`).
-
-    Reads only those rows' bytes (``LOAD_ROWS`` rows a read), never the whole
+    Reads only those rows' bytes (``LOAD_ROWS`` rows a read), never a whole
     tensor: row r spans bytes ``r * row_bytes`` to ``(r + 1) * row_bytes`` of
-    the tensor. int8 rows are made as ``pyengine.model`` makes them (divided by
+    its tensor. int8 rows are made as ``pyengine.model`` makes them (divided by
     the column scale ``col`` if any, then ``kernels.quantize_int8`` row by
     row), so the slice equals those rows of the main model's matrix. Raises
     GGUFError on a short read.
     """
-    info = gguf.tensors[name]
-    n_in = info.shape[0]
-    row_bytes = info.type.n_bytes(n_in)
-    src = gguf.parts[info.part].source
+    infos = [gguf.tensors[n] for n in names]
+    n_in = infos[0].shape[0]
     block, col = form["block"], form["col"]
     col = None if col is None else np.asarray(col, np.float32)                  # (n_in,)
     w = np.empty((hi - lo, n_in), np.float32 if block is None else np.int8)    # (hi-lo, n_in)
     scale = None if block is None else np.empty((hi - lo, n_in // block), np.float32)
-    for a in range(lo, hi, LOAD_ROWS):
-        b = min(hi, a + LOAD_ROWS)
-        at, n = info.offset + a * row_bytes, (b - a) * row_bytes
-        raw = src.read(at, n)
-        if len(raw) != n:
-            raise GGUFError(f"{src.name}: byte {at}: tensor {name!r}: read {len(raw)} of {n} bytes")
-        if block is None:
-            quants.dequantize(raw, info.type, (b - a) * n_in, name=name, out=w[a - lo:b - lo].reshape(-1))
-            continue
-        rows = quants.dequantize(raw, info.type, (b - a) * n_in, name=name).reshape(b - a, n_in)
-        if col is not None:
-            rows /= col
-        w[a - lo:b - lo], scale[a - lo:b - lo] = quantize_int8(rows, block)
+    r0 = 0
+    for name, info in zip(names, infos):
+        r1 = r0 + info.shape[1]
+        for a in range(max(lo, r0), min(hi, r1), LOAD_ROWS):               # rows of the stack
+            b = min(hi, r1, a + LOAD_ROWS)
+            rows = _read_rows(gguf, name, a - r0, b - r0)                   # (b-a, n_in) float32
+            if block is None:
+                w[a - lo:b - lo] = rows
+                continue
+            if col is not None:
+                rows /= col
+            w[a - lo:b - lo], scale[a - lo:b - lo] = quantize_int8(rows, block)
+        r0 = r1
     return linear(w, scale, form["act"], col)
+
+
+def _read_rows(gguf, name: str, a: int, b: int) -> np.ndarray:
+    """Rows ``a..b-1`` of tensor ``name`` dequantized: (b - a, n_in) float32, one read of the file."""
+    info = gguf.tensors[name]
+    n_in = info.shape[0]
+    row_bytes = info.type.n_bytes(n_in)
+    src = gguf.parts[info.part].source
+    at, n = info.offset + a * row_bytes, (b - a) * row_bytes
+    raw = src.read(at, n)
+    if len(raw) != n:
+        raise GGUFError(f"{src.name}: byte {at}: tensor {name!r}: read {len(raw)} of {n} bytes")
+    return quants.dequantize(raw, info.type, (b - a) * n_in, name=name).reshape(b - a, n_in)
 
 
 def linear(w: np.ndarray, scale: np.ndarray | None, act: str | None, col: np.ndarray | None) -> Linear:
@@ -142,10 +147,10 @@ def linear(w: np.ndarray, scale: np.ndarray | None, act: str | None, col: np.nda
     return Linear(w, None, scale, act) if col is None else Linear(w, None, scale, act, None, col)
 
 
-def weight_form(lin: Linear) -> dict | None:
+def weight_form(lin: Any) -> dict | None:
     """How ``lin`` holds its weights, for a shard to hold its rows alike: ``{"block": weights per scale
     (None: float32), "col": column scales (list of float) or None, "act"}``; None when the rows cannot
-    be split (a bias, or rows of different activation rounding)."""
+    be split (not a Linear, a bias, or rows of different activation rounding)."""
     if not isinstance(lin, Linear) or lin.b is not None or lin.groups is not None:
         return None
     col = getattr(lin, "col", None)
@@ -153,7 +158,13 @@ def weight_form(lin: Linear) -> dict | None:
             "col": None if col is None else col.tolist(), "act": lin.act}
 
 
-def keep_rows(model, lo: int, hi: int) -> Linear:
+def keep_rows(lin: Linear, lo: int, hi: int) -> Linear:
+    """A new Linear with copies of rows ``[lo, hi)`` of ``lin`` (so the rest can be freed)."""
+    return linear(lin.w[lo:hi].copy(), None if lin.scale is None else lin.scale[lo:hi].copy(), lin.act,
+                  getattr(lin, "col", None))
+
+
+def keep_vocab_rows(model, lo: int, hi: int) -> Linear:
     """Rows ``[lo, hi)`` of ``model.output`` as a new Linear; the whole matrix is let go.
 
     Under Pyodide the kept rows wait in JS memory while the whole matrix is
@@ -165,11 +176,11 @@ def keep_rows(model, lo: int, hi: int) -> Linear:
     import sys
 
     lin = model.output
+    if sys.platform != "emscripten":
+        return keep_rows(lin, lo, hi)
+    import js
     scale = None if lin.scale is None else lin.scale[lo:hi].copy()   # (hi-lo, blocks): small
     act, col, shape, dtype = lin.act, getattr(lin, "col", None), (hi - lo, lin.w.shape[1]), lin.w.dtype
-    if sys.platform != "emscripten":
-        return linear(lin.w[lo:hi].copy(), scale, act, col)
-    import js
     stash = js.Uint8Array.new(lin.w[lo:hi].nbytes)
     stash.assign(lin.w[lo:hi].reshape(-1).view(np.uint8))
     if model.token_embd is lin:
@@ -196,9 +207,9 @@ class JsBlock:
         self.data = js.Float32Array.new(sab, 4 * CTL_WORDS)
 
     @classmethod
-    def new(cls, n_embd: int, n_vocab: int) -> "JsBlock":
+    def new(cls, n_floats: int) -> "JsBlock":
         import js
-        return cls(js.SharedArrayBuffer.new(buffer_bytes(n_embd, n_vocab)))
+        return cls(js.SharedArrayBuffer.new(4 * (CTL_WORDS + n_floats)))
 
     def load(self, i: int) -> int:
         return self.atomics.load(self.ctl, i)
@@ -226,9 +237,9 @@ class NumpyBlock:
     """The same buffer as numpy arrays, for CPython: ``on_wait()`` runs while the main side waits
     (tests serve the shards there)."""
 
-    def __init__(self, n_embd: int, n_vocab: int, on_wait=None):
+    def __init__(self, n_floats: int, on_wait=None):
         self.ctl = np.zeros(CTL_WORDS, np.int32)
-        self.data = np.zeros(data_size(n_embd, n_vocab), np.float32)
+        self.data = np.zeros(n_floats, np.float32)
         self.on_wait = on_wait
 
     def load(self, i: int) -> int:
@@ -251,10 +262,54 @@ class NumpyBlock:
         out.reshape(-1)[:] = self.data[at:at + out.size]
 
 
-def new_block(n_embd: int, n_vocab: int) -> Any:
-    """A fresh shared buffer: a SharedArrayBuffer under Pyodide, numpy arrays in CPython."""
+def new_block(spec: dict) -> Any:
+    """A fresh shared buffer for ``spec``: a SharedArrayBuffer under Pyodide, numpy arrays in CPython."""
     import sys
-    return JsBlock.new(n_embd, n_vocab) if sys.platform == "emscripten" else NumpyBlock(n_embd, n_vocab)
+    n = spec["x_size"] + spec["out_size"]
+    return JsBlock.new(n) if sys.platform == "emscripten" else NumpyBlock(n)
+
+
+def command(block: Any, cmd: int, mat: int = 0, a: np.ndarray | None = None) -> int:
+    """Post command ``cmd`` on matrix ``mat`` with input ``a`` (rows of x, or ids) and wake the shards;
+    returns its number. Only the main worker writes commands."""
+    if a is not None:
+        block.write(0, a)
+    block.store(CMD, cmd)
+    block.store(MAT, mat)
+    block.store(NROWS, 0 if a is None else len(a))
+    seq = block.load(SEQ) + 1
+    block.store(SEQ, seq)
+    block.notify(SEQ)
+    return seq
+
+
+def wait_done(block: Any, seq: int, n_shards: int) -> None:
+    """Until every shard has done command ``seq``: bounded waits, so Stop (KeyboardInterrupt) gets through.
+    Raises PyEngineError when a shard failed it or stays silent for ``TIMEOUT_S``."""
+    t0 = time.monotonic()
+    for i in range(n_shards):
+        while (done := block.load(DONE + i)) != seq:
+            if time.monotonic() - t0 > TIMEOUT_S:
+                raise PyEngineError(f"worker {i + 2} did not answer in {TIMEOUT_S:.0f} s")
+            block.wait(DONE + i, done, WAIT_MS)
+        if block.load(FAIL + i) == seq:
+            raise PyEngineError(f"worker {i + 2} failed (see the browser console)")
+
+
+def send_exit(block: Any) -> None:
+    """Command EXIT: every shard on ``block`` leaves its loop (now, or as soon as it has loaded)."""
+    command(block, EXIT)
+
+
+def ping(block: Any, n_shards: int, n: int = 50) -> float:
+    """Seconds of one command that does nothing (write, notify, every shard wakes and answers, wait):
+    the cost of a sync point, the median of ``n``."""
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        wait_done(block, command(block, PING), n_shards)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
 
 
 # ---------------------------------------------------------------------------
@@ -262,24 +317,26 @@ def new_block(n_embd: int, n_vocab: int) -> Any:
 # ---------------------------------------------------------------------------
 
 class ShardedLinear:
-    """``model.output`` (and ``model.token_embd`` when tied) over several workers: (R, n_embd) -> (R, n_vocab).
+    """A weight matrix over several workers by rows: ``x (R, n_in) -> (R, n_out)``, as its Linear.
 
     ``local``: this worker's rows ``ranges[0]`` (a Linear); ``ranges[1:]``: the
-    shards' rows, in shard order; ``block``: the shared buffer (JsBlock or
-    NumpyBlock). Same results as the whole matrix's Linear, bit for bit (each
-    row's dot product is computed alike wherever it runs).
-    Raises PyEngineError when a shard reports a failure or stays silent for
-    ``TIMEOUT_S``; KeyboardInterrupt (Stop) propagates from the wait.
+    shards' rows, in shard order; ``mat``: the matrix's number in the spec;
+    ``cap``: rows of x per command; ``out_at``: where the output area starts.
+    The results equal the whole matrix's Linear, bit for bit (each row's dot
+    product is computed alike wherever it runs). As ``model.token_embd`` (tied)
+    it also looks up embedding rows (:meth:`rows`). Raises PyEngineError when a
+    shard reports a failure or stays silent for ``TIMEOUT_S``; KeyboardInterrupt
+    (Stop) propagates from the wait.
     """
 
-    def __init__(self, local: Linear, ranges: list[tuple[int, int]], block: Any, n_embd: int):
-        self.local, self.ranges, self.block = local, ranges, block
-        self.n_embd, self.n_vocab = n_embd, ranges[-1][1]
-        self.seq = block.load(SEQ)
+    def __init__(self, local: Linear, ranges: list, block: Any, mat: int, cap: int, out_at: int):
+        self.local, self.ranges, self.block = local, [tuple(r) for r in ranges], block
+        self.mat, self.cap, self.out_at = mat, cap, out_at
+        self.n_in, self.n_out = local.w.shape[1], self.ranges[-1][1]
 
     @property
     def shape(self) -> tuple:
-        return (self.n_vocab, self.n_embd)
+        return (self.n_out, self.n_in)
 
     @property
     def nbytes(self) -> int:
@@ -287,101 +344,62 @@ class ShardedLinear:
         return self.local.nbytes
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        """x (R, n_embd) or (n_embd,) float32 -> logits (R, n_vocab) or (n_vocab,)."""
-        xs = x.reshape(-1, self.n_embd)                                   # (R, n_embd)
-        out = np.empty((len(xs), self.n_vocab), np.float32)              # (R, n_vocab)
+        """x (R, n_in) or (n_in,) float32 -> (R, n_out) or (n_out,)."""
+        xs = x.reshape(-1, self.n_in)                                     # (R, n_in)
+        out = np.empty((len(xs), self.n_out), np.float32)                # (R, n_out)
         hi0 = self.ranges[0][1]
-        for j in range(0, len(xs), R_MAX):
-            xc = np.ascontiguousarray(xs[j:j + R_MAX], dtype=np.float32)  # (r, n_embd)
+        for j in range(0, len(xs), self.cap):
+            xc = np.ascontiguousarray(xs[j:j + self.cap], dtype=np.float32)   # (r, n_in)
             r = len(xc)
-            self._command(MATVEC, xc)
+            seq = command(self.block, MATVEC, self.mat, xc)
             out[j:j + r, :hi0] = self.local(xc)                           # this worker's rows, meanwhile
-            self._wait()
+            wait_done(self.block, seq, len(self.ranges) - 1)
             for lo, hi in self.ranges[1:]:
                 part = out[j, lo:hi] if r == 1 else np.empty((r, hi - lo), np.float32)
-                self.block.read(out_at(self.n_embd) + R_MAX * lo, part)   # (r, hi - lo)
+                self.block.read(self.out_at + self.cap * lo, part)        # (r, hi - lo)
                 if r > 1:
                     out[j:j + r, lo:hi] = part
         return out if x.ndim == 2 else out[0]
 
     def rows(self, ids) -> np.ndarray:
-        """Rows ``ids`` as float32 (the embedding lookup): (len(ids), n_embd); other workers' rows by ROWS."""
+        """Rows ``ids`` as float32 (the embedding lookup): (len(ids), n_in); other workers' rows by ROWS."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         hi0 = self.ranges[0][1]
-        out = np.empty((len(ids), self.n_embd), np.float32)             # (T, n_embd)
+        out = np.empty((len(ids), self.n_in), np.float32)               # (T, n_in)
         mine = ids < hi0
         if mine.any():
             out[mine] = self.local.rows(ids[mine])
         if mine.all():
             return out
-        step = rows_per_command(self.n_embd, self.n_vocab)
+        step = min(self.cap * self.n_in, self.cap * self.n_out // self.n_in)   # ids in x, rows in the output area
         for j in range(0, len(ids), step):
             chunk = ids[j:j + step]
-            self._command(ROWS, chunk.astype(np.float32))
-            self._wait()
-            got = np.empty((len(chunk), self.n_embd), np.float32)
-            self.block.read(out_at(self.n_embd), got)
+            wait_done(self.block, command(self.block, ROWS, self.mat, chunk.astype(np.float32)),
+                      len(self.ranges) - 1)
+            got = np.empty((len(chunk), self.n_in), np.float32)
+            self.block.read(self.out_at, got)
             theirs = chunk >= hi0
             out[j:j + len(chunk)][theirs] = got[theirs]
         return out
-
-    def ping(self, n: int = 50) -> float:
-        """Seconds of one command that does nothing (write, notify, every shard wakes and answers,
-        wait): the cost of a sync point, the median of ``n``."""
-        times = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            self._command(PING, np.empty(0, np.float32))
-            self._wait()
-            times.append(time.perf_counter() - t0)
-        return float(np.median(times))
-
-    def close(self) -> None:
-        """Send the shards out of their loop (they free their rows and wait for the next load)."""
-        send_exit(self.block)
-
-    def _command(self, cmd: int, a: np.ndarray) -> None:
-        self.block.write(0, a)
-        self.block.store(CMD, cmd)
-        self.block.store(NROWS, len(a))
-        self.seq += 1
-        self.block.store(SEQ, self.seq)
-        self.block.notify(SEQ)
-
-    def _wait(self) -> None:
-        """Until every shard has done command ``self.seq``; bounded waits so Stop gets through."""
-        t0 = time.monotonic()
-        for i in range(len(self.ranges) - 1):
-            while (done := self.block.load(DONE + i)) != self.seq:
-                if time.monotonic() - t0 > TIMEOUT_S:
-                    raise PyEngineError(f"worker {i + 2} did not answer in {TIMEOUT_S:.0f} s")
-                self.block.wait(DONE + i, done, WAIT_MS)
-            if self.block.load(FAIL + i) == self.seq:
-                raise PyEngineError(f"worker {i + 2} failed (see the browser console)")
 
 
 # ---------------------------------------------------------------------------
 # A shard's side
 # ---------------------------------------------------------------------------
 
-def send_exit(block: Any) -> None:
-    """Command EXIT: every shard on ``block`` leaves its loop (now, or as soon as it has loaded)."""
-    block.store(CMD, EXIT)
-    block.store(SEQ, block.load(SEQ) + 1)
-    block.notify(SEQ)
-
-
 class ShardServer:
-    """One shard: rows ``[lo, hi)`` of the vocabulary matrix (``local``), serving commands from the block.
+    """One shard: its rows of each split matrix (``locals[m]``, None where it holds none), serving commands.
 
-    ``index``: its place among the shards (0 for the main worker's first helper).
-    It serves every command after number 0 (a fresh block's SEQ): an EXIT sent
-    while it was still loading is seen as soon as it starts serving.
+    ``index``: its place among the shards (0 for the main worker's first helper);
+    ``spec``: the plan (:func:`plan`). It serves every command after number 0
+    (a fresh block's SEQ): an EXIT sent while it was still loading is seen as
+    soon as it starts serving.
     """
 
-    def __init__(self, local: Linear, index: int, lo: int, hi: int, block: Any, n_embd: int):
-        self.local, self.index, self.lo, self.hi, self.block = local, index, lo, hi, block
-        self.n_embd = n_embd
+    def __init__(self, locals_: list, index: int, spec: dict, block: Any):
+        self.locals, self.index, self.block = locals_, index, block
+        self.mats = spec["matrices"]
+        self.out_at = spec["x_size"]
         self.seq = 0
 
     def serve_one(self) -> bool:
@@ -390,28 +408,33 @@ class ShardServer:
         if seq == self.seq:
             return True
         self.seq = seq
-        cmd, r = self.block.load(CMD), self.block.load(NROWS)
-        alive = cmd != EXIT
+        cmd, r, m = self.block.load(CMD), self.block.load(NROWS), self.block.load(MAT)
         try:
-            if cmd == MATVEC:
-                x = np.empty((r, self.n_embd), np.float32)
-                self.block.read(0, x)
-                y = np.ascontiguousarray(self.local(x), dtype=np.float32)  # (r, hi - lo)
-                self.block.write(out_at(self.n_embd) + R_MAX * self.lo, y)
-            elif cmd == ROWS:
-                ids = np.empty(r, np.float32)
-                self.block.read(0, ids)
-                ids = ids.astype(np.int64)
-                for k in np.flatnonzero((ids >= self.lo) & (ids < self.hi)):
-                    row = self.local.rows([ids[k] - self.lo])[0]           # (n_embd,)
-                    self.block.write(out_at(self.n_embd) + int(k) * self.n_embd, row)
+            if cmd in (MATVEC, ROWS):
+                self._run(cmd, r, m)
         except Exception:  # noqa: BLE001 (the main worker reports it; the traceback goes to the console)
             import traceback
             traceback.print_exc()
             self.block.store(FAIL + self.index, seq)
         self.block.store(DONE + self.index, seq)
         self.block.notify(DONE + self.index)
-        return alive
+        return cmd != EXIT
+
+    def _run(self, cmd: int, r: int, m: int) -> None:
+        local, spec = self.locals[m], self.mats[m]
+        lo, hi = spec["ranges"][self.index + 1]
+        n_in = local.w.shape[1]
+        if cmd == MATVEC:
+            x = np.empty((r, n_in), np.float32)
+            self.block.read(0, x)
+            y = np.ascontiguousarray(local(x), dtype=np.float32)            # (r, hi - lo)
+            self.block.write(self.out_at + spec["cap"] * lo, y)
+            return
+        ids = np.empty(r, np.float32)
+        self.block.read(0, ids)
+        ids = ids.astype(np.int64)
+        for k in np.flatnonzero((ids >= lo) & (ids < hi)):
+            self.block.write(self.out_at + int(k) * n_in, local.rows([ids[k] - lo])[0])   # (n_in,)
 
     def serve(self) -> None:
         """Serve commands until EXIT (blocks this worker's thread; ``Atomics.wait`` between commands)."""
@@ -423,46 +446,78 @@ class ShardServer:
 # The entry points: the main worker's and a shard worker's
 # ---------------------------------------------------------------------------
 
-def plan(model, tensor_names, n_workers: int) -> dict | None:
-    """What every shard must load to split ``model.output`` over ``n_workers`` workers, or None when
-    it cannot be split (see :func:`weight_form`).
+def plan(model, tensor_names, n_workers: int, layers: bool = True) -> dict | None:
+    """What every shard must load to split the model over ``n_workers`` workers, or None when
+    ``model.output`` cannot be split (see :func:`weight_form`).
 
-    ``{"tensor", "ranges", "form", "n_embd", "n_vocab"}``: ``ranges[0]`` stays in
-    the main worker, ``ranges[i]`` goes to shard i - 1; ``form`` is the weight
-    form of the main model's matrix. Raises PyEngineError for a bad split.
+    Returns ``{"matrices", "x_size", "out_size"}``. ``matrices[0]`` is the
+    vocabulary matrix (``model.output``), then, with ``layers``, each layer's
+    ``LAYER_MATRICES`` in order (None for one that cannot be split): each
+    ``{"names": GGUF tensors stacked by rows, "ranges": (lo, hi) per worker,
+    "form": weight_form, "cap": rows of x per command}``. ``ranges[0]`` stays
+    in the main worker, ``ranges[i]`` goes to shard i - 1. ``x_size`` /
+    ``out_size``: float32 elements of the input and output areas. Raises
+    PyEngineError for a bad split.
     """
-    form = weight_form(model.output)
-    n_vocab, n_embd = model.output.shape
+    out = model.output
+    form = weight_form(out)
     if form is None:
         return None
+    n_vocab, n_embd = out.shape
     if n_vocab >= 1 << 24:
         raise PyEngineError(f"n_vocab {n_vocab}: token ids travel as float32, exact below 2**24")
-    return {"tensor": vocab_tensor(tensor_names), "ranges": row_ranges(n_vocab, n_workers), "form": form,
-            "n_embd": n_embd, "n_vocab": n_vocab}
+    mats = [{"names": [vocab_tensor(tensor_names)], "ranges": row_ranges(n_vocab, n_workers), "form": form,
+             "cap": R_MAX, "n_in": n_embd}]
+    for il, layer in enumerate(model.layers if layers else []):
+        for attr, parts in LAYER_MATRICES.items():
+            lin, names = getattr(layer, attr, None), [f"blk.{il}.{p}.weight" for p in parts]
+            form = weight_form(lin)
+            ok = form is not None and all(n in tensor_names for n in names) and lin.shape[0] >= n_workers
+            mats.append({"names": names, "ranges": row_ranges(lin.shape[0], n_workers), "form": form,
+                         "cap": LAYER_ROWS, "n_in": lin.shape[1]} if ok else None)
+    return {"matrices": mats,
+            "x_size": max(m["cap"] * m["n_in"] for m in mats if m),
+            "out_size": max(m["cap"] * m["ranges"][-1][1] for m in mats if m)}
 
 
-def install(model, spec: dict, block: Any) -> ShardedLinear:
-    """Put a :class:`ShardedLinear` in place of ``model.output`` (and ``model.token_embd`` when they are
-    the same object); the rows given away are let go. The shards must have loaded their rows."""
-    lo, hi = spec["ranges"][0]
+def layer_matrix(model, i: int) -> tuple[Any, str]:
+    """Matrix ``i`` (from 1) of a plan: (the layer, the field name)."""
+    return model.layers[(i - 1) // len(LAYER_MATRICES)], list(LAYER_MATRICES)[(i - 1) % len(LAYER_MATRICES)]
+
+
+def install(model, spec: dict, block: Any) -> list[ShardedLinear]:
+    """Put a :class:`ShardedLinear` in place of each split matrix of ``model`` (``model.output``, and
+    ``model.token_embd`` when they are the same object; the layers' matrices); the rows given away
+    are let go. The shards must have loaded their rows. Returns the ShardedLinears."""
+    mats, at = spec["matrices"], spec["x_size"]
     tied = model.token_embd is model.output
-    sharded = ShardedLinear(keep_rows(model, lo, hi), spec["ranges"], block, spec["n_embd"])
-    model.output = sharded
+    lo, hi = mats[0]["ranges"][0]
+    vocab = ShardedLinear(keep_vocab_rows(model, lo, hi), mats[0]["ranges"], block, 0, mats[0]["cap"], at)
+    model.output = vocab
     if tied:
-        model.token_embd = sharded
-    return sharded
+        model.token_embd = vocab
+    done = [vocab]
+    for i, m in enumerate(mats[1:], start=1):
+        if m is None:
+            continue
+        layer, attr = layer_matrix(model, i)
+        lo, hi = m["ranges"][0]
+        setattr(layer, attr, ShardedLinear(keep_rows(getattr(layer, attr), lo, hi), m["ranges"], block, i,
+                                           m["cap"], at))
+        done.append(getattr(layer, attr))
+    return done
 
 
 def load_shard(files: list, spec: dict, index: int, block: Any) -> ShardServer:
-    """Shard ``index``'s server: rows ``spec["ranges"][index + 1]`` of ``spec["tensor"]`` read from
-    ``files`` (browser Files, or byte sources) in ``spec``'s weight form. Raises PyEngineError."""
+    """Shard ``index``'s server: its rows of every matrix of ``spec`` read from ``files`` (browser Files,
+    or byte sources) in the main model's weight forms. Raises PyEngineError."""
     from pyengine.gguf import open_gguf
     from pyengine.worker import BrowserFileSource
 
-    lo, hi = spec["ranges"][index + 1]
     with open_gguf([f if hasattr(f, "read") else BrowserFileSource(f) for f in files]) as g:
-        local = load_rows(g, spec["tensor"], lo, hi, spec["form"])
-    return ShardServer(local, index, lo, hi, block, spec["n_embd"])
+        locals_ = [None if m is None else load_rows(g, m["names"], *m["ranges"][index + 1], m["form"])
+                   for m in spec["matrices"]]
+    return ShardServer(locals_, index, spec, block)
 
 
 def serve_shard(files: list, spec: Any, index: int, sab: Any, ready) -> None:
@@ -471,7 +526,7 @@ def serve_shard(files: list, spec: Any, index: int, sab: Any, ready) -> None:
     import gc
 
     server = load_shard(files, spec.to_py() if hasattr(spec, "to_py") else spec, index, JsBlock(sab))
-    ready(server.local.nbytes)
+    ready(sum(lin.nbytes for lin in server.locals if lin is not None))
     try:
         server.serve()
     finally:

@@ -163,7 +163,7 @@ class WorkerSession:
         self.post, self.should_stop, self.interruptible = post, should_stop, interruptible
         self.pool, self.heap = pool, heap   # helper workers (worker.js's pool), this worker's wasm bytes
         self.chat = None     # pyengine.generate.ChatSession
-        self.sharded = None  # pyengine.shard.ShardedLinear, when helpers hold part of the model
+        self.shared = None   # the shared buffer (pyengine.shard), when helpers hold part of the model
 
     # --- load
     async def load(self, files: list) -> None:
@@ -188,9 +188,9 @@ class WorkerSession:
         ModelConfig.from_metadata(gguf.metadata, gguf.tensors)  # an unsupported architecture fails here
         n_shards = int(self.pool.size()) if self.pool is not None else 0
         if self.chat is not None:
-            if self.sharded is not None:
-                self.sharded.close()  # the helpers leave their loop and drop their rows
-                self.sharded = None
+            if self.shared is not None:
+                shard.send_exit(self.shared)  # the helpers leave their loop and drop their rows
+                self.shared = None
             self.chat = None
             gc.collect()  # a chat and its last reply refer to each other
             self.post({"type": "unloaded"})
@@ -201,27 +201,33 @@ class WorkerSession:
                    "seconds": time.perf_counter() - t0, "workers": workers})
 
     async def _split(self, model, gguf, files: list, n_shards: int) -> dict:
-        """Share the model's vocabulary matrix with ``n_shards`` helpers (see :mod:`pyengine.shard`).
+        """Share the model's matrices with ``n_shards`` helpers by rows (see :mod:`pyengine.shard`): the
+        vocabulary matrix, and each layer's unless ``pool.split`` is "vocab".
 
         The helpers read their rows of the file once this worker has loaded the model (they hold
-        them in the same form as ``model.output``). Returns ``{"count": workers computing the
+        them in the same form as its matrices). Returns ``{"count": workers computing the
         model, "heap": [wasm bytes of each worker], "note"}``: a helper that failed to start or load
         leaves the whole model in this worker (count 1) and says why in ``note``.
         """
-        spec = shard.plan(model, gguf.tensors, n_shards + 1) if n_shards else None
+        layers = str(getattr(self.pool, "split", "all")) != "vocab"
+        spec = shard.plan(model, gguf.tensors, n_shards + 1, layers) if n_shards else None
         if spec is None:
+            if self.pool is not None and not n_shards:
+                self.pool.resize()  # helpers left from an earlier setting go
             note = "running in 1 worker (the output layer cannot be split)" if n_shards else ""
             return {"count": 1, "heap": self._heap(), "note": note}
-        block = shard.new_block(spec["n_embd"], spec["n_vocab"])
+        block = shard.new_block(spec)
         self.post({"type": "stage", "stage": f"loading {n_shards} more worker{'s' * (n_shards > 1)}"})
         results = await self.pool.load(_to_js(files), _to_js(spec), getattr(block, "sab", block))
         results = results.to_py() if hasattr(results, "to_py") else list(results)
         failed = [i for i, r in enumerate(results) if not r["ok"]]
         if not failed:
-            self.sharded = shard.install(model, spec, block)
+            shard.install(model, spec, block)
+            self.shared = block
             gc.collect()  # the rows given away
             return {"count": len(results) + 1, "heap": self._heap() + [int(r["heap"]) for r in results], "note": "",
-                    "sync_us": round(1e6 * self.sharded.ping(), 1)}
+                    "sync_us": round(1e6 * shard.ping(block, len(results)), 1),
+                    "split": "all" if layers else "vocab"}
         shard.send_exit(block)  # the helpers that did load leave their loop
         self.pool.drop(_to_js(failed))
         why = f"worker {failed[0] + 2} failed: {results[failed[0]]['message']}"

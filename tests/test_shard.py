@@ -38,14 +38,20 @@ def test_a_slice_read_from_the_file_equals_those_rows_of_the_model(name, weights
         full = model.output
         spec = shard.plan(model, g.tensors, 2)
         lo, hi = 37, 250
-        part = shard.load_rows(g, spec["tensor"], lo, hi, spec["form"])
-    assert spec["tensor"] == ("token_embd.weight" if name == "gemma3" else "output.weight")
+        vocab = spec["matrices"][0]
+        part = shard.load_rows(g, vocab["names"], lo, hi, vocab["form"])
+        wqkv = spec["matrices"][1]                                        # attn_q, attn_k, attn_v stacked
+        n_q = g.tensors[wqkv["names"][0]].shape[1]
+        a, b = n_q - 3, n_q + 5                                           # rows from two of the tensors
+        stacked = shard.load_rows(g, wqkv["names"], a, b, wqkv["form"])
+        assert np.array_equal(stacked.w, model.layers[0].wqkv.w[a:b])
+    assert vocab["names"] == ["token_embd.weight" if name == "gemma3" else "output.weight"]
     assert part.w.dtype == full.w.dtype and part.w.shape == (hi - lo, full.w.shape[1])
     assert np.array_equal(part.w, full.w[lo:hi])
     if full.scale is None:
-        assert part.scale is None and spec["form"]["block"] is None
+        assert part.scale is None and vocab["form"]["block"] is None
     else:
-        assert np.array_equal(part.scale, full.scale[lo:hi]) and spec["form"]["block"] in (128, full.w.shape[1])
+        assert np.array_equal(part.scale, full.scale[lo:hi]) and vocab["form"]["block"] in (128, full.w.shape[1])
     x = np.random.default_rng(1).standard_normal((2, full.w.shape[1])).astype(np.float32)
     assert np.array_equal(part(x), full(x)[:, lo:hi])    # column scale and all
 
@@ -54,23 +60,32 @@ def test_plan_splits_the_output_or_says_it_cannot():
     with open_gguf(TINY["llama-q4km"]) as g:
         model = Model.from_gguf(g, weights="f32")
         spec = shard.plan(model, g.tensors, 2)
-        assert spec == {"tensor": "output.weight", "ranges": [(0, 164), (164, 328)],
-                        "form": {"block": None, "col": None, "act": None}, "n_embd": 160, "n_vocab": 328}
-        model.output.b = np.zeros(328, np.float32)          # a bias: not split
+        f32 = {"block": None, "col": None, "act": None}
+        assert spec["matrices"][0] == {"names": ["output.weight"], "ranges": [(0, 164), (164, 328)], "form": f32,
+                                       "cap": shard.R_MAX, "n_in": 160}
+        assert len(spec["matrices"]) == 1 + 4 * 2                   # 2 layers of 4 matrices
+        assert spec["matrices"][3]["names"] == ["blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"]
+        n_ff = g.tensors["blk.0.ffn_gate.weight"].shape[1]
+        assert spec["matrices"][3]["ranges"] == [(0, n_ff), (n_ff, 2 * n_ff)]
+        assert spec["x_size"] == shard.LAYER_ROWS * n_ff                # ffn_down's input is the widest
+        assert spec["out_size"] == max(shard.R_MAX * 328, shard.LAYER_ROWS * 2 * n_ff)
+        assert len(shard.plan(model, g.tensors, 2, layers=False)["matrices"]) == 1
+        model.layers[1].wo.b = np.zeros(model.layers[1].wo.shape[0], np.float32)   # a bias: that one stays whole
+        assert shard.plan(model, g.tensors, 2)["matrices"][6] is None
+        model.output.b = np.zeros(328, np.float32)
         assert shard.plan(model, g.tensors, 2) is None
 
 
 class InProcess:
     """Shards served on a NumpyBlock whenever the main side waits: the protocol without threads."""
 
-    def __init__(self, gguf, model, n_workers: int, fail: int | None = None):
-        self.spec = shard.plan(model, gguf.tensors, n_workers)
-        self.block = shard.NumpyBlock(self.spec["n_embd"], self.spec["n_vocab"], on_wait=self.serve)
-        self.servers = [shard.ShardServer(shard.load_rows(gguf, self.spec["tensor"], lo, hi, self.spec["form"]),
-                                          i, lo, hi, self.block, self.spec["n_embd"])
-                        for i, (lo, hi) in enumerate(self.spec["ranges"][1:])]
+    def __init__(self, path, model, n_workers: int, fail: int | None = None, layers: bool = True):
+        with open_gguf(path) as g:
+            self.spec = shard.plan(model, g.tensors, n_workers, layers)
+        self.block = shard.NumpyBlock(self.spec["x_size"] + self.spec["out_size"], on_wait=self.serve)
+        self.servers = [shard.load_shard([FileSource(path)], self.spec, i, self.block) for i in range(n_workers - 1)]
         if fail is not None:
-            self.servers[fail].local = None   # its next command raises
+            self.servers[fail].locals[0] = None   # its next command raises
         self.alive = [True] * len(self.servers)
         self.commands = 0
 
@@ -85,22 +100,26 @@ class InProcess:
 def test_sharded_logits_and_rows_equal_the_whole_matrix(n_workers):
     with open_gguf(TINY["gemma3"]) as g:          # tied: token_embd is the output too
         model = Model.from_gguf(g)
-        full = model.output
-        shards = InProcess(g, model, n_workers)
+    full, wo = model.output, model.layers[2].wo
+    shards = InProcess(TINY["gemma3"], model, n_workers)
     sharded = shard.install(model, shards.spec, shards.block)
-    assert model.output is sharded and model.token_embd is sharded
-    lo, hi = shards.spec["ranges"][0]
-    assert sharded.local.w.shape == (hi - lo, 48) and sharded.nbytes == full.w[lo:hi].nbytes
+    assert len(sharded) == 1 + 4 * len(model.layers)                 # every matrix split
+    vocab = sharded[0]
+    assert model.output is vocab and model.token_embd is vocab and model.layers[2].wo is sharded[10]
+    lo, hi = shards.spec["matrices"][0]["ranges"][0]
+    assert vocab.local.w.shape == (hi - lo, 48) and vocab.nbytes == full.w[lo:hi].nbytes
     x = np.random.default_rng(0).standard_normal((19, 48)).astype(np.float32)   # (R, n_embd): 3 commands
     for xs in (x[0], x[:1], x[:3], x):
-        assert np.array_equal(sharded(xs), full(xs))
+        assert np.array_equal(vocab(xs), full(xs))
     assert shards.commands == 1 + 1 + 1 + 3
     ids = [0, 327, 5, 200, lo, hi - 1, 164, 300]
-    assert np.array_equal(sharded.rows(ids), full.rows(ids))
-    assert np.array_equal(sharded.rows([1, 2]), full.rows([1, 2]))  # all ours: no command
+    assert np.array_equal(vocab.rows(ids), full.rows(ids))
+    assert np.array_equal(vocab.rows([1, 2]), full.rows([1, 2]))     # all ours: no command
     assert shards.commands == 7
-    assert sharded.ping(3) >= 0 and shards.commands == 10
-    sharded.close()
+    h = np.random.default_rng(1).standard_normal((5, wo.shape[1])).astype(np.float32)
+    assert np.array_equal(model.layers[2].wo(h), wo(h)) and shards.commands == 8   # a layer's: one command
+    assert shard.ping(shards.block, n_workers - 1, 3) >= 0 and shards.commands == 11
+    shard.send_exit(shards.block)
     shards.serve()
     assert shards.alive == [False] * (n_workers - 1)                  # EXIT ends every loop
 
@@ -108,15 +127,15 @@ def test_sharded_logits_and_rows_equal_the_whole_matrix(n_workers):
 def test_a_failed_or_silent_shard_is_an_error(monkeypatch, capsys):
     with open_gguf(TINY["gemma3"]) as g:
         model = Model.from_gguf(g)
-        shards = InProcess(g, model, 3, fail=1)
-    sharded = shard.install(model, shards.spec, shards.block)
+    shards = InProcess(TINY["gemma3"], model, 3, fail=1)
+    vocab = shard.install(model, shards.spec, shards.block)[0]
     with pytest.raises(PyEngineError, match="worker 3 failed"):
-        sharded(np.ones(48, np.float32))
+        vocab(np.ones(48, np.float32))
     assert "Traceback" in capsys.readouterr().err
     shards.block.on_wait = None                                       # nobody answers
     monkeypatch.setattr(shard, "TIMEOUT_S", 0.0)
     with pytest.raises(PyEngineError, match="worker 2 did not answer"):
-        sharded(np.ones(48, np.float32))
+        vocab(np.ones(48, np.float32))
 
 
 class FakePool:
@@ -141,6 +160,9 @@ class FakePool:
 
     def drop(self, failed) -> None:
         self.dropped += list(failed)
+
+    def resize(self) -> None:
+        self.servers = []
 
 
 def run(coro) -> None:
@@ -169,7 +191,7 @@ def test_the_worker_splits_the_model_and_replies_as_one_worker(name):
     pool = FakePool(2)
     two, text2 = worker_reply(pool, TINY[name], "hello")
     assert two.pop("sync_us") > 0
-    assert two == {"count": 2, "heap": [12345, 1000], "note": ""}
+    assert two == {"count": 2, "heap": [12345, 1000], "note": "", "split": "all"}
     assert isinstance(worker._session.chat.engine.model.output, shard.ShardedLinear)
     assert text2 == text and len(text) > 0
 
@@ -187,13 +209,12 @@ def test_a_shard_that_fails_to_load_leaves_one_worker_with_a_note():
 
 
 def test_engine_unchanged_by_sharding_in_cpython_generate():
-    """The CPython engine's greedy text with the output split over 2 in-process shards."""
+    """The CPython engine's greedy text with every matrix split over 2 in-process shards."""
     engine = generate.load(TINY["llama-q4km"])
     ids = engine.tokenizer.encode("hello world")
     ref = generate.generate(engine.model, engine.tokenizer, ids, generate.SamplerParams(temperature=0), 10)
     ref_text = "".join(ref)
-    with open_gguf(TINY["llama-q4km"]) as g:
-        shards = InProcess(g, engine.model, 2)
+    shards = InProcess(TINY["llama-q4km"], engine.model, 2)
     shard.install(engine.model, shards.spec, shards.block)
     got = generate.generate(engine.model, engine.tokenizer, ids, generate.SamplerParams(temperature=0), 10)
-    assert "".join(got) == ref_text and shards.commands >= 10
+    assert "".join(got) == ref_text and shards.commands >= 10 * (1 + 4 * len(engine.model.layers))
