@@ -42,10 +42,12 @@ Three weight forms (``WEIGHT_FORMS``, ``Model.from_gguf(weights=...)``):
 ``WEIGHTS_BUDGET`` (2.5 GiB, leaving room for the KV cache and activations
 under the 4 GiB wasm32 heap), else "int8". int8 matrices are dequantized
 ``LOAD_CHUNK_BYTES`` at a time into one reused float32 buffer, so a load
-never builds the float32 matrix. Against float32, "mixed" moves gemma3's
-last-position logits by RMS 0.037 (max 0.22), "int8" by RMS 0.07-0.25 on the
-real models (std 3-5): less than llama.cpp moves when its KV cache goes from
-F16 to F32 (0.14-0.45).
+never builds the float32 matrix. Against float32, the last-position logits
+of the golden prompts (std 3-5) move by RMS 0.064 / max 0.32 (gemma3) and
+0.065 / 0.41 (SmolLM2) with "mixed", 0.12 / 0.64 and 0.19 / 0.88 with
+"int8": less than llama.cpp moves when its KV cache goes from F16 to F32
+(0.14-0.45). (int8 layers with a row and a column scale, as the vocabulary,
+would move them 0.43 and 0.97: too far.)
 
 Measured on gemma-3-270m Q4_K_M (253 MB file), ``bench/bench_model.py``,
 Pyodide 0.27.7 under Node (peak = wasm heap), 2 busy cores, 128-token prompt,
@@ -395,28 +397,29 @@ def read_rows(gguf_file, name: str, a: int, b: int) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8)
 
 
-def column_scale(gguf_file, name: str) -> np.ndarray:
-    """The column scales of the vocabulary matrix ``name`` in the "mixed" form: (n_in,) float32 in (0, 1].
+def column_scale(gguf_file, names: list[str]) -> np.ndarray:
+    """The column scales of the weights ``names`` stacked by rows, in the int8 ``ROW`` form: (n_in,) float32 in (0, 1].
 
     Each column's largest |weight| over ``COL_SAMPLE`` chunks of rows spread
-    evenly over the matrix (all rows when it is smaller), over the largest of
+    evenly over each matrix (all rows when it is smaller), over the largest of
     them. A row scale then takes each row's largest |weight / col|, so no
     weight is clipped whatever the sample saw. On gemma3's token_embd this
     moves the logits 2.3x less than a row scale alone (RMS 0.037 against 0.086
     from float32; max 0.22 against 0.84), as close as blocks of 128, at the
     speed of one scale per row. Any reader of the file (a shard) gets the same.
     """
-    info = gguf_file.tensors[name]
-    n_in, n_rows = info.shape
     n_chunks, rows = COL_SAMPLE
-    starts = [0] if n_rows <= n_chunks * rows else np.linspace(0, n_rows - rows, n_chunks).astype(int).tolist()
-    amax = np.zeros(n_in, np.float32)
-    for a in starts:
-        b = min(n_rows, a + rows)
-        chunk = quants.dequantize(read_rows(gguf_file, name, a, b), info.type, (b - a) * n_in, name=name)
-        np.maximum(amax, np.abs(chunk.reshape(b - a, n_in)).max(axis=0), out=amax)
+    amax = np.zeros(gguf_file.tensors[names[0]].shape[0], np.float32)    # (n_in,)
+    for name in names:
+        info = gguf_file.tensors[name]
+        n_in, n_rows = info.shape
+        starts = [0] if n_rows <= n_chunks * rows else np.linspace(0, n_rows - rows, n_chunks).astype(int).tolist()
+        for a in starts:
+            b = min(n_rows, a + rows)
+            chunk = quants.dequantize(read_rows(gguf_file, name, a, b), info.type, (b - a) * n_in, name=name)
+            np.maximum(amax, np.abs(chunk.reshape(b - a, n_in)).max(axis=0), out=amax)
     top = amax.max()
-    return np.where(amax > 0, amax / top, np.float32(1.0)).astype(np.float32) if top > 0 else np.ones(n_in, np.float32)
+    return np.where(amax > 0, amax / top, np.float32(1.0)).astype(np.float32) if top > 0 else np.ones_like(amax)
 
 
 class _Loader:
@@ -465,7 +468,7 @@ class _Loader:
         infos = [self.gf.tensors[n] for n in names]
         n_in, n_out = infos[0].shape[0], sum(i.shape[1] for i in infos)
         int8 = block is not None
-        col = column_scale(self.gf, names[0]) if block == ROW and len(names) == 1 else None   # (n_in,)
+        col = column_scale(self.gf, names) if block == ROW else None            # (n_in,)
         w = np.empty((n_out, n_in), np.int8 if int8 else np.float32)            # (n_out, n_in)
         blocks = n_in // block if int8 and block and n_in % block == 0 else 1
         scale = np.empty((n_out, blocks), np.float32) if int8 else None        # (n_out, blocks)

@@ -303,6 +303,17 @@ def test_mixed_weights_keep_the_vocabulary_int8_by_rows(files, models, monkeypat
     assert 0 < np.abs(a - b).max() < 0.04 * a.std()   # measured 0.028 (random weights)
 
 
+def test_column_scales_come_from_chunks_spread_over_the_rows(files, models, monkeypatch):
+    monkeypatch.setattr(model_mod, "COL_SAMPLE", (3, 40))                 # rows 0-39, 144-183, 288-327 of 328
+    w = models["llama"].token_embd.w                                       # (328, 64) float32
+    seen = np.abs(np.concatenate([w[0:40], w[144:184], w[288:328]])).max(axis=0)
+    col = model_mod.column_scale(files["llama"], ["token_embd.weight"])
+    np.testing.assert_allclose(col, seen / seen.max(), rtol=1e-6)
+    lin = Model.from_gguf(files["llama"], weights="mixed").token_embd
+    assert np.abs(lin.w).max(axis=1).min() == 127                          # rows outside the sample: no clipping
+    assert np.abs(lin.w * lin.scale * lin.col - w).max() <= (lin.scale * lin.col).max() / 2 * 1.001
+
+
 def test_fused_weights_layout(models):
     c, layer = models["qwen3"].config, models["qwen3"].layers[0]
     assert layer.wqkv.shape == (c.n_head * 32 + 2 * c.n_head_kv * 32, c.n_embd) == (256, 64)
