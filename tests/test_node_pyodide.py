@@ -216,13 +216,13 @@ def test_greedy_chat_reply_in_pyodide_matches_cpython_on_smollm2(real_runs):
     assert pyodide["prompt"] == cpython["prompt"] == real_runs[1]["chat"]["text"]
     assert pyodide["prompt_ids"] == cpython["prompt_ids"] and len(pyodide["prompt_ids"]) > 10
     assert pyodide["ids"] == cpython["ids"], "greedy tokens differ between Pyodide and CPython"
-    assert pyodide["pieces"] == cpython["pieces"] and "Paris" in "".join(pyodide["pieces"])
-    assert pyodide["stop"] == cpython["stop"]
+    assert pyodide["pieces"] == cpython["pieces"] and "".join(pyodide["pieces"]).strip()
+    assert pyodide["stop"] == cpython["stop"] and (pyodide["stop"] == "eog" or len(pyodide["ids"]) == GREEDY_STEPS)
     # the session's reply is the argmax chain of plain forward passes (until it stops)
     assert pyodide["greedy_ids"][:len(pyodide["ids"])] == pyodide["ids"]
     assert pyodide["greedy_ids"] == cpython["greedy_ids"]
-    # CPython multiplies with BLAS, Pyodide with einsum: only the last bits differ (measured: max 6.6e-5 over
-    # logits spanning 34, with Model.from_gguf's default ggml_rounding=False).
+    # CPython multiplies with BLAS, Pyodide with einsum: only the last bits differ (measured: max 3.8e-5 over
+    # logits spanning 34, with Model.from_gguf's defaults: "mixed" weights, ggml_rounding=False).
     p, c = np.array(pyodide["logits"]), np.array(cpython["logits"])
     assert np.abs(p - c).max() < 1e-3
     assert list(np.argsort(-p)[:5]) == list(np.argsort(-c)[:5])
