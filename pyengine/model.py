@@ -33,9 +33,10 @@ Three weight forms (``WEIGHT_FORMS``, ``Model.from_gguf(weights=...)``):
   scale per row and one per column (``column_scale``). One einsum straight
   over the int8 rows, the column scale folded into x; the embedding lookup
   converts only the rows it reads.
-- ``"int8"``: the low-memory mode: every matrix int8 with a float32 scale per
-  block of 64 weights of a row (128 in the vocabulary matrices), about a
-  quarter of float32, converted per use inside the einsum.
+- ``"int8"``: the low-memory mode: every matrix int8, about a quarter of
+  float32, converted per use inside the einsum: the layers with a float32
+  scale per block of 64 weights of a row, the vocabulary matrices as in
+  "mixed".
 
 ``"auto"`` (the default) picks "f32" while the float32 weights fit
 ``F32_BUDGET`` (256 MiB: the tiny test models), else "mixed" while that fits
@@ -88,7 +89,6 @@ WEIGHTS_BUDGET = int(2.5 * 2**30)   # bytes of "mixed" weights above which "auto
 UBATCH = 512                         # tokens per forward step of a long prompt (llama.cpp's n_ubatch)
 LOAD_CHUNK_BYTES = 8 * 2**20        # float32 bytes of rows read and dequantized at once while loading
 INT8_BLOCK = 64                      # weights of a row sharing one scale in the int8 form
-VOCAB_INT8_BLOCK = 128               # the same for token_embd / output (262144 x 640 for gemma3)
 ROW = 0                              # int8 with one scale per row and one per column (kernels.Linear.col)
 COL_SAMPLE = (16, 512)               # the column scales come from 16 chunks of 512 rows spread over the matrix
 LOGITS_MODES = ("last", "all", "none")
@@ -98,7 +98,7 @@ LOGITS_MODES = ("last", "all", "none")
 WEIGHT_FORMS = {
     "f32": (None, None),
     "mixed": (None, ROW),                   # the default for models past F32_BUDGET
-    "int8": (INT8_BLOCK, VOCAB_INT8_BLOCK),  # the low-memory mode
+    "int8": (INT8_BLOCK, ROW),               # the low-memory mode
 }
 
 
