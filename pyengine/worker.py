@@ -202,14 +202,14 @@ class WorkerSession:
 
     async def _split(self, model, gguf, files: list, n_shards: int) -> dict:
         """Share the model's matrices with ``n_shards`` helpers by rows (see :mod:`pyengine.shard`): the
-        vocabulary matrix, and each layer's unless ``pool.split`` is "vocab".
+        vocabulary matrix, and each layer's too when ``pool.split`` is "all".
 
         The helpers read their rows of the file once this worker has loaded the model (they hold
         them in the same form as its matrices). Returns ``{"count": workers computing the
         model, "heap": [wasm bytes of each worker], "note"}``: a helper that failed to start or load
         leaves the whole model in this worker (count 1) and says why in ``note``.
         """
-        layers = str(getattr(self.pool, "split", "all")) != "vocab"
+        layers = str(getattr(self.pool, "split", "vocab")) == "all"
         spec = shard.plan(model, gguf.tensors, n_shards + 1, layers) if n_shards else None
         if spec is None:
             if self.pool is not None and not n_shards:

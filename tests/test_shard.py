@@ -141,8 +141,8 @@ def test_a_failed_or_silent_shard_is_an_error(monkeypatch, capsys):
 class FakePool:
     """worker.js's pool as pyengine.worker sees it, with the shards in this process."""
 
-    def __init__(self, n_workers: int, fail: str | None = None):
-        self.n, self.fail, self.servers, self.dropped = n_workers, fail, [], []
+    def __init__(self, n_workers: int, fail: str | None = None, split: str = "vocab"):
+        self.n, self.fail, self.servers, self.dropped, self.split = n_workers, fail, [], [], split
 
     def size(self) -> int:
         return self.n - 1
@@ -185,14 +185,17 @@ def worker_reply(pool: FakePool | None, path, text: str) -> tuple[dict, str]:
 
 
 @pytest.mark.parametrize("name", ["gemma3", "llama-q4km"])
-def test_the_worker_splits_the_model_and_replies_as_one_worker(name):
+@pytest.mark.parametrize("split", ["vocab", "all"])
+def test_the_worker_splits_the_model_and_replies_as_one_worker(name, split):
     one, text = worker_reply(None, TINY[name], "hello")
     assert one == {"count": 1, "heap": [12345], "note": ""}
-    pool = FakePool(2)
+    pool = FakePool(2, split=split)
     two, text2 = worker_reply(pool, TINY[name], "hello")
     assert two.pop("sync_us") > 0
-    assert two == {"count": 2, "heap": [12345, 1000], "note": "", "split": "all"}
-    assert isinstance(worker._session.chat.engine.model.output, shard.ShardedLinear)
+    assert two == {"count": 2, "heap": [12345, 1000], "note": "", "split": split}
+    model = worker._session.chat.engine.model
+    assert isinstance(model.output, shard.ShardedLinear)
+    assert isinstance(model.layers[0].w_down, shard.ShardedLinear) == (split == "all")
     assert text2 == text and len(text) > 0
 
 

@@ -92,8 +92,9 @@ const interrupt = self.crossOriginIsolated ? new Int32Array(new SharedArrayBuffe
 el.workers.value = self.crossOriginIsolated ? "2" : "1";
 el.workers.disabled = !self.crossOriginIsolated;
 el.workersNote.textContent = self.crossOriginIsolated ? "" : "1 worker: the page is not cross-origin isolated";
-// ?split=vocab (for benchmarks) shares only the vocabulary matrix, not the layers' matrices too.
-const split = new URLSearchParams(location.search).get("split") === "vocab" ? "vocab" : "all";
+// The helpers share the vocabulary matrix; ?split=all shares the layers' matrices too (4 sync
+// points a layer: not faster on the machines measured, see pyengine/shard.py).
+const split = new URLSearchParams(location.search).get("split") === "all" ? "all" : "vocab";
 worker.postMessage({ type: "init", interrupt, workers: Number(el.workers.value), split });
 el.workers.addEventListener("change", () => {
   worker.postMessage({ type: "workers", workers: Number(el.workers.value) });

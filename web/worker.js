@@ -19,7 +19,7 @@ const SHARD_MS = 600_000;  // a helper that has not booted and loaded its rows b
 // A change applies at the next load: Python sends the old shards out of their loop first.
 const pool = {
   wanted: 1,
-  split: "all", // "vocab": only the vocabulary matrix is shared, not the layers' matrices
+  split: "vocab", // "all": the layers' matrices are shared too (the page's ?split=all)
   shards: [], // {worker, booted: Promise<string|null> (null: ok, else the error)}
   spawn() {
     const worker = new Worker(new URL("./shard_worker.js", import.meta.url), { type: "module" });
@@ -95,7 +95,7 @@ self.onmessage = (e) => {
   if (msg.type === "init") {
     interrupt = msg.interrupt;
     pool.wanted = msg.workers || 1;
-    pool.split = msg.split || "all";
+    pool.split = msg.split || "vocab";
     setup();
   } else if (msg.type === "workers") {
     pool.wanted = msg.workers; // from the next load on
