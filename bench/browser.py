@@ -33,7 +33,10 @@ WLLAMA_VERSION = "3.13.0"
 WLLAMA_DIR = ROOT / ".cache" / "wllama"                 # git-ignored (/.cache/)
 WLLAMA_ESM = WLLAMA_DIR / "package" / "esm"
 MOUNTS = {"/bench/": ROOT / "bench", "/wllama/": WLLAMA_ESM}   # URL prefix -> folder; the rest is static/
-TIMEOUT_MS = 5 * 60 * 1000    # one step of one run (wllama with 2 threads once hung in a loaded machine)
+# Seconds each step may take (Playwright's evaluate has no timeout of its own). wllama with 2 threads
+# sometimes never finishes its load or its completion when the machine is loaded: such a run fails
+# after its timeout and the next one starts.
+TIMEOUTS = {"boot": 120, "loaded": 180, "generate": 300}
 
 
 def fetch_wllama() -> Path:
@@ -62,6 +65,17 @@ class BenchHandler(serve.Handler):
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002
         pass
+
+
+def evaluate(page, step: str, expression: str, arg=None):
+    """``await expression`` in the page (``arg`` in scope), failing after ``TIMEOUTS[step]`` seconds."""
+    return page.evaluate(f"""async (arg) => {{
+        let timer;
+        const late = new Promise((_, reject) => {{
+          timer = setTimeout(() => reject(new Error("{step}: no answer in {TIMEOUTS[step]} s")), {1000 * TIMEOUTS[step]});
+        }});
+        try {{ return await Promise.race([{expression}, late]); }} finally {{ clearTimeout(timer); }}
+    }}""", arg)
 
 
 class ChromiumBench:
@@ -101,18 +115,22 @@ class ChromiumBench:
         context = browser.new_context()
         context.route("**/*", self._guard)
         page = context.new_page()
-        page.set_default_timeout(TIMEOUT_MS)
+        page.set_default_timeout(1000 * TIMEOUTS["boot"])
         errors: list[str] = []
+        console: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("console", lambda m: console.append(m.text[:300]))
         try:
             page.goto(f"{self.url}/bench/web/index.html?engine={engine}&threads={threads}")
             if not page.evaluate("self.crossOriginIsolated"):
                 raise RuntimeError("the bench page is not cross-origin isolated")
-            boot = page.evaluate("bench.boot()")
+            boot = evaluate(page, "boot", "bench.boot()")
             page.set_input_files("#file", str(model))
-            load = page.evaluate("bench.loaded")
-            result = page.evaluate("([p, n]) => bench.generate(p, n)", [prompt, n_gen])
+            load = evaluate(page, "loaded", "bench.loaded")
+            result = evaluate(page, "generate", "bench.generate(...arg)", [prompt, n_gen])
             memory = result.get("wasm_heap_bytes") or self._worker_memory(page)
+        except Exception as e:
+            raise RuntimeError(f"{e}; page errors: {errors[-3:]}; console: {console[-8:]}") from None
         finally:
             browser.close()
         if errors:

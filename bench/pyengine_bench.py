@@ -15,18 +15,23 @@ under Node and in the Chromium worker (bench/run.py drives all three).
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 import sys
 import time
 from typing import Any, Callable
 
 
-def load(sources: list) -> tuple[Any, float]:
-    """Load a model as the page does; returns (the pyengine.generate.Engine, seconds)."""
+async def load(sources: list) -> tuple[Any, float]:
+    """Load a model as the page does, in one worker; returns (the pyengine.generate.Engine, seconds).
+    (``WorkerSession.load`` is a coroutine: it may wait for helper workers; here there are none.)"""
     from pyengine.worker import WorkerSession
     session = WorkerSession(post=lambda msg: None)
     t0 = time.perf_counter()
-    session.load(sources)
+    done = session.load(sources)
+    if inspect.isawaitable(done):
+        await done
     return session.chat.engine, time.perf_counter() - t0
 
 
@@ -53,11 +58,11 @@ def peak_memory_bytes() -> dict:
     return {"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}  # KiB on Linux
 
 
-def bench(sources: list, prompt_ids: list[int], n_gen: int) -> dict:
+async def bench(sources: list, prompt_ids: list[int], n_gen: int) -> dict:
     """One measured run, as bench/run.py defines it for every engine: load, then the prompt to ``n_gen``
     greedy tokens (``ttft_s``: the first reply after loading, prefill + first token). Numbers in seconds,
     tokens, bytes."""
-    engine, load_s = load(sources)
+    engine, load_s = await load(sources)
     result = run_greedy(engine, prompt_ids, n_gen)
     return {"load_s": load_s, "ttft_s": result["ttft_seconds"], **result, **peak_memory_bytes()}
 
@@ -72,7 +77,7 @@ def main() -> None:
     ap.add_argument("--ids", required=True, help="the prompt ids, a JSON list")
     ap.add_argument("--gen", type=int, default=65, help="tokens to generate (default 65: 1 + 64 decode steps)")
     args = ap.parse_args()
-    print(json.dumps(bench([FileSource(args.model)], json.loads(args.ids), args.gen)))
+    print(json.dumps(asyncio.run(bench([FileSource(args.model)], json.loads(args.ids), args.gen))))
 
 
 if __name__ == "__main__":

@@ -115,7 +115,7 @@ def run_node(bench: "Bench", model: Path, prompt: Prompt, n_gen: int, threads: i
     bench.ensure_static()
     code = (f"import sys; sys.path.insert(0, '/bench')\nimport pyengine_bench\n"
             f"from pyengine.source import FileSource\n"
-            f"pyengine_bench.bench([FileSource('/models/{model.name}')], {prompt.ids!r}, {n_gen})\n")
+            f"await pyengine_bench.bench([FileSource('/models/{model.name}')], {prompt.ids!r}, {n_gen})\n")
     return run_process(["node", str(ROOT / "tests" / "node" / "run_pyodide.mjs"), "--static", str(STATIC),
                         "--mount", f"{BENCH}:/bench", "--mount", f"{model.parent}:/models", "--code", code])
 

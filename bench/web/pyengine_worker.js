@@ -24,11 +24,11 @@ async function boot() {
   return { boot_s: (performance.now() - t0) / 1000, heap_bytes: heapBytes() };
 }
 
-function load(file) {
+async function load(file) {
   pyodide.globals.set("_file", file);
-  const loadS = pyodide.runPython(`
+  const loadS = await pyodide.runPythonAsync(`
 from pyengine.worker import BrowserFileSource
-_engine, _load_s = pyengine_bench.load([BrowserFileSource(_file)])
+_engine, _load_s = await pyengine_bench.load([BrowserFileSource(_file)])
 _load_s`);
   return { load_s: loadS, heap_bytes: heapBytes() };
 }
@@ -48,7 +48,7 @@ self.onmessage = async (e) => {
   try {
     let value;
     if (msg.type === "boot") value = await boot();
-    else if (msg.type === "load") value = load(msg.file);
+    else if (msg.type === "load") value = await load(msg.file);
     else if (msg.type === "generate") value = generate(msg.ids, msg.n_gen);
     else throw new Error(`unknown request ${msg.type}`);
     self.postMessage({ type: "reply", value });
