@@ -190,19 +190,26 @@ def matmul_int8(q: np.ndarray, scale: np.ndarray, x: np.ndarray) -> np.ndarray:
     return out[0] if len(out) == 1 else np.concatenate(out)
 
 
-def quantize_int8(w: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
+def quantize_int8(w: np.ndarray, block: int, out: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
     """float32 ``W (N, K)`` -> (``q (N, K)`` int8, ``scale (N, K/block)`` float32), ``W ≈ q * scale`` per block.
 
     ``scale = absmax / 127`` of each block of ``block`` weights of a row
-    (one block per row when ``block`` does not divide K).
+    (one block per row when ``block`` does not divide K), ``q = rint(W / scale)``.
+    With ``out = (q, scale)`` the result is written there and ``w`` is used
+    as scratch (overwritten): no temporaries of W's size, the same bits.
     """
     n, k = w.shape
     block = block if k % block == 0 else k
     wb = w.reshape(n, k // block, block)                                  # (N, B, block)
-    scale = (np.abs(wb).max(axis=-1) / np.float32(127.0)).astype(np.float32)   # (N, B)
+    amax = np.maximum(wb.max(axis=-1), -wb.min(axis=-1))                  # (N, B) = |wb|.max(-1)
+    scale = np.divide(amax, np.float32(127.0), out=None if out is None else out[1])   # (N, B)
     inv = np.divide(np.float32(1.0), scale, out=np.zeros_like(scale), where=scale > 0)
-    q = np.rint(wb * inv[:, :, None]).astype(np.int8).reshape(n, k)
-    return q, scale
+    if out is None:
+        return np.rint(wb * inv[:, :, None]).astype(np.int8).reshape(n, k), scale
+    wb *= inv[:, :, None]
+    np.rint(wb, out=wb)
+    out[0][...] = w                                                       # float32 -> int8, exact integers
+    return out
 
 
 # ----------------------------------------------------------------------------

@@ -511,7 +511,7 @@ class _Loader:
             rows = quants.dequantize(raw, info.type, (b - a) * n_in, name=name, out=self.buf[:(b - a) * n_in])
             if col is not None:
                 rows.reshape(b - a, n_in)[:] /= col
-            w[a:b], scale[a:b] = quantize_int8(rows.reshape(b - a, n_in), n_in // scale.shape[1])
+            quantize_int8(rows.reshape(b - a, n_in), n_in // scale.shape[1], out=(w[a:b], scale[a:b]))
 
     def layer(self, il: int) -> Layer:
         c, p = self.config, f"blk.{il}."

@@ -136,3 +136,8 @@ def test_int8_blocks_and_their_matmul(block, k, monkeypatch):
     np.testing.assert_allclose(matmul_int8(q, scale, x1), back @ x1, rtol=1e-4, atol=1e-4)
     monkeypatch.setattr(kernels, "EINSUM_MAX", 50 * k * 4)      # 4 tokens per einsum
     np.testing.assert_allclose(matmul_int8(q, scale, xt), xt @ back.T, rtol=1e-4, atol=1e-4)
+    w[3] = 0                                                     # a zero row: scales 0, codes 0
+    q, scale = quantize_int8(w, block)
+    q2, scale2 = np.empty_like(q), np.empty_like(scale)
+    assert quantize_int8(w.copy(), block, out=(q2, scale2))[0] is q2     # in place: the same bits
+    assert np.array_equal(q2, q) and np.array_equal(scale2, scale) and not scale[3].any() and not q[3].any()
