@@ -33,11 +33,37 @@ next one has a new SEQ, and the main worker reads only after ``DONE + i == SEQ``
 The same code runs in CPython on numpy arrays (:class:`NumpyBlock`), which the
 unit tests use with the shards served in-process.
 
-Measured (``bench/bench_workers.py``, Chromium 156, Gemma 3 270M Q4_K_M, a
-119-token chat prompt then 64 greedy tokens, median of 3 interleaved runs; see
-``bench/workers.json``)::
+Measured (``bench/bench_workers.py``, Chromium 156, Gemma 3 270M Q4_K_M with
+the default "mixed" weights, a 119-token chat prompt then 64 greedy tokens,
+median (min-max) of 3 interleaved runs, 2026-11-30; ``bench/workers.json``).
+The machine has 2 cores shared with other work: ``cpu_parallel``, two
+processes spinning side by side against one after the other, stayed at
+0.6-1.8 (2.0 would be two free cores), so these numbers say more about the
+neighbours than about the split::
 
-    MEASUREMENTS
+    workers  decode ms/token      prefill tok/s     load s            wasm heap per worker           one sync
+    1        344 (215-357)        21.0 (15.6-22.1)  6.5 (5.6-6.9)     667 MiB                        -
+    2        268 (263-350) 1.28x  18.0 (7.7-25.0)   7.6 (6.7-10.4)    667 + 197 MiB                  45 us
+    2:all    321 (304-340) 1.07x  18.7 (16.4-21.7)  9.2 (9.0-10.2)    667 + 341 MiB                  45 us
+    4        285 (276-368) 1.21x  22.4 (14.9-22.8)  17.2 (13.1-17.9)  667 + 3 x 140 MiB              238 us
+
+An earlier run of the same bench (medians): 1 worker 200 ms/token, 2 workers
+189 (1.06x), 2:all 211 (0.95x), 4 workers 239 (0.84x). At a quieter moment
+(one spot check, 16-token prompt, float32 output): 1 worker 9.3 tok/s, 2
+workers 14.4 tok/s (1.55x; the output layer was 60 of 107 ms). So: 2 workers
+help when a second core is free, never by more than the vocabulary matrix's
+share of a token; 4 workers on 2 cores add a sync that costs 5x more (238 us:
+three helpers share one core) and 10 s of load (three more Pyodides reading
+their rows); splitting the layers' matrices too ("2:all", 4 sync points a
+layer, 72 a token for Gemma 3) was not faster in either run and loads 1.6-4 s
+slower, so it is off by default (``?split=all``). Prefill is not helped: its
+time is in the layers, the output layer runs for the last token only.
+
+Memory: each helper holds only its rows (Gemma 3: 197 MiB of wasm heap for
+half the int8 vocabulary matrix plus Python and numpy); the main worker's heap
+is the same as with one worker (it peaks while it loads the whole model, and
+the kept rows come back into the space the whole matrix left, see
+:func:`keep_vocab_rows`), so what it gives away is free for the KV cache.
 """
 
 from __future__ import annotations
