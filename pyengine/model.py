@@ -50,21 +50,42 @@ of the golden prompts (std 3-5) move by RMS 0.064 / max 0.32 (gemma3) and
 (0.14-0.45). (int8 layers with a row and a column scale, as the vocabulary,
 would move them 0.43 and 0.97: too far.)
 
-Measured on gemma-3-270m Q4_K_M (253 MB file), ``bench/bench_model.py``,
-Pyodide 0.27.7 under Node (peak = wasm heap), 2 busy cores, 128-token prompt,
-64 greedy steps; before/after each change in one interleaved run:
+Measured with ``bench/bench_model.py`` (128-token prompt, 64 greedy steps)
+on 2 cores shared with other jobs: ranges over interleaved runs of the
+quieter rounds (a busy round doubles every time). Peak memory is the wasm
+heap in Pyodide 0.27.7 under Node, the RSS in CPython 3.11; "x file" is
+against the GGUF's size.
 
-=======  ==========  ======  =============  ============  ====================
-weights  weights MB  load s  prefill tok/s  decode ms/tok  peak MB (x file)
-=======  ==========  ======  =============  ============  ====================
-f32      1072        1.9     23-25          114-123       1167 (4.6x)
-mixed    570         3.9     24.6           201           640 (2.5x)
-int8     280         5.1     8.0            302           376 (1.5x)
-=======  ==========  ======  =============  ============  ====================
+================  =======  =======  ======  =============  =============  ================
+model             weights  wts MB   load s  prefill tok/s  decode ms/tok  peak MB (x file)
+================  =======  =======  ======  =============  =============  ================
+gemma-3-270m      f32      1072     1.9     23-25          114-123        1094 (4.3x)
+Q4_K_M, 253 MB    mixed    570      2.8-3.9 22-25          186-204        640 (2.5x)
+Pyodide           int8     276      3.8-4.9 7.6-8.5        277-306        376 (1.5x)
+gemma-3-270m      f32      1072     0.6-2.3 225-259        54-75          1111 (4.4x)
+CPython           mixed    570      1.1-1.4 228-246        84-103         632 (2.5x)
+                  int8     276      1.3-3.1 21-28          93-126         371 (1.5x)
+SmolLM2-135M      f32      538      1.0     24             63             631 (6.4x)
+Q4_1, 98 MB       mixed    453      1.7     23             91             498 (5.1x)
+Pyodide           int8     141      2.8     7.8-8.1        166-176        200 (2.0x)
+SmolLM2-135M      f32      538      0.5-1.1 227-230        36             575 (5.8x)
+CPython           mixed    453      0.6-0.8 229-250        35-58          495 (5.0x)
+                  int8     141      0.5     25             51             210 (2.1x)
+================  =======  =======  ======  =============  =============  ================
 
-wllama 3.13 (llama.cpp in wasm, one thread) on the same machine: load 5.3 s,
-prefill 11.1 tok/s, decode 222 ms/token, 410 MB. In CPython (RSS): see
-docs/ARCHITECTURE.md.
+Where a gemma3 decode step goes in Pyodide ("mixed", ``bench/profile_step.py``
+on this tree, 193 ms): the 262144 x 640 int8 output layer 140 ms (73%: the
+int8 -> float32 conversion inside the einsum costs more than the float32
+einsum itself, 60 ms), the layers' float32 matmuls 39 ms, attention,
+RMSNorm, GELU, rope and the Python between them 13 ms: 254 kernel calls a
+token (73 matmuls, 109 RMSNorms, 36 ropes, 18 attentions, 18 GELUs).
+Nothing of the vocabulary's size is allocated but the logits; the KV cache
+is written in place and read as views (copied only when its capacity
+doubles). In "int8" the layers' blocks of 64
+cost ~3.5x their float32 time. wllama 3.13 (llama.cpp in wasm, one thread) on this
+machine: load 5.3 s, prefill 11.1 tok/s, decode 222 ms/token, 410 MB.
+SmolLM2's layers are Q4_1 (4.5 bits a weight), so float32 layers alone are
+4.4x its file: only "int8" stays under 3x.
 
 The KV cache adds ``2 · n_layer · n_ctx · n_head_kv · head_dim · 4`` bytes
 (gemma-3-270m: 36 KiB per token; SmolLM2: 45 KiB per token) and grows with the
