@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import ctypes
+import json
 import re
 
 import pytest
 
+from conftest import GOLDEN
 from pyengine.chat_template import (BUILTIN_BY_NAME, BUILTIN_TEMPLATES, ChatTemplate, check_messages,
                                     detect_builtin, render_jinja)
 from pyengine.errors import TemplateError
@@ -26,15 +27,16 @@ SMOLLM2_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
 
 
-def llama_cpp_builtin(name: str, messages: list[dict], add_ass: bool) -> str:
-    """llama.cpp's own rendering (``llama_chat_apply_template``) through llama-cpp-python."""
-    llama_cpp = pytest.importorskip("llama_cpp")
-    arr = (llama_cpp.llama_chat_message * len(messages))(
-        *[llama_cpp.llama_chat_message(role=m["role"].encode(), content=m["content"].encode()) for m in messages])
-    buf = ctypes.create_string_buffer(1 << 14)
-    n = llama_cpp.llama_chat_apply_template(name.encode(), arr, len(messages), add_ass, buf, len(buf))
-    assert 0 <= n < len(buf)
-    return buf.raw[:n].decode()
+CHATS = {"sys-4": CHAT, "user-3": CHAT[1:], "sys-user": CHAT[:2], "sys-3": CHAT[:3]}
+
+
+def reference(section: str):
+    """llama.cpp's results in golden/reference.json (made by golden/make_reference_golden.py)."""
+    return json.loads((GOLDEN / "reference.json").read_text(encoding="utf-8"))[section]
+
+
+def builtin_key(name: str, add_ass: bool, chat_id: str) -> str:
+    return f"{name}|{int(add_ass)}|{chat_id}"
 
 
 # --- built-in formats -------------------------------------------------------------------------
@@ -53,9 +55,11 @@ def test_chatml_format_written_out():
 
 @pytest.mark.parametrize("name", [b.name for b in BUILTIN_TEMPLATES])
 @pytest.mark.parametrize("add_ass", [True, False])
-@pytest.mark.parametrize("chat", [CHAT, CHAT[1:], CHAT[:2], CHAT[:3]], ids=["sys-4", "user-3", "sys-user", "sys-3"])
-def test_builtin_equals_llama_cpp(name, add_ass, chat):
-    assert ChatTemplate(None, BUILTIN_BY_NAME[name]).render(chat, add_ass) == llama_cpp_builtin(name, chat, add_ass)
+@pytest.mark.parametrize("chat_id", list(CHATS))
+def test_builtin_equals_llama_cpp(name, add_ass, chat_id):
+    """``llama_chat_apply_template(name, chat, add_ass)``, llama.cpp's own rendering, as recorded."""
+    want = reference("chat_builtin")[builtin_key(name, add_ass, chat_id)]
+    assert ChatTemplate(None, BUILTIN_BY_NAME[name]).render(CHATS[chat_id], add_ass) == want
 
 
 @pytest.mark.parametrize("text, name", [
@@ -159,23 +163,26 @@ turns={{ ns.turns }} meta={{ {'k': 'é', 'n': [1, 2]} | tojson(indent=1) }}
 {% endif %}{{ eos_token if not add_generation_prompt else '' }}"""
 
 
-@pytest.mark.parametrize("messages", [CHAT, CHAT[1:], CHAT[1:2] + [{"role": "user", "content": "skip"}] + CHAT[2:],
-                                      CHAT[1:2] + [{"role": "user", "content": "stop"}] + CHAT[2:]])
+JINJA_CHATS = {"sys-4": CHAT, "user-3": CHAT[1:],
+               "skip": CHAT[1:2] + [{"role": "user", "content": "skip"}] + CHAT[2:],
+               "stop": CHAT[1:2] + [{"role": "user", "content": "stop"}] + CHAT[2:]}
+JINJA_BAD_ROLE = CHAT[1:2] + [{"role": "tool", "content": "x"}]
+
+
+@pytest.mark.parametrize("chat_id", list(JINJA_CHATS))
 @pytest.mark.parametrize("add", [True, False])
-def test_jinja_renders_as_llama_cpp_python(messages, add):
-    formatter = pytest.importorskip("llama_cpp.llama_chat_format").Jinja2ChatFormatter
-    want = formatter(RICH_TEMPLATE, eos_token="</s>", bos_token="<s>", add_generation_prompt=add)(messages=messages).prompt
-    got = ChatTemplate(RICH_TEMPLATE, None, "<s>", "</s>").render(messages, add)
+def test_jinja_renders_as_llama_cpp_python(chat_id, add):
+    """llama-cpp-python's ``Jinja2ChatFormatter(RICH_TEMPLATE, eos "</s>", bos "<s>")``, as recorded."""
+    want = reference("chat_jinja")[builtin_key("rich", add, chat_id)]
+    got = ChatTemplate(RICH_TEMPLATE, None, "<s>", "</s>").render(JINJA_CHATS[chat_id], add)
     assert got == want and "turns=" in got
 
 
 def test_jinja_template_errors_where_llama_cpp_python_raises():
-    bad = CHAT[1:2] + [{"role": "tool", "content": "x"}]
-    formatter = pytest.importorskip("llama_cpp.llama_chat_format").Jinja2ChatFormatter
-    with pytest.raises(ValueError, match="bad role tool"):
-        formatter(RICH_TEMPLATE, eos_token="</s>", bos_token="<s>")(messages=bad)
+    raised = reference("chat_jinja_error")        # what the formatter raised on JINJA_BAD_ROLE
+    assert raised["type"] == "ValueError" and re.search("bad role tool", raised["message"])
     with pytest.raises(TemplateError, match="bad role tool"):
-        ChatTemplate(RICH_TEMPLATE, None, "<s>", "</s>").render(bad)
+        ChatTemplate(RICH_TEMPLATE, None, "<s>", "</s>").render(JINJA_BAD_ROLE)
 
 
 def test_trim_and_lstrip_blocks():

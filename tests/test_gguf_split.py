@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
+from pathlib import Path
 
 import gguf
 import numpy as np
 import pytest
 
-from conftest import TINY
+from conftest import GOLDEN, TINY
 from gguf_split import split_gguf
 from gguf_write import gguf_bytes
 from pyengine.errors import GGUFError
@@ -56,15 +59,22 @@ def test_shuffled_parts_read_as_the_whole_file(parts3, seed):
         s.close()
 
 
+LLAMA_TOKENS = [1, 5, 9, 42]     # evaluated by llama.cpp on the whole file and on part 1 of parts3
+
+
+def sha256_file(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 def test_llama_cpp_loads_our_split(parts3):
-    """llama.cpp finds parts 2 and 3 from part 1's name and gives the whole file's logits."""
-    llama_cpp = pytest.importorskip("llama_cpp")
-    logits = []
-    for path in (WHOLE, parts3[0]):
-        llm = llama_cpp.Llama(model_path=str(path), n_ctx=16, n_threads=1, logits_all=True, verbose=False)
-        llm.eval([1, 5, 9, 42])
-        logits.append(np.array(llm.scores[3], dtype=np.float32))
-        llm.close()
+    """llama.cpp found parts 2 and 3 from part 1's name and gave the whole file's logits.
+
+    golden/make_reference_golden.py loaded WHOLE and these same parts (the splitter is deterministic:
+    their sha256 is recorded) in llama.cpp, evaluated LLAMA_TOKENS and kept the last position's logits."""
+    rec = json.loads((GOLDEN / "reference.json").read_text())["split"]
+    assert rec["tokens"] == LLAMA_TOKENS and rec["whole_sha256"] == sha256_file(WHOLE)
+    assert rec["parts_sha256"] == {p.name: sha256_file(p) for p in parts3}   # the very files llama.cpp loaded
+    logits = [np.array(rec[k], dtype=np.float32) for k in ("logits_whole", "logits_split")]
     assert logits[0].shape == (328,) and 1 < np.abs(logits[0]).max() < 100  # real logits, not an empty buffer
     assert np.array_equal(logits[0], logits[1])
 

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
+import zlib
+
 import numpy as np
 import pytest
 
+from conftest import GOLDEN
 from pyengine.errors import PyEngineError
 from pyengine.sampling import Sampler, SamplerParams, apply_penalties, min_p, top_k, top_p
 
@@ -99,23 +105,41 @@ def test_seed_repeats_runs():
     assert len(set(firsts)) > 1
 
 
-# --- against llama.cpp's own samplers (src/llama-sampler.cpp through llama-cpp-python) ----------
+# --- against llama.cpp's own samplers (src/llama-sampler.cpp; golden/reference.json) -------------
+# golden/make_reference_golden.py ran these cases through llama.cpp: the penalties sampler alone, then
+# the chain penalties -> top_k -> top_p -> min_p (``llama_sampler_init_*`` through llama-cpp-python).
 
-def llama_cpp_survivors(steps, logits, history=()):
-    """Apply llama.cpp samplers (``(name, *args)``) in order; the surviving (id, logit) pairs."""
-    import ctypes
-    L = pytest.importorskip("llama_cpp")
-    assert ctypes.sizeof(L.llama_token_data) == 12
-    arr = np.zeros(len(logits), dtype=[("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])   # llama_token_data[]
-    arr["id"], arr["logit"] = np.arange(len(logits)), logits
-    cur = L.llama_token_data_array(arr.ctypes.data_as(ctypes.POINTER(L.llama_token_data)), len(arr), -1, False)
-    for name, *args in steps:
-        smpl = getattr(L, f"llama_sampler_init_{name}")(*args)
-        for t in history:
-            L.llama_sampler_accept(smpl, t)
-        L.llama_sampler_apply(smpl, ctypes.byref(cur))
-        L.llama_sampler_free(smpl)
-    return dict(zip(arr["id"][:cur.size].tolist(), arr["logit"][:cur.size].tolist()))
+CHAIN_CASES = [  # (n_vocab, top_k, top_p, min_p, repeat_penalty)
+    (5000, 40, 0.95, 0.05, 1.0), (5000, 0, 0.9, 0.0, 1.0), (5000, 0, 1.0, 0.1, 1.3), (3000, 100, 0.5, 0.02, 1.1),
+    (300_000, 40, 0.95, 0.05, 1.1), (300_000, 0, 0.8, 0.0, 1.0), (2000, 5, 1.0, 0.0, 0.8)]
+REPEAT_LAST_N = 64
+
+
+def chain_key(n, top_k_, top_p_, min_p_, penalty) -> str:
+    return f"{n}-{top_k_}-{top_p_}-{min_p_}-{penalty}"
+
+
+def chain_inputs(n: int, top_k_: int):
+    """The case's logits (float32 ``(n,)``: N(0, 2.5) with a few +8 outliers) and 200 history ids."""
+    rng = np.random.default_rng(n + top_k_)
+    logits = (rng.standard_normal(n) * 2.5 + np.where(rng.random(n) < 0.002, 8.0, 0.0)).astype(np.float32)
+    return logits, rng.integers(0, n, 200).tolist()
+
+
+def inputs_sha256(logits, history) -> str:
+    return hashlib.sha256(logits.tobytes() + np.asarray(history, "<i8").tobytes()).hexdigest()
+
+
+def survivors_from_golden(rec: dict, logits) -> dict:
+    """llama.cpp's surviving ``{id: logit}``: the ids in ``rec["mask"]`` (zlib'd packbits, base64), their
+    logits as given except the ``rec["changed"]`` ``[id, logit]`` pairs (the penalized ones)."""
+    mask = np.unpackbits(np.frombuffer(zlib.decompress(base64.b64decode(rec["mask"])), np.uint8))[:len(logits)]
+    values = logits.copy()
+    for i, v in rec["changed"]:
+        values[i] = np.float32(v)
+    ids = np.flatnonzero(mask)
+    assert len(ids) == rec["n"]
+    return dict(zip(ids.tolist(), values[ids].tolist()))
 
 
 def our_survivors(logits, p: SamplerParams, history=()):
@@ -126,19 +150,17 @@ def our_survivors(logits, p: SamplerParams, history=()):
     return dict(zip(ids.tolist(), vals.tolist()))
 
 
-@pytest.mark.parametrize("n, top_k_, top_p_, min_p_, penalty", [
-    (5000, 40, 0.95, 0.05, 1.0), (5000, 0, 0.9, 0.0, 1.0), (5000, 0, 1.0, 0.1, 1.3), (3000, 100, 0.5, 0.02, 1.1),
-    (300_000, 40, 0.95, 0.05, 1.1), (300_000, 0, 0.8, 0.0, 1.0), (2000, 5, 1.0, 0.0, 0.8)])
+@pytest.mark.parametrize("n, top_k_, top_p_, min_p_, penalty", CHAIN_CASES)
 def test_chain_survivors_equal_llama_cpp(n, top_k_, top_p_, min_p_, penalty):
-    rng = np.random.default_rng(n + top_k_)
-    logits = (rng.standard_normal(n) * 2.5 + np.where(rng.random(n) < 0.002, 8.0, 0.0)).astype(np.float32)
-    history = rng.integers(0, n, 200).tolist()
-    params = SamplerParams(top_k=top_k_, top_p=top_p_, min_p=min_p_, repeat_penalty=penalty, repeat_last_n=64)
-    steps = [("penalties", n, 64, penalty, 0.0, 0.0), ("top_k", top_k_), ("top_p", top_p_, 1), ("min_p", min_p_, 1)]
-    want = llama_cpp_survivors(steps[:1], logits, history)                       # the penalties alone
-    got = apply_penalties(logits, history, penalty, 64)
+    rec = json.loads((GOLDEN / "reference.json").read_text())["sampling"][chain_key(n, top_k_, top_p_, min_p_, penalty)]
+    logits, history = chain_inputs(n, top_k_)
+    assert inputs_sha256(logits, history) == rec["inputs_sha256"]                # the inputs llama.cpp saw
+    params = SamplerParams(top_k=top_k_, top_p=top_p_, min_p=min_p_, repeat_penalty=penalty,
+                           repeat_last_n=REPEAT_LAST_N)
+    want = survivors_from_golden(rec["penalties"], logits)                       # the penalties alone
+    got = apply_penalties(logits, history, penalty, REPEAT_LAST_N)
     assert np.array_equal(got[list(want)], np.array(list(want.values()), np.float32))
-    want = llama_cpp_survivors(steps, logits, history)
+    want = survivors_from_golden(rec["chain"], logits)
     mine = our_survivors(logits, params, history)
     assert mine.keys() == want.keys() and len(want) >= 1
     assert all(mine[i] == np.float32(want[i]) for i in want)
