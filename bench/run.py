@@ -98,9 +98,13 @@ def make_prompt(model: Path) -> Prompt:
 # ----------------------------------------------------------------------------
 # the engines: one function per kind, each returns the raw numbers of one run
 
-def run_process(cmd: list[str]) -> dict:
+ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}   # numpy's BLAS (CPython's prefill)
+
+
+def run_process(cmd: list[str], env: dict | None = None) -> dict:
     """A command that prints one JSON line on stdout; its stderr's tail goes in the error."""
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT, cwd=ROOT)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT, cwd=ROOT,
+                       env={**os.environ, **(env or {})})
     if p.returncode != 0:
         raise RuntimeError(f"exit {p.returncode}: {p.stderr.strip()[-800:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -108,7 +112,7 @@ def run_process(cmd: list[str]) -> dict:
 
 def run_cpython(bench: "Bench", model: Path, prompt: Prompt, n_gen: int, threads: int) -> dict:
     return run_process([sys.executable, str(BENCH / "pyengine_bench.py"), str(model),
-                        "--ids", json.dumps(prompt.ids), "--gen", str(n_gen)])
+                        "--ids", json.dumps(prompt.ids), "--gen", str(n_gen)], ONE_THREAD)
 
 
 def run_node(bench: "Bench", model: Path, prompt: Prompt, n_gen: int, threads: int) -> dict:
@@ -143,7 +147,8 @@ class Engine:
 
 
 ENGINES = {
-    "pyengine-cpython":  Engine(run_cpython, 1, "pyengine, CPython 3.11 + numpy (OpenBLAS)", "peak RSS"),
+    "pyengine-cpython":  Engine(run_cpython, 1, "pyengine, CPython 3.11 + numpy (OpenBLAS, 1 thread)",
+                                "peak RSS"),
     "pyengine-node":     Engine(run_node, 1, "pyengine, Pyodide 0.27.7 under Node", "wasm heap"),
     "pyengine-chromium": Engine(run_chromium_pyengine, 1, "pyengine, Pyodide 0.27.7 in a Chromium worker",
                                 "wasm heap"),

@@ -62,10 +62,13 @@ const pyengine = {
 
 // --- wllama: its wasm memory is read through hooks put in front of its worker's code (the worker is
 // a module made from a string, so nothing in it is reachable from outside): every WebAssembly.Memory
-// made or exported there is kept in self.__benchMemories, which Playwright reads.
+// made or exported there is kept, and their sizes are broadcast to the page every 200 ms (when the
+// worker is idle) on the BroadcastChannel "bench-memory", so nothing has to evaluate in wllama's workers.
 const MEMORY_HOOKS = `
 self.__benchMemories = [];
 {
+  const channel = new BroadcastChannel("bench-memory");
+  setInterval(() => channel.postMessage(self.__benchMemories.map((m) => m.buffer.byteLength)), 200);
   const Memory = WebAssembly.Memory;
   const Hooked = function (desc) { const m = new Memory(desc); self.__benchMemories.push(m); return m; };
   Hooked.prototype = Memory.prototype;
@@ -90,6 +93,10 @@ function hookWllamaWorker() {
     }
   };
 }
+
+let wllamaMemory = null;   // the largest wasm memory of wllama's worker, bytes, as last broadcast
+new BroadcastChannel("bench-memory").onmessage = (e) => { wllamaMemory = Math.max(0, ...e.data); };
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 const wllama = {
   instance: null,
@@ -119,9 +126,10 @@ const wllama = {
         for (const c of chunk.choices || []) text += c.text || "";
       },
     });
-    const t = timings || {};
+    const t = timings || {}, total = seconds(t0);
+    await sleep(500);   // a broadcast from the idle worker
     return {
-      ttft_wall_s: first, total_wall_s: seconds(t0), chunks, text,
+      ttft_wall_s: first, total_wall_s: total, chunks, text, wasm_heap_bytes: wllamaMemory,
       prompt_tokens: t.prompt_n, prefill_tokens: t.prompt_n, prefill_seconds: t.prompt_ms / 1000,
       // llama-server's prompt time ends when the first token is sampled, its predicted time runs from
       // there to the last token: predicted_n - 1 decode passes, as pyengine's decode_tokens count them.
