@@ -35,12 +35,13 @@ DEFAULT_MODELS = ["models/gemma-3-270m-q4_k_m.gguf", "models/SmolLM2-135M-Instru
 
 
 def peak_memory_mb() -> float:
-    """Peak resident memory of this process, or in Pyodide the wasm heap's size (MiB)."""
+    """Peak resident memory of this process, or in Pyodide the wasm heap's size (MB of 10**6 bytes, as
+    file_mb: the heap grows by up to 20% at a time, so it overshoots what is live)."""
     if sys.platform == "emscripten":
         import pyodide_js
-        return pyodide_js._module.HEAP8.length / 2**20
+        return pyodide_js._module.HEAP8.length / 1e6
     import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # Linux: KiB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6   # Linux: KiB
 
 
 def run_one(path: str, n_prompt: int, n_gen: int, weights: str) -> dict:

@@ -52,25 +52,28 @@ would move them 0.43 and 0.97: too far.)
 
 Measured with ``bench/bench_model.py`` (128-token prompt, 64 greedy steps)
 on 2 cores shared with other jobs: ranges over interleaved runs of the
-quieter rounds (a busy round doubles every time). Peak memory is the wasm
-heap in Pyodide 0.27.7 under Node, the RSS in CPython 3.11; "x file" is
-against the GGUF's size.
+quieter rounds (a busy round doubles every time). Peak memory (MB of 10^6
+bytes, as the file) is the wasm heap in Pyodide 0.27.7 under Node, the RSS
+in CPython 3.11; "x file" is against the GGUF's size. The wasm heap grows by
+up to 20% at a time, so it overshoots what is live (int8 gemma: 394 MB of
+heap for ~350 MB live: 276 MB of weights, ~63 MB of Pyodide, numpy and the
+GGUF's metadata, the load's buffers); the worker's tokenizer adds ~13 MB.
 
 ================  =======  =======  ======  =============  =============  ================
 model             weights  wts MB   load s  prefill tok/s  decode ms/tok  peak MB (x file)
 ================  =======  =======  ======  =============  =============  ================
-gemma-3-270m      f32      1072     1.9     23-25          114-123        1094 (4.3x)
-Q4_K_M, 253 MB    mixed    570      2.8-3.9 22-25          186-204        640 (2.5x)
-Pyodide           int8     276      3.8-4.9 7.6-8.5        277-306        376 (1.5x)
-gemma-3-270m      f32      1072     0.6-2.3 225-259        54-75          1111 (4.4x)
-CPython           mixed    570      1.1-1.4 228-246        84-103         632 (2.5x)
-                  int8     276      1.3-3.1 21-28          93-126         371 (1.5x)
-SmolLM2-135M      f32      538      1.0     24             63             631 (6.4x)
-Q4_1, 98 MB       mixed    453      1.7     23             91             498 (5.1x)
-Pyodide           int8     141      2.8     7.8-8.1        166-176        200 (2.0x)
-SmolLM2-135M      f32      538      0.5-1.1 227-230        36             575 (5.8x)
-CPython           mixed    453      0.6-0.8 229-250        35-58          495 (5.0x)
-                  int8     141      0.5     25             51             210 (2.1x)
+gemma-3-270m      f32      1072     1.9     23-25          114-123        1147 (4.5x)
+Q4_K_M, 253 MB    mixed    570      2.8-3.9 22-25          186-204        671 (2.65x)
+Pyodide           int8     276      3.8-4.9 7.6-8.5        277-306        394 (1.56x)
+gemma-3-270m      f32      1072     0.6-2.3 225-259        54-75          1165 (4.6x)
+CPython           mixed    570      1.1-1.4 228-246        84-103         663 (2.6x)
+                  int8     276      1.3-3.1 21-28          93-126         389 (1.54x)
+SmolLM2-135M      f32      538      1.0     24             63             662 (6.7x)
+Q4_1, 98 MB       mixed    453      1.7     23             91             522 (5.3x)
+Pyodide           int8     141      2.8     7.8-8.1        166-176        210 (2.1x)
+SmolLM2-135M      f32      538      0.5-1.1 227-230        36             603 (6.1x)
+CPython           mixed    453      0.6-0.8 229-250        35-58          519 (5.3x)
+                  int8     141      0.5     25             51             220 (2.2x)
 ================  =======  =======  ======  =============  =============  ================
 
 Where a gemma3 decode step goes in Pyodide ("mixed", ``bench/profile_step.py``
