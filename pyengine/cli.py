@@ -13,6 +13,7 @@ import sys
 import time
 
 from pyengine.errors import PyEngineError
+from pyengine.model import WEIGHT_FORMS
 
 
 def _add_sampling(p: argparse.ArgumentParser) -> None:
@@ -26,6 +27,9 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("-c", "--ctx-size", type=int, default=0, help="context length in tokens (0 = the model's)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    p.add_argument("--weights", choices=("auto",) + tuple(WEIGHT_FORMS), default="auto",
+                   help="weight form: f32 fastest, most memory; mixed float32 layers, int8 vocabulary; "
+                        "int8 least memory, ~1.5x slower decode; auto picks by model size (default)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,10 +71,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     ``add_bos_token`` says so, special-token text parsed), the reply streamed to stdout."""
     from pyengine.generate import generate
     params, n_ctx = _sampler_params(args), _n_ctx(args)      # bad options fail before the slow load
-    engine = _load(args.model)
+    engine = _load(args.model, args.weights)
     prompt_ids = engine.tokenizer.encode(args.prompt, add_special=True, parse_special=True)
     gen = generate(engine.model, engine.tokenizer, prompt_ids, params, args.n_predict, n_ctx=n_ctx)
-    _reply(gen, args.json)
+    _reply(gen, args.json, engine.model.weights)
     return 0
 
 
@@ -81,10 +85,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from pyengine.generate import ChatSession
     params, n_ctx = _sampler_params(args), _n_ctx(args)      # bad options fail before the slow load
     messages = _read_messages(args.messages) if args.messages is not None else None
-    session = ChatSession(_load(args.model), system=args.system, n_ctx=n_ctx)
+    session = ChatSession(_load(args.model, args.weights), system=args.system, n_ctx=n_ctx)
+    weights = session.engine.model.weights
     if messages is not None:
         session.messages = messages
-        _reply(session.respond(params, args.n_predict), args.json, session)
+        _reply(session.respond(params, args.n_predict), args.json, weights, session)
         return 0
     interactive = sys.stdin.isatty()
     while True:
@@ -96,7 +101,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         if line.strip():
             turn = session.send(line.rstrip("\n"), params, args.n_predict)
             try:
-                _reply(turn, args.json, session)
+                _reply(turn, args.json, weights, session)
             except KeyboardInterrupt:
                 turn.close()
                 print(file=sys.stdout, flush=True)
@@ -123,8 +128,9 @@ def cmd_tokenize(args: argparse.Namespace) -> int:
 
 # --- what generate and chat share
 
-def _load(paths: list[str]):
-    """Load the model, telling stderr how it goes."""
+def _load(paths: list[str], weights: str = "auto"):
+    """Load the model in weight form ``weights`` (see :data:`pyengine.model.WEIGHT_FORMS`), telling
+    stderr how it goes."""
     from pyengine.generate import load
     name = os.path.basename(paths[0])
     tty = sys.stderr.isatty()
@@ -134,10 +140,10 @@ def _load(paths: list[str]):
         if tty:
             print(f"\rloading {name}: {done}/{total} tensors", end="", file=sys.stderr, flush=True)
 
-    engine = load(paths, progress=progress)
+    engine = load(paths, progress=progress, weights=weights)
     template = engine.template.name if engine.template else f"none ({engine.template_error})"
     print(f"{chr(13) if tty else ''}loaded {name}: {engine.model.config.arch}, {len(engine.gguf.tensors)} tensors, "
-          f"chat template {template}, in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+          f"{engine.model.weights} weights, chat template {template}, in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return engine
 
 
@@ -163,14 +169,15 @@ def _read_messages(path: str) -> list[dict]:
             raise PyEngineError(f"{path}: not a JSON file ({e})") from None
 
 
-def _reply(gen, as_json: bool, session=None) -> None:
+def _reply(gen, as_json: bool, weights: str, session=None) -> None:
     """Stream a reply's pieces to stdout (its statistics to stderr), or print it as one JSON object:
-    ``{"prompt_ids", "ids", "text", "stats"}``, with the rendered ``prompt`` first for a chat."""
+    ``{"prompt_ids", "ids", "text", "stats", "weights"}`` (``weights``: the model's weight form),
+    with the rendered ``prompt`` first for a chat."""
     if as_json:
         for _ in gen:
             pass
         out = {"prompt": session.prompt} if session is not None else {}
-        out.update(prompt_ids=gen.prompt_ids, ids=gen.ids, text=gen.text, stats=gen.stats.as_dict())
+        out.update(prompt_ids=gen.prompt_ids, ids=gen.ids, text=gen.text, stats=gen.stats.as_dict(), weights=weights)
         print(json.dumps(out, ensure_ascii=False), flush=True)
         return
     for piece in gen:

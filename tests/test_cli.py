@@ -74,7 +74,8 @@ def test_generate_json(cli, llama, fixtures_reference):
     rc, out, err = cli(["generate", LLAMA, "-p", prompt, "-n", "8", "--json"])
     assert rc == 0 and "loaded tiny-llama.gguf: llama" in err
     got = json.loads(out)
-    assert set(got) == {"prompt_ids", "ids", "text", "stats"}
+    assert set(got) == {"prompt_ids", "ids", "text", "stats", "weights"}
+    assert got["weights"] == "f32"   # "auto" on a tiny model
     assert got["prompt_ids"] == fixtures_reference["fixtures"]["llama"]["reference"]["tokenize_add_bos"][prompt]["ids"]
     gen = generate(llama.model, llama.tokenizer, got["prompt_ids"], SamplerParams(temperature=0), 8)
     assert got["text"] == "".join(gen) and got["ids"] == gen.ids
@@ -109,6 +110,33 @@ def test_generate_bad_options(cli, argv, message):
     assert ("loaded" in err) == (message.startswith("more than"))   # option errors come before loading
 
 
+@pytest.mark.parametrize("form", ["f32", "mixed", "int8"])
+def test_generate_weights(cli, form):
+    """--weights reaches the model: the JSON and stderr name the form, and the ids are the greedy
+    ones of a model loaded in that form here."""
+    rc, out, err = cli(["generate", LLAMA, "-p", "hello the world", "-n", "6", "--weights", form, "--json"])
+    got = json.loads(out)
+    assert rc == 0 and got["weights"] == form and f"{form} weights" in err
+    engine = load(LLAMA, weights=form)
+    assert engine.model.weights == form
+    gen = generate(engine.model, engine.tokenizer, got["prompt_ids"], SamplerParams(temperature=0), 6)
+    assert got["text"] == "".join(gen) and got["ids"] == gen.ids
+
+
+def test_chat_weights_int8(cli):
+    rc, out, err = cli(["chat", QWEN2, "-n", "3", "--json", "--weights", "int8"], "hello\nis it the end?\n")
+    replies = [json.loads(line) for line in out.splitlines()]
+    assert rc == 0 and [r["weights"] for r in replies] == ["int8", "int8"] and "int8 weights" in err
+
+
+@pytest.mark.parametrize("command", [["generate", LLAMA, "-p", "x"], ["chat", LLAMA]])
+def test_bad_weights_is_a_usage_error(command, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(command + ["--weights", "int4"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--weights: invalid choice: 'int4'" in err and "'int8'" in err
+
+
 def test_missing_model_file(cli, tmp_path):
     rc, _, err = cli(["generate", str(tmp_path / "nope.gguf"), "-p", "x"])
     assert rc == 1 and err.startswith("error:") and "nope.gguf" in err
@@ -138,7 +166,7 @@ def test_chat_messages_json(cli, llama, tmp_path):
     rc, out, _ = cli(["chat", LLAMA, "--messages", str(path), "-n", "5", "--json"])
     assert rc == 0
     got = json.loads(out)
-    assert set(got) == {"prompt", "prompt_ids", "ids", "text", "stats"}
+    assert set(got) == {"prompt", "prompt_ids", "ids", "text", "stats", "weights"}
     assert got["prompt"] == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhello the world<|im_end|>\n"
                              "<|im_start|>assistant\n")
     assert got["prompt_ids"] == llama.tokenizer.encode(got["prompt"], add_special=True, parse_special=True)
