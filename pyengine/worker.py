@@ -8,7 +8,8 @@ worker's ``postMessage``, then hands every command from the page to
 command        fields                                              replies
 =============  ==================================================  ==============================
 ``load``       ``files``: the ``File`` objects (all parts of a     (``unloaded``), ``progress``...,
-               split model, any order)                             ``model``
+               split model, any order); ``weights``: "auto"        ``model``
+               (default), or a key of ``model.WEIGHT_FORMS``
 ``chat``       ``text``, ``system`` (str, may be empty),           ``piece``..., ``done``
                ``settings`` (:data:`SETTINGS` names -> numbers)
 ``new-chat``   --                                                  ``cleared``
@@ -104,9 +105,10 @@ class BrowserFileSource(ByteSource):
 # What the page shows: the model card and the inspector
 # ---------------------------------------------------------------------------
 
-def model_card(d: dict, chat_template: str) -> dict:
+def model_card(d: dict, chat_template: str, weights: str = "") -> dict:
     """The model card from :func:`pyengine.inspect.describe`'s dict: name, architecture, parameters,
-    quant types (most bytes first), context length (tokens), file size (bytes, all parts)."""
+    quant types (most bytes first), context length (tokens), file size (bytes, all parts), and
+    ``weights``: the weight form the model is held in (``Model.weights``, a key of WEIGHT_FORMS)."""
     meta = d["metadata"]
     arch = str(meta.get("general.architecture", "?"))
     return {
@@ -118,6 +120,7 @@ def model_card(d: dict, chat_template: str) -> dict:
         "file_size": d["file_size"],
         "files": d["files"],
         "chat_template": chat_template,
+        "weights": weights,
     }
 
 
@@ -166,10 +169,11 @@ class WorkerSession:
         self.shared = None   # the shared buffer (pyengine.shard), when helpers hold part of the model
 
     # --- load
-    async def load(self, files: list) -> None:
-        """Open the files (a browser File each, or byte sources), build the model and a new chat;
-        post ``progress`` while the tensors are read, then ``model`` (card, inspector, seconds,
-        ``workers``: see :meth:`_split`).
+    async def load(self, files: list, weights: str = "auto") -> None:
+        """Open the files (a browser File each, or byte sources), build the model in weight form
+        ``weights`` (see :func:`pyengine.generate.load`) and a new chat; post ``progress`` while the
+        tensors are read, then ``model`` (card with the form in use, inspector, seconds, ``workers``:
+        see :meth:`_split`).
 
         A file whose header or hyperparameters are bad fails before anything changes: the model
         loaded before and its conversation stay. Once the new file checks out, the old model is
@@ -180,7 +184,9 @@ class WorkerSession:
         from pyengine.config import ModelConfig
         from pyengine.gguf import open_gguf
         from pyengine.inspect import describe
+        from pyengine.model import pick_weights
 
+        pick_weights(weights, [])  # an unknown form fails before anything changes
         t0 = time.perf_counter()
         sources = [f if hasattr(f, "read") else BrowserFileSource(f) for f in files]
         gguf = open_gguf(sources)
@@ -194,10 +200,10 @@ class WorkerSession:
             self.chat = None
             gc.collect()  # a chat and its last reply refer to each other
             self.post({"type": "unloaded"})
-        chat = generate.ChatSession(generate.load(gguf, progress=self._progress(sources)))
+        chat = generate.ChatSession(generate.load(gguf, progress=self._progress(sources), weights=weights))
         workers = await self._split(chat.engine.model, gguf, files, n_shards)
         self.chat = chat
-        self.post({"type": "model", "card": model_card(d, chat.template_name), "inspect": inspector(d),
+        self.post({"type": "model", "card": model_card(d, chat.template_name, chat.engine.model.weights), "inspect": inspector(d),
                    "seconds": time.perf_counter() - t0, "workers": workers})
 
     async def _split(self, model, gguf, files: list, n_shards: int) -> dict:
@@ -351,7 +357,7 @@ async def handle(msg: Any) -> None:
     kind = msg.get("type")
     try:
         if kind == "load":
-            await _session.load(list(msg["files"]))
+            await _session.load(list(msg["files"]), str(msg.get("weights") or "auto"))
         elif kind == "chat":
             await _session.reply(str(msg["text"]), str(msg.get("system") or ""), msg.get("settings") or {})
         elif kind == "new-chat":

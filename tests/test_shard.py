@@ -174,10 +174,10 @@ def run(coro) -> None:
         pass
 
 
-def worker_reply(pool: FakePool | None, path, text: str) -> tuple[dict, str]:
+def worker_reply(pool: FakePool | None, path, text: str, weights: str = "auto") -> tuple[dict, str]:
     posted: list[dict] = []
     worker.setup(posted.append, pool=pool, heap=lambda: 12345)
-    run(worker.handle({"type": "load", "files": [FileSource(path)]}))
+    run(worker.handle({"type": "load", "files": [FileSource(path)], "weights": weights}))
     model_msg = next(m for m in posted if m["type"] in ("model", "error"))
     assert model_msg["type"] == "model", model_msg
     run(worker.handle({"type": "chat", "text": text, "system": "", "settings": {"temperature": 0, "max_tokens": 8}}))

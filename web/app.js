@@ -26,6 +26,8 @@ const el = {
   tensorSearch: document.querySelector(".tensor-search"),
   workers: byId("workers"),
   workersNote: byId("workers-note"),
+  weights: byId("weights"),
+  weightsNote: byId("weights-note"),
 };
 // The sampling inputs: data-testid -> the name pyengine.worker expects, and how to read the value.
 const SETTINGS = [
@@ -99,6 +101,11 @@ worker.postMessage({ type: "init", interrupt, workers: Number(el.workers.value),
 el.workers.addEventListener("change", () => {
   worker.postMessage({ type: "workers", workers: Number(el.workers.value) });
   if (state.hasModel) el.workersNote.textContent = "from the next model loaded on";
+});
+// Memory: the weight form (pyengine.model.WEIGHT_FORMS) sent with each load, so a change applies to
+// the next model loaded.
+el.weights.addEventListener("change", () => {
+  if (state.hasModel) el.weightsNote.textContent = "from the next model loaded on";
 });
 
 worker.onerror = (e) => {
@@ -177,7 +184,8 @@ function loadFiles(files) {
   showProgress(`reading ${files.length > 1 ? `${files.length} files` : files[0].name}`, 0);
   el.progressText.title = files.map((f) => f.name).join("\n");
   setPhase("loading");
-  worker.postMessage({ type: "load", files });
+  el.weightsNote.textContent = "";
+  worker.postMessage({ type: "load", files, weights: el.weights.value });
 }
 const canLoad = () => !el.fileInput.disabled;
 
@@ -381,6 +389,13 @@ function row(cells, tag = "td") {
   return tr;
 }
 
+// How the model holds its weights (model card), by pyengine.model.WEIGHT_FORMS key.
+const WEIGHT_FORMS = {
+  f32: "f32: fastest, most memory",
+  mixed: "mixed: float32 layers, int8 vocabulary",
+  int8: "int8: low memory, slower",
+};
+
 function showModelCard(card) {
   el.modelInfo.hidden = false;
   el.modelInfo.querySelector(".model-name").textContent = card.name;
@@ -392,6 +407,7 @@ function showModelCard(card) {
     ["file size", `${formatBytes(card.file_size)}${card.files.length > 1 ? ` in ${card.files.length} files` : ""}`],
     [card.files.length > 1 ? "files" : "file", card.files.join("\n")],
     ["chat template", card.chat_template],
+    ["weights", WEIGHT_FORMS[card.weights] ?? card.weights],
   ];
   const dl = el.modelInfo.querySelector(".card");
   dl.replaceChildren();

@@ -13,15 +13,16 @@ GREEDY = SamplerParams(temperature=0.0)
 
 
 @lru_cache(maxsize=2)
-def _engine(path: Path) -> generate.Engine:
-    return generate.load(path)
+def _engine(path: Path, weights: str) -> generate.Engine:
+    return generate.load(path, weights=weights)
 
 
 def cpython_reply(path: Path, turns: list[str], max_tokens: int, system: str | None = None,
-                  params: SamplerParams = GREEDY) -> str:
+                  params: SamplerParams = GREEDY, weights: str = "auto") -> str:
     """The reply to the last of ``turns`` (user, assistant, user, ... ; earlier assistant turns as
-    the page showed them), greedy unless ``params`` say otherwise."""
-    chat = generate.ChatSession(_engine(Path(path)), system=system)
+    the page showed them), greedy unless ``params`` say otherwise, with the model's weights in
+    form ``weights`` (pyengine.model.WEIGHT_FORMS, or "auto" as the page's default)."""
+    chat = generate.ChatSession(_engine(Path(path), weights), system=system)
     chat.messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns[:-1])]
     turn = chat.send(turns[-1], params, max_tokens)
     for _ in turn:
