@@ -203,7 +203,8 @@ class WorkerSession:
         chat = generate.ChatSession(generate.load(gguf, progress=self._progress(sources), weights=weights))
         workers = await self._split(chat.engine.model, gguf, files, n_shards)
         self.chat = chat
-        self.post({"type": "model", "card": model_card(d, chat.template_name, chat.engine.model.weights), "inspect": inspector(d),
+        card = model_card(d, chat.template_name, chat.engine.model.weights)
+        self.post({"type": "model", "card": card, "inspect": inspector(d),
                    "seconds": time.perf_counter() - t0, "workers": workers})
 
     async def _split(self, model, gguf, files: list, n_shards: int) -> dict:
