@@ -60,7 +60,7 @@ def load(paths_or_gguf: Any, progress: Callable[[int, int], None] | None = None,
     byte sources, a list for a split model) or an opened ``GGUFFile``.
 
     ``progress(done_tensors, total_tensors)`` is called while the weights are read; ``weights`` is
-    passed to :meth:`Model.from_gguf` ("auto", "f32", "int8"). The tokenizer and template are read
+    passed to :meth:`Model.from_gguf` ("auto", "f32", "mixed", "int8"). The tokenizer and template are read
     first, so a bad vocab fails before the slow part. Files opened here are closed once the weights
     are in memory (``engine.gguf`` keeps its metadata and tensor table). Raises GGUFError,
     TokenizerError, ModelError.
