@@ -330,7 +330,8 @@ def markdown(summary: dict, engines: list[str], meta: dict) -> str:
              f"first token. Ratios (**×**) are to `{BASELINE}`'s median (for load, TTFT and memory, lower is "
              f"better; for tok/s, higher). Memory: wasm heap in the browser and under Node, peak RSS in "
              f"CPython and llama.cpp (which mmaps the file). `same tokens`: greedy ids equal to `{REFERENCE}`'s "
-             f"(common prefix). Produced by `make bench` (bench/run.py); raw runs in bench/results.json.", ""]
+             f"(common prefix). pyengine at `{meta['machine'].get('git', '?')}`. Produced by `make bench` "
+             f"(bench/run.py, {meta.get('wall_s', 0) / 60:.0f} minutes); raw runs in bench/results.json.", ""]
     for mname, per in summary.items():
         file_mb = per["_file_bytes"] / 1e6
         lines += [f"## {mname} ({Path(meta['models'][mname]).name}, {file_mb:.0f} MB)", "",
@@ -347,9 +348,23 @@ def markdown(summary: dict, engines: list[str], meta: dict) -> str:
             lines.append(f"| {e} | " + " | ".join(cells) + f" | {note} |")
         lines += [""] + goal_lines(per) + [""]
     lines += ["Engines:", ""] + [f"- `{e}`: {ENGINES[e].where}; memory = {ENGINES[e].memory}" for e in engines]
-    for note in meta.get("notes", []):
-        lines.append(f"- {note}")
+    lines += ["", "Notes:", ""] + [f"- {note}" for note in meta.get("notes", []) + NOTES]
     return "\n".join(lines) + "\n"
+
+
+NOTES = [
+    "`pyengine-chromium` is pyengine in one worker (bench/web/pyengine_worker.js: Pyodide and the wheels started "
+    "as web/worker.js starts them, then `WorkerSession.load` and `generate`); the page's split over several "
+    "workers is measured by bench/bench_workers.py.",
+    "wllama's completion API takes text, not ids: it gets the text of the prompt ids (checked to tokenize back to "
+    "them; its prompt_n is 128). Its greedy text leaves llama.cpp's after a few words on both models (another "
+    "llama.cpp build and wasm kernels: near-ties), while pyengine's ids equal llama.cpp's.",
+    "wllama has nothing to start before it has a model, so its load includes compiling its wasm; pyengine's "
+    "load starts with Python, numpy and the wheels already running (boot ~5-8 s, not counted).",
+    "Two threads on 2 cores shared with other work: when the other core is busy, spin-waiting threads collapse "
+    "(see the minima of wllama-2t and llamacpp-2t).",
+    "Where pyengine's decode time goes: bench/PROFILE.md (bench/profile_step.py).",
+]
 
 
 # The issue's goals (issue 5): (text, numerator engine, denominator engine or "file", metric, target, higher is better)
