@@ -325,7 +325,7 @@ def cell(s: dict | None, metric: str, fmt: str, base: dict | None) -> str:
 
 def markdown(summary: dict, engines: list[str], meta: dict) -> str:
     lines = [f"# pyengine vs wllama vs llama.cpp ({meta['date'][:10]})", "",
-             f"Machine: {meta['machine']['description']}. {meta['runs']} runs per engine and model, interleaved; "
+             f"Machine: {meta['machine']['description']}. {meta['n_runs']} runs per engine and model, interleaved; "
              f"median (min-max). Prompt: {N_PROMPT} tokens; decode: {meta['n_gen'] - 1} greedy steps after the "
              f"first token. Ratios (**×**) are to `{BASELINE}`'s median (for load, TTFT and memory, lower is "
              f"better; for tok/s, higher). Memory: wasm heap in the browser and under Node, peak RSS in "
@@ -456,7 +456,7 @@ def main() -> None:
             notes.append(f"skipped {', '.join(skipped)}: llama_cpp is not importable (pip install llama-cpp-python)")
             print(f"note: {notes[-1]}", file=sys.stderr)
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "machine": machine(), "runs": args.runs, "n_gen": args.gen, "n_prompt": N_PROMPT,
+            "machine": machine(), "n_runs": args.runs, "n_gen": args.gen, "n_prompt": N_PROMPT,
             "engines": {e: ENGINES[e].where for e in args.engines},
             "models": {m: str(p.relative_to(ROOT) if p.is_relative_to(ROOT) else p) for m, p in args.models.items()},
             "notes": notes}
