@@ -50,6 +50,9 @@ MAX_DEPTH = 40              # template frames (the template, its macros and call
 # ----------------------------------------------------------------------------
 # messages
 
+ROLES = ("system", "user", "assistant", "tool")   # the roles a conversation may hold (as llama.cpp's server)
+
+
 def check_messages(messages: Any) -> list[dict]:
     """Validate a conversation: a list of ``{"role": str, "content": str, ...}`` dicts.
 
@@ -60,6 +63,8 @@ def check_messages(messages: Any) -> list[dict]:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
             raise TemplateError(f"message {i} must be an object with string 'role' and 'content': {m!r:.80}")
+        if m["role"] not in ROLES:
+            raise TemplateError(f"message {i}: role must be one of {', '.join(ROLES)}, got {m['role']!r:.40}")
     return messages
 
 

@@ -156,6 +156,9 @@ def _sampler_params(args: argparse.Namespace):
 
 
 def _n_ctx(args: argparse.Namespace) -> int | None:
+    """The context size from ``-c`` (None: the model's), once ``-n`` and ``-c`` are checked."""
+    if args.n_predict < 1:
+        raise PyEngineError(f"-n/--n-predict must be at least 1 token, got {args.n_predict}")
     if args.ctx_size < 0:
         raise PyEngineError(f"-c/--ctx-size must be >= 0 (0 = the model's), got {args.ctx_size}")
     return args.ctx_size or None
@@ -165,9 +168,12 @@ def _read_messages(path: str) -> list[dict]:
     from pyengine.chat_template import check_messages
     with open(path, encoding="utf-8") as f:
         try:
-            return check_messages(json.load(f))
+            messages = check_messages(json.load(f))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise PyEngineError(f"{path}: not a JSON file ({e})") from None
+    if not messages:
+        raise PyEngineError(f"{path}: no messages to answer")
+    return messages
 
 
 def _reply(gen, as_json: bool, weights: str, session=None) -> None:

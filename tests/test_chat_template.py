@@ -240,3 +240,6 @@ def test_check_messages():
         check_messages([{"role": "user", "content": "a"}, {"role": "user"}])
     with pytest.raises(TemplateError, match="list"):
         check_messages({"role": "user", "content": "a"})
+    with pytest.raises(TemplateError, match="message 1: role must be one of system, user, assistant, tool, got"):
+        check_messages([{"role": "user", "content": "a"}, {"role": "wizard", "content": "b"}])
+    assert check_messages([{"role": "tool", "content": "{}"}])[0]["role"] == "tool"

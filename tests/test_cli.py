@@ -196,9 +196,18 @@ def test_chat_streams(cli):
     ("{not json", "not a JSON file"),
     ('[{"role": "user"}]', "message 0 must be an object with string 'role' and 'content'"),
     ('{"role": "user", "content": "x"}', "messages must be a list"),
+    ('[{"role": "wizard", "content": "x"}]', "message 0: role must be one of system, user, assistant, tool"),
+    ("[]", "no messages to answer"),
 ])
 def test_chat_bad_messages_file(cli, tmp_path, content, message):
     path = tmp_path / "m.json"
     path.write_text(content)
     rc, _, err = cli(["chat", LLAMA, "--messages", str(path)])
     assert rc == 1 and message in err and "loaded" not in err
+
+
+@pytest.mark.parametrize("command", [["generate", LLAMA, "-p", "hi"], ["chat", LLAMA]])
+@pytest.mark.parametrize("n", ["0", "-1"])
+def test_n_predict_below_one_is_an_error(cli, command, n):
+    rc, out, err = cli(command + ["-n", n], "hello\n")
+    assert rc == 1 and err == f"error: -n/--n-predict must be at least 1 token, got {n}\n" and out == ""
