@@ -52,7 +52,8 @@ function setPhase(phase) {
   el.prompt.disabled = !state.hasModel || busy;
   el.send.disabled = !(state.hasModel && phase === "ready");
   el.stop.disabled = phase !== "generating";
-  el.fileInput.disabled = phase === "loading" || phase === "failed";
+  // No new model while one loads or replies: Stop first (a load would end the reply and drop the chat).
+  el.fileInput.disabled = phase === "loading" || phase === "failed" || replying();
   el.dropzone.classList.toggle("disabled", el.fileInput.disabled);
   el.loadDemo.disabled = el.fileInput.disabled;
   el.newChat.disabled = busy && phase !== "starting";

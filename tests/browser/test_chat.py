@@ -118,10 +118,13 @@ def stop_mid_reply_then_ask_again(page, model_path) -> None:
     page.evaluate(WATCH_REPLY)
     send(page, LONG_QUESTION)
     page.wait_for_function("window.replyUpdates.length >= 3", timeout=120_000)
+    # while it replies no file can be loaded (that would end the reply and replace the model)
+    assert page.get_by_test_id("file-input").is_disabled() and page.get_by_test_id("load-demo").is_disabled()
     page.get_by_test_id("stop").click()
     wait_status(page, ("ready",), 60_000)
     last = page.locator("[data-testid=message][data-role=assistant]").last
     assert last.get_attribute("data-note") == "stopped"
+    assert page.get_by_test_id("file-input").is_enabled()
     partial = messages(page)[-1][1]
     stats = page.get_by_test_id("stats").text_content()
     assert partial and stats.endswith("· stopped"), stats
