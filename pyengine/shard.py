@@ -74,8 +74,9 @@ from typing import Any
 import numpy as np
 
 from pyengine import quants
-from pyengine.errors import GGUFError, PyEngineError
+from pyengine.errors import PyEngineError
 from pyengine.kernels import Linear, quantize_int8
+from pyengine.model import read_rows
 
 MAX_SHARDS = 8          # helper workers a shared buffer has room for
 R_MAX = 8               # rows of x per command on the vocabulary matrix (a longer batch: several commands)
@@ -159,12 +160,7 @@ def _read_rows(gguf, name: str, a: int, b: int) -> np.ndarray:
     """Rows ``a..b-1`` of tensor ``name`` dequantized: (b - a, n_in) float32, one read of the file."""
     info = gguf.tensors[name]
     n_in = info.shape[0]
-    row_bytes = info.type.n_bytes(n_in)
-    src = gguf.parts[info.part].source
-    at, n = info.offset + a * row_bytes, (b - a) * row_bytes
-    raw = src.read(at, n)
-    if len(raw) != n:
-        raise GGUFError(f"{src.name}: byte {at}: tensor {name!r}: read {len(raw)} of {n} bytes")
+    raw = read_rows(gguf, name, a, b)                                   # (bytes of rows a..b-1,) uint8
     return quants.dequantize(raw, info.type, (b - a) * n_in, name=name).reshape(b - a, n_in)
 
 
