@@ -73,7 +73,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     params, n_ctx = _sampler_params(args), _n_ctx(args)      # bad options fail before the slow load
     engine = _load(args.model, args.weights)
     prompt_ids = engine.tokenizer.encode(args.prompt, add_special=True, parse_special=True)
-    gen = generate(engine.model, engine.tokenizer, prompt_ids, params, args.n_predict, n_ctx=n_ctx)
+    gen = generate(engine.model, engine.tokenizer, prompt_ids, params, args.n_predict, n_ctx=_fit_ctx(n_ctx, engine))
     _reply(gen, args.json, engine.model.weights)
     return 0
 
@@ -85,7 +85,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from pyengine.generate import ChatSession
     params, n_ctx = _sampler_params(args), _n_ctx(args)      # bad options fail before the slow load
     messages = _read_messages(args.messages) if args.messages is not None else None
-    session = ChatSession(_load(args.model, args.weights), system=args.system, n_ctx=n_ctx)
+    engine = _load(args.model, args.weights)
+    session = ChatSession(engine, system=args.system, n_ctx=_fit_ctx(n_ctx, engine))
     weights = session.engine.model.weights
     if messages is not None:
         session.messages = messages
@@ -162,6 +163,17 @@ def _n_ctx(args: argparse.Namespace) -> int | None:
     if args.ctx_size < 0:
         raise PyEngineError(f"-c/--ctx-size must be >= 0 (0 = the model's), got {args.ctx_size}")
     return args.ctx_size or None
+
+
+def _fit_ctx(n_ctx: int | None, engine) -> int | None:
+    """``-c`` within the model's trained context (``n_ctx_train``, from ``{arch}.context_length``):
+    a larger one is cut to it, with a note on stderr (positions past it were never trained)."""
+    n_train = engine.model.config.n_ctx_train
+    if n_ctx is not None and n_ctx > n_train:
+        print(f"note: -c/--ctx-size {n_ctx} is more than the model's trained context of {n_train} tokens: "
+              f"using {n_train}", file=sys.stderr)
+        return n_train
+    return n_ctx
 
 
 def _read_messages(path: str) -> list[dict]:

@@ -11,14 +11,22 @@ command        fields                                              replies
                split model, any order); ``weights``: "auto"        ``model``
                (default), or a key of ``model.WEIGHT_FORMS``
 ``chat``       ``text``, ``system`` (str, may be empty),           ``piece``..., ``done``
-               ``settings`` (:data:`SETTINGS` names -> numbers)
+               ``settings`` (:data:`SETTINGS` names -> numbers,
+               None for a blank field)
 ``new-chat``   --                                                  ``cleared``
 =============  ==================================================  ==============================
 
+``model`` carries ``settings``: the rows of :data:`SETTINGS` for the model loaded
+(:func:`setting_rules`: label, range in numbers and in words), which the page checks
+its fields against before it sends a message; the worker checks them again.
+
 Any failure is an ``error`` message (``{"type": "error", "during", "message"}``):
-the :class:`~pyengine.errors.PyEngineError` text for bad input, ``internal error:
-...`` for a bug in pyengine; the worker stays alive, and keeps the model and the
-conversation it had unless a load got as far as ``unloaded``.
+the :class:`~pyengine.errors.PyEngineError` text for bad input (a setting named by
+the page's label and its range, a file that is not a GGUF said plainly), ``internal
+error: ...`` for a bug in pyengine (its traceback goes to the console only); the
+worker stays alive, and keeps the model and the conversation it had unless a load
+got as far as ``unloaded``. A failed reply is not part of the conversation: the next
+message is answered as if the failed one had not been sent.
 
 Stop: when the page is cross-origin isolated it writes SIGINT into Pyodide's
 interrupt buffer, and Python raises ``KeyboardInterrupt`` wherever it is (within
@@ -55,7 +63,7 @@ import traceback
 from typing import Any, Callable
 
 from pyengine import shard
-from pyengine.errors import PyEngineError
+from pyengine.errors import GGUFError, PyEngineError
 from pyengine.source import ByteSource
 
 PROGRESS_EVERY = 0.1  # seconds between two progress messages while loading
@@ -64,12 +72,22 @@ MAX_TOKENS = 256      # a reply's default length limit, in tokens
 SHOWN_CHARS = 20_000  # a metadata string longer than this is cut in the inspector (a chat template fits)
 INSPECT_ROWS = 10_000  # metadata keys and tensors sent to the inspector (real models: a few hundred)
 
-# The page's settings: name -> type. Sampling ones are pyengine.sampling.SamplerParams fields (its
-# defaults apply to a field left empty); max_tokens limits the reply.
-SETTINGS: dict[str, type] = {
-    "temperature": float, "top_k": int, "top_p": float, "min_p": float,
-    "repeat_penalty": float, "seed": int, "max_tokens": int,
-}
+# The page's settings, one row each; the page checks its fields against the same rows (sent with
+# the ``model`` message, see :func:`setting_rules`) before it sends a message. Columns: the name in
+# ``chat.settings`` (sampling ones are pyengine.sampling.SamplerParams fields), the page's label,
+# whole number or not, the lowest and highest value allowed (a number, or a limit of the model
+# loaded: "n_vocab" tokens, "n_ctx" the context), whether the lowest itself is excluded, and what a
+# blank field means ("": a blank field is an error).
+SETTINGS: tuple[tuple, ...] = (
+    # name             label             whole  lowest  highest    above  blank
+    ("temperature",    "Temperature",    False, 0,      5,         False, ""),
+    ("top_k",          "Top-k",          True,  0,      "n_vocab", False, ""),
+    ("top_p",          "Top-p",          False, 0,      1,         True,  ""),
+    ("min_p",          "Min-p",          False, 0,      1,         False, ""),
+    ("repeat_penalty", "Repeat penalty", False, 0,      10,        True,  ""),
+    ("max_tokens",     "Max tokens",     True,  1,      "n_ctx",   False, ""),
+    ("seed",           "Seed",           True,  0,      2**32 - 1, False, "a random seed"),
+)
 
 
 # ---------------------------------------------------------------------------
@@ -99,6 +117,29 @@ class BrowserFileSource(ByteSource):
             import js  # Pyodide's window onto the worker's globals
             self._reader = js.FileReaderSync.new()
         return self._reader.readAsArrayBuffer(self.file.slice(offset, end)).to_bytes()
+
+
+def open_gguf_plainly(sources: list) -> Any:
+    """:func:`pyengine.gguf.open_gguf`, except that a file that is not a GGUF at all (empty, too
+    short, or not starting with the magic ``GGUF``) is said plainly: "x.gguf is not a GGUF file (it
+    starts with 'hell', a GGUF file starts with 'GGUF')". Raises GGUFError naming the file."""
+    from pyengine.gguf import GGUF_MAGIC, open_gguf
+    try:
+        return open_gguf(sources)
+    except GGUFError:
+        for src in sources:
+            head = src.read(0, len(GGUF_MAGIC))
+            if head == GGUF_MAGIC:
+                continue
+            if not head:
+                raise GGUFError(f"{src.name} is empty (0 bytes): not a GGUF file") from None
+            if len(head) < len(GGUF_MAGIC):
+                raise GGUFError(f"{src.name} is not a GGUF file (it is only {len(head)} bytes long)") from None
+            starts = f"'{head.decode()}'" if head.isascii() and head.decode().isprintable() else \
+                f"the bytes {head.hex(' ')}"
+            raise GGUFError(f"{src.name} is not a GGUF file (it starts with {starts}, "
+                            f"a GGUF file starts with 'GGUF')") from None
+        raise
 
 
 # ---------------------------------------------------------------------------
@@ -166,6 +207,7 @@ class WorkerSession:
         self.post, self.should_stop, self.interruptible = post, should_stop, interruptible
         self.pool, self.heap = pool, heap   # helper workers (worker.js's pool), this worker's wasm bytes
         self.chat = None     # pyengine.generate.ChatSession
+        self.rules = setting_rules()  # the settings' ranges for the model loaded (setting_rules)
         self.shared = None   # the shared buffer (pyengine.shard), when helpers hold part of the model
 
     # --- load
@@ -189,7 +231,7 @@ class WorkerSession:
         pick_weights(weights, [])  # an unknown form fails before anything changes
         t0 = time.perf_counter()
         sources = [f if hasattr(f, "read") else BrowserFileSource(f) for f in files]
-        gguf = open_gguf(sources)
+        gguf = open_gguf_plainly(sources)
         d = describe(gguf)
         ModelConfig.from_metadata(gguf.metadata, gguf.tensors)  # an unsupported architecture fails here
         n_shards = int(self.pool.size()) if self.pool is not None else 0
@@ -203,9 +245,10 @@ class WorkerSession:
         chat = generate.ChatSession(generate.load(gguf, progress=self._progress(sources), weights=weights))
         workers = await self._split(chat.engine.model, gguf, files, n_shards)
         self.chat = chat
+        self.rules = setting_rules(chat.engine.model.config.n_vocab, chat.cache.n_ctx)
         card = model_card(d, chat.template_name, chat.engine.model.weights)
         self.post({"type": "model", "card": card, "inspect": inspector(d),
-                   "seconds": time.perf_counter() - t0, "workers": workers})
+                   "seconds": time.perf_counter() - t0, "workers": workers, "settings": self.rules})
 
     async def _split(self, model, gguf, files: list, n_shards: int) -> dict:
         """Share the model's matrices with ``n_shards`` helpers by rows (see :mod:`pyengine.shard`): the
@@ -261,12 +304,14 @@ class WorkerSession:
     # --- chat
     async def reply(self, text: str, system: str, settings: dict) -> None:
         """Add the user's message and stream the reply: a ``piece`` message per piece of text, then
-        ``done`` (``stopped``, ``stats``). A stopped reply keeps the text the page has shown."""
+        ``done`` (``stopped``, ``stats``). A stopped reply keeps the text the page has shown; a failed
+        one (an exception, which handle() posts as ``error``) leaves the conversation as it was before
+        the message, so the next turn is not sent the failed one."""
         if self.chat is None:
             raise PyEngineError("no model is loaded: drop a .gguf file first")
-        params, max_tokens = sampler_params(settings)
+        params, max_tokens = sampler_params(settings, self.rules)
         self.chat.set_system(system)
-        shown, turn = "", None
+        shown, turn, before = "", None, list(self.chat.messages)
         try:
             turn = self.chat.send(text, params, max_tokens)
             while (piece := turn.step()) is not None:
@@ -279,6 +324,9 @@ class WorkerSession:
                     break
         except KeyboardInterrupt:  # Stop, through the interrupt buffer
             pass
+        except BaseException:
+            self.chat.messages = before  # the failed message and its partial reply are not context
+            raise
         finally:
             if turn is not None:
                 turn.close()  # a no-op when the reply ended by itself
@@ -294,24 +342,58 @@ class WorkerSession:
         self.post({"type": "cleared"})
 
 
-def sampler_params(settings: dict) -> tuple[Any, int]:
-    """The page's settings (a field missing or None takes its default) as (SamplerParams, max_tokens).
+def setting_rules(n_vocab: int | None = None, n_ctx: int | None = None) -> list[dict]:
+    """The rows of :data:`SETTINGS` for a model of ``n_vocab`` tokens and a context of ``n_ctx``
+    tokens (None: no upper bound), as the page reads them: ``{name, label, whole, min, max (None:
+    none), above, blank, rule}``, where ``rule`` says in words what the field takes ("a whole number
+    from 0 to 49152")."""
+    limits = {"n_vocab": n_vocab, "n_ctx": n_ctx}
+    rules = []
+    for name, label, whole, lo, hi, above, blank in SETTINGS:
+        hi = limits[hi] if isinstance(hi, str) else hi
+        kind = "a whole number" if whole else "a number"
+        if above:
+            span = f"above {lo}" + (f" and at most {hi}" if hi is not None else "")
+        else:
+            span = f"from {lo} to {hi}" if hi is not None else f"of {lo} or more"
+        rule = f"{kind} {span}" + (f", or blank for {blank}" if blank else "")
+        rules.append({"name": name, "label": label, "whole": whole, "min": lo, "max": hi, "above": above,
+                      "blank": blank, "rule": rule})
+    return rules
 
-    Raises PyEngineError for a value that is not a number or is out of range.
+
+def check_setting(rule: dict, value: Any) -> Any:
+    """``value`` (a number, or None for a blank field) checked against one of :func:`setting_rules`'
+    rows: returns it as an int or float (None for an allowed blank). Raises PyEngineError naming the
+    field by its label and what it takes: "Top-k must be a whole number from 0 to 49152 (it is -5)"."""
+    if value is None and rule["blank"]:
+        return None
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    ok = number and value == value and abs(value) != float("inf")
+    if ok and rule["whole"]:
+        ok = float(value).is_integer()
+        value = int(value) if ok else value
+    if ok:
+        lo, hi = rule["min"], rule["max"]
+        ok = (value > lo if rule["above"] else value >= lo) and (hi is None or value <= hi)
+    if not ok:
+        shown = "blank" if value is None else repr(value) if number else "not a number"
+        raise PyEngineError(f"{rule['label']} must be {rule['rule']} (it is {shown})")
+    return value if rule["whole"] else float(value)
+
+
+def sampler_params(settings: dict, rules: list[dict] | None = None) -> tuple[Any, int]:
+    """The page's settings as (SamplerParams, max_tokens), each checked against ``rules``
+    (:func:`setting_rules`, default: with no model limits). A field missing from ``settings`` takes
+    its default (SamplerParams', MAX_TOKENS); a field sent blank (None) is an error unless its rule
+    allows it (the seed: random).
+
+    Raises PyEngineError naming the first bad field by the page's label, with its allowed range.
     """
     from pyengine.sampling import SamplerParams
-    values = {}
-    for name, kind in SETTINGS.items():
-        v = settings.get(name)
-        if v is None:
-            continue
-        try:
-            values[name] = kind(v)
-        except (TypeError, ValueError, OverflowError):
-            raise PyEngineError(f"setting {name}: {v!r} is not a number") from None
+    values = {r["name"]: check_setting(r, settings[r["name"]])
+              for r in rules or setting_rules() if r["name"] in settings}
     max_tokens = values.pop("max_tokens", MAX_TOKENS)
-    if max_tokens < 1:
-        raise PyEngineError(f"setting max_tokens: {max_tokens} must be at least 1")
     return SamplerParams(**values).check(), max_tokens
 
 

@@ -211,3 +211,16 @@ def test_chat_bad_messages_file(cli, tmp_path, content, message):
 def test_n_predict_below_one_is_an_error(cli, command, n):
     rc, out, err = cli(command + ["-n", n], "hello\n")
     assert rc == 1 and err == f"error: -n/--n-predict must be at least 1 token, got {n}\n" and out == ""
+
+
+LONG_PROMPT = " ".join(["word"] * 300)  # more than the tiny models' trained context of 256 tokens
+
+
+@pytest.mark.parametrize("command", [["generate", LLAMA, "-p", LONG_PROMPT], ["chat", LLAMA]])
+def test_ctx_size_above_the_trained_context_is_cut_to_it(cli, command):
+    """-c beyond the model's context_length is cut to it, with a note: the long prompt then does not fit."""
+    rc, out, err = cli(command + ["-c", "100000", "-n", "2"], LONG_PROMPT + "\n")
+    note = "note: -c/--ctx-size 100000 is more than the model's trained context of 256 tokens: using 256\n"
+    assert rc == 1 and note in err and "the context of 256 tokens" in err.splitlines()[-1] and out == ""
+    rc, _, err = cli(command + ["-c", "256", "-n", "2"], "hello\n")  # at the limit: no note
+    assert "note:" not in err

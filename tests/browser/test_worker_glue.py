@@ -68,17 +68,43 @@ def test_gguf_through_the_browser_source_equals_the_file():
 
 
 def test_settings_become_sampler_params():
-    params, max_tokens = worker.sampler_params({"temperature": 0, "top_k": 5.0, "top_p": 0.5, "min_p": None,
+    params, max_tokens = worker.sampler_params({"temperature": 0, "top_k": 5.0, "top_p": 0.5,
                                                 "repeat_penalty": 1.1, "seed": 7, "max_tokens": 12})
     assert (params.temperature, params.top_k, params.top_p, params.repeat_penalty, params.seed) == (0.0, 5, 0.5, 1.1, 7)
-    assert params.min_p == 0.05 and max_tokens == 12              # empty fields take the defaults
+    assert params.min_p == 0.05 and max_tokens == 12              # a field not sent takes its default
     assert worker.sampler_params({})[1] == worker.MAX_TOKENS
-    with pytest.raises(PyEngineError, match="top_k: 'many' is not a number"):
-        worker.sampler_params({"top_k": "many"})
-    with pytest.raises(PyEngineError, match="top_p"):
-        worker.sampler_params({"top_p": 1.5})
-    with pytest.raises(PyEngineError, match="max_tokens: 0"):
-        worker.sampler_params({"max_tokens": 0})
+    assert worker.sampler_params({"seed": None})[0].seed is None  # a blank seed: a random one
+
+
+def test_setting_rules_name_the_page_labels_and_the_model_limits():
+    rules = {r["name"]: r for r in worker.setting_rules(n_vocab=49152, n_ctx=8192)}
+    assert list(rules) == ["temperature", "top_k", "top_p", "min_p", "repeat_penalty", "max_tokens", "seed"]
+    assert f"{rules['top_k']['label']} must be {rules['top_k']['rule']}" == "Top-k must be a whole number from 0 to 49152"
+    assert rules["max_tokens"]["rule"] == "a whole number from 1 to 8192"
+    assert rules["top_p"]["rule"] == "a number above 0 and at most 1"
+    assert rules["seed"]["rule"] == "a whole number from 0 to 4294967295, or blank for a random seed"
+    assert worker.setting_rules()[1]["rule"] == "a whole number of 0 or more"  # no model: no upper bound
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"top_k": -5}, "Top-k must be a whole number from 0 to 328 (it is -5)"),
+    ({"top_k": 329}, "Top-k must be a whole number from 0 to 328 (it is 329)"),
+    ({"top_k": 2.5}, "Top-k must be a whole number from 0 to 328 (it is 2.5)"),
+    ({"top_k": "many"}, "Top-k must be a whole number from 0 to 328 (it is not a number)"),
+    ({"temperature": None}, "Temperature must be a number from 0 to 5 (it is blank)"),
+    ({"top_p": 0}, "Top-p must be a number above 0 and at most 1 (it is 0)"),
+    ({"min_p": 1.5}, "Min-p must be a number from 0 to 1 (it is 1.5)"),
+    ({"repeat_penalty": True}, "Repeat penalty must be a number above 0 and at most 10 (it is not a number)"),
+    ({"max_tokens": 0}, "Max tokens must be a whole number from 1 to 256 (it is 0)"),
+    ({"max_tokens": 257}, "Max tokens must be a whole number from 1 to 256 (it is 257)"),
+    ({"seed": -1}, "Seed must be a whole number from 0 to 4294967295, or blank for a random seed (it is -1)"),
+    ({"seed": float("nan")}, "Seed must be a whole number from 0 to 4294967295, or blank for a random seed (it is nan)"),
+])
+def test_a_bad_setting_is_named_by_its_label_and_range(settings, message):
+    rules = worker.setting_rules(n_vocab=328, n_ctx=256)   # the tiny llama's
+    with pytest.raises(PyEngineError) as e:
+        worker.sampler_params({"temperature": 0.8, **settings}, rules)
+    assert str(e.value) == message
 
 
 @pytest.fixture
@@ -105,6 +131,23 @@ def test_a_broken_file_is_an_error_message(posted, tmp_path):
     assert [m["type"] for m in posted] == ["error"]
     assert posted[0]["during"] == "load"
     assert posted[0]["message"].startswith("broken.gguf") and "internal error" not in posted[0]["message"]
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"hello world", "x.gguf is not a GGUF file (it starts with 'hell', a GGUF file starts with 'GGUF')"),
+    (b"\x7fELF\x02\x01", "x.gguf is not a GGUF file (it starts with the bytes 7f 45 4c 46, a GGUF file starts with 'GGUF')"),
+    (b"GG", "x.gguf is not a GGUF file (it is only 2 bytes long)"),
+    (b"", "x.gguf is empty (0 bytes): not a GGUF file"),
+])
+def test_a_file_that_is_not_a_gguf_is_said_plainly(posted, data, message):
+    run({"type": "load", "files": [BytesSource(data, "x.gguf")]})
+    assert posted == [{"type": "error", "during": "load", "message": message}]
+
+
+def test_the_part_that_is_not_a_gguf_is_named(posted):
+    good = BytesSource(TINY["llama"].read_bytes(), "good.gguf")
+    run({"type": "load", "files": [good, BytesSource(b"hello world", "notes.txt")]})
+    assert posted[-1]["message"] == "notes.txt is not a GGUF file (it starts with 'hell', a GGUF file starts with 'GGUF')"
 
 
 def test_chat_without_a_model_and_unknown_commands_are_errors(posted):
@@ -142,6 +185,7 @@ def test_load_posts_progress_then_the_model(posted):
     assert [s["name"] for s in part["sections"]] == ["magic", "header", "metadata", "tensor_infos", "tensor_data"]
     assert part["sections"][-1]["end"] == part["size"] == size
     assert model["inspect"]["header"]["version"] == 3
+    assert model["settings"] == worker.setting_rules(n_vocab=328, n_ctx=256)  # the page's ranges for this model
 
 
 def chat(posted: list[dict], text: str, **settings) -> tuple[str, dict]:
@@ -171,6 +215,33 @@ def test_a_cooperative_stop_keeps_what_was_shown(posted):
     assert done["stopped"] is True and done["stats"]["stop_reason"] == "stopped"
     assert worker._session.chat.messages[-1] == {"role": "assistant", "content": text}
     assert len(pieces) == 2
+
+
+def test_a_failed_reply_is_not_part_of_the_conversation(posted):
+    """A reply that fails mid-way (here the 3rd forward pass raises) is an error message, and the next
+    message is answered as if the failed one had never been sent; the turns before it stay."""
+    from browser.reference import cpython_reply
+    load_tiny(posted)
+    first, _ = chat(posted, "hello", max_tokens=4)
+    model = worker._session.chat.engine.model
+    calls = []
+
+    def failing_forward(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise PyEngineError("the model broke")
+        return type(model).forward(model, *args, **kwargs)
+    model.forward = failing_forward
+    start = len(posted)
+    run({"type": "chat", "text": "tell me more", "system": "", "settings": {"temperature": 0, "max_tokens": 8}})
+    kinds = [m["type"] for m in posted[start:]]
+    assert kinds[-1] == "error" and "done" not in kinds and kinds.count("piece") >= 1  # it failed mid-reply
+    assert posted[-1]["message"] == "the model broke"
+    assert worker._session.chat.messages == [{"role": "user", "content": "hello"}, {"role": "assistant", "content": first}]
+    del model.forward
+    again, done = chat(posted, "again", max_tokens=4)
+    assert again == cpython_reply(TINY["llama"], ["hello", first, "again"], max_tokens=4)
+    assert done["stats"]["cached_tokens"] > 0  # the cache still serves the turns before the failed one
 
 
 def interrupt_once(posted: list[dict], when):
