@@ -28,21 +28,14 @@ const el = {
   workersNote: byId("workers-note"),
   weights: byId("weights"),
   weightsNote: byId("weights-note"),
+  sendError: byId("send-error"),
 };
-// The sampling inputs: data-testid -> the name pyengine.worker expects, and how to read the value.
-const SETTINGS = [
-  ["temperature", "temperature", parseFloat],
-  ["top-k", "top_k", (v) => parseInt(v, 10)],
-  ["top-p", "top_p", parseFloat],
-  ["min-p", "min_p", parseFloat],
-  ["repeat-penalty", "repeat_penalty", parseFloat],
-  ["max-tokens", "max_tokens", (v) => parseInt(v, 10)],
-  ["seed", "seed", (v) => parseInt(v, 10)],
-];
 
 // ---------------------------------------------------------------- state
 // phase: starting -> no model -> loading -> ready <-> generating (-> stopping) ; "failed" if Python cannot start.
-const state = { phase: "starting", hasModel: false, reply: null, replyText: "", tensors: [] }; // reply: the <li> growing
+// reply: the assistant <li> growing, asked: the user <li> it answers (marked failed if the reply fails);
+// rules: the sampling fields' ranges for the model loaded (pyengine.worker.setting_rules).
+const state = { phase: "starting", hasModel: false, reply: null, asked: null, replyText: "", tensors: [], rules: [] };
 
 function setPhase(phase) {
   state.phase = phase;
@@ -136,6 +129,7 @@ const handlers = {
     state.hasModel = true;
     showModelCard(msg.card);
     showInspector(msg.inspect);
+    useRules(msg.settings);
     clearMessages();
     el.stats.textContent = `loaded in ${msg.seconds.toFixed(1)} s`;
     showWorkers(msg.workers);
@@ -155,6 +149,7 @@ const handlers = {
   },
   done(msg) {
     finishReply(msg.stopped ? "stopped" : null);
+    state.asked = null;
     showStats(msg.stats);
     if (replying()) settle();
   },
@@ -164,7 +159,7 @@ const handlers = {
   },
   error(msg) {
     showError(msg.message);
-    if (msg.during === "chat") finishReply("error");
+    if (msg.during === "chat") failTurn(msg.message);
     if (msg.during === "load") hideProgress();
     if (msg.during === "load" || replying()) settle();
   },
@@ -254,26 +249,96 @@ async function fetchDemo() {
 el.loadDemo.addEventListener("click", fetchDemo);
 
 // ---------------------------------------------------------------- chat
-function readSettings() {
-  const settings = {};
-  for (const [id, name, parse] of SETTINGS) {
-    const v = parse(byId(id).value);
-    settings[name] = Number.isFinite(v) ? v : null;
+// The sampling fields, checked against the worker's rules before a message goes: a blank field is an
+// error (the seed's blank means a random seed: its rule says so), as is text that is not a number.
+const fieldOf = (rule) => byId(rule.name.replace(/_/g, "-"));
+
+function useRules(rules) {
+  state.rules = rules || [];
+  for (const rule of state.rules) {
+    const input = fieldOf(rule);
+    input.min = rule.min;
+    input.max = rule.max ?? "";
+    input.title = `${rule.label}: ${rule.rule}`;
+    input.removeAttribute("aria-invalid");
   }
-  return settings;
+  el.sendError.hidden = true;
 }
+
+// One field against its rule: {value} (null: blank, allowed) or {error} in pyengine.worker.check_setting's words.
+function checkSetting(rule, input) {
+  const text = input.value.trim();
+  let shown = null;
+  let value = null;
+  if (input.validity.badInput) shown = "not a number"; // a number input holds no value for "1e" or "-"
+  else if (text === "") shown = rule.blank ? null : "blank";
+  else {
+    value = Number(text);
+    const ok = Number.isFinite(value) && (!rule.whole || Number.isInteger(value))
+      && (rule.above ? value > rule.min : value >= rule.min) && (rule.max == null || value <= rule.max);
+    if (!ok) shown = text;
+  }
+  return shown === null ? { value } : { error: `${rule.label} must be ${rule.rule} (it is ${shown})` };
+}
+
+// Every field checked: the settings to send, or null after marking the bad fields and showing the first one's error.
+function checkSettings() {
+  const settings = {};
+  let first = null;
+  for (const rule of state.rules) {
+    const input = fieldOf(rule);
+    const { value, error } = checkSetting(rule, input);
+    input.setAttribute("aria-invalid", String(Boolean(error)));
+    if (error) first ??= error;
+    else settings[rule.name] = value;
+  }
+  el.sendError.textContent = first ? `Not sent: ${first}.` : "";
+  el.sendError.hidden = !first;
+  scrollToEnd(); // the line takes room from the messages
+  return first ? null : settings;
+}
+document.querySelector(".settings").addEventListener("input", () => {
+  if (!el.sendError.hidden) checkSettings(); // the error goes as soon as the field is right
+});
 
 function send() {
   const text = el.prompt.value;
   if (!text.trim() || el.send.disabled) return;
+  const settings = checkSettings();
+  if (!settings) return; // the text stays in the box; the error names the field
   clearError();
   el.prompt.value = "";
-  addMessage("user", text);
+  state.asked = addMessage("user", text);
   state.reply = addMessage("assistant", "");
   state.reply.classList.add("streaming");
   state.replyText = "";
   setPhase("generating");
-  worker.postMessage({ type: "chat", text, system: el.systemPrompt.value, settings: readSettings() });
+  worker.postMessage({ type: "chat", text, system: el.systemPrompt.value, settings });
+}
+
+// A reply that failed: the worker dropped the message and the reply from the conversation, so the page marks
+// them failed (an empty reply goes), offers the text again, and shows no statistics of an earlier reply.
+function failTurn(message) {
+  const asked = state.asked;
+  if (state.reply && !state.replyText) state.reply.remove();
+  else finishReply("failed");
+  state.reply = null;
+  state.asked = null;
+  el.stats.textContent = "";
+  delete el.stats.dataset.stats;
+  if (!asked) return;
+  addNote(asked, "failed", `failed, not part of the conversation: ${message}`);
+  scrollToEnd();
+  if (!el.prompt.value) el.prompt.value = asked.querySelector(".body").textContent;
+}
+
+// A note under a message: note "stopped" or "failed" (data-note), text in words.
+function addNote(li, note, text) {
+  li.dataset.note = note;
+  const tag = document.createElement("span");
+  tag.className = "note";
+  tag.textContent = text;
+  li.append(tag);
 }
 
 function stopReply() {
@@ -287,13 +352,7 @@ function finishReply(note) {
   const li = state.reply;
   if (!li) return;
   li.classList.remove("streaming");
-  if (note) {
-    li.dataset.note = note;
-    const tag = document.createElement("span");
-    tag.className = "note";
-    tag.textContent = note === "stopped" ? "stopped" : "failed: see the error above";
-    li.append(tag);
-  }
+  if (note) addNote(li, note, note === "stopped" ? "stopped" : "failed, not part of the conversation");
   state.reply = null;
 }
 
@@ -342,6 +401,7 @@ function clearMessages() {
   li.textContent = state.hasModel ? "Ask the model something." : "Load a model, then ask it something.";
   el.messages.append(li);
   state.reply = null;
+  state.asked = null;
 }
 
 // Why a reply ended (pyengine.generate.STOP_REASONS), in words.

@@ -96,9 +96,25 @@ def wait_reply(page) -> str:
 
 def messages(page) -> list[tuple[str, str]]:
     """The chat as (role, text) pairs."""
-    pairs = page.evaluate("""() => [...document.querySelectorAll('[data-testid=message]')]
-        .map((m) => [m.dataset.role, m.querySelector('.body').textContent])""")
-    return [tuple(p) for p in pairs]
+    return [(role, text) for role, text, _ in messages_with_notes(page)]
+
+
+def conversation(page) -> list[str]:
+    """The texts of the messages the chat goes on from, in order (a failed turn is shown, not part of it)."""
+    return [text for role, text, note in messages_with_notes(page) if note != "failed"]
+
+
+def messages_with_notes(page) -> list[tuple[str, str, str | None]]:
+    """The chat as (role, text, note) triples: note is "stopped", "failed" or None."""
+    triples = page.evaluate("""() => [...document.querySelectorAll('[data-testid=message]')]
+        .map((m) => [m.dataset.role, m.querySelector('.body').textContent, m.dataset.note ?? null])""")
+    return [tuple(t) for t in triples]
+
+
+def send_error(page) -> str | None:
+    """The line under the chat that says why a message was not sent (a bad setting), or None when hidden."""
+    err = page.get_by_test_id("send-error")
+    return err.text_content() if err.is_visible() else None
 
 
 def error_text(page) -> str | None:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import pytest
 
 from browser.conftest import NetworkGuard
-from browser.pages import (BOOT_MS, WATCH_REPLY, error_text, messages, pick_files, send, set_settings, wait_loaded,
-                           wait_reply, wait_status)
+from browser.pages import (BOOT_MS, WATCH_REPLY, error_text, messages, pick_files, send, send_error, set_settings,
+                           wait_loaded, wait_reply, wait_status)
 from browser.reference import cpython_reply
 from pyengine.gguf import open_gguf
 from pyengine.sampling import SamplerParams
+from pyengine.worker import setting_rules
 
 pytestmark = pytest.mark.browser
 
@@ -108,6 +109,45 @@ def test_sampling_settings_and_seed(smollm, smollm2_path):
     assert replies[0] == replies[1]  # the same seed, the same reply
     assert replies[0] == cpython_reply(smollm2_path, [WHO], max_tokens=16, params=SamplerParams(**settings))
     assert replies[0] != cpython_reply(smollm2_path, [WHO], max_tokens=16)  # not the greedy one
+
+
+# A field, what is typed in it, and why the message is not sent (SmolLM2: 49152 tokens, a context of 8192).
+BAD_SETTINGS = [
+    ("temperature", "", "Temperature must be a number from 0 to 5 (it is blank)"),
+    ("top_k", "-5", "Top-k must be a whole number from 0 to 49152 (it is -5)"),
+    ("top_k", "2.5", "Top-k must be a whole number from 0 to 49152 (it is 2.5)"),
+    ("top_k", "e", "Top-k must be a whole number from 0 to 49152 (it is not a number)"),
+    ("top_p", "0", "Top-p must be a number above 0 and at most 1 (it is 0)"),
+    ("min_p", "", "Min-p must be a number from 0 to 1 (it is blank)"),
+    ("repeat_penalty", "-1", "Repeat penalty must be a number above 0 and at most 10 (it is -1)"),
+    ("max_tokens", "9000", "Max tokens must be a whole number from 1 to 8192 (it is 9000)"),
+    ("seed", "1.5", "Seed must be a whole number from 0 to 4294967295, or blank for a random seed (it is 1.5)"),
+]
+
+
+def test_the_fields_have_the_labels_the_errors_name(smollm):
+    for rule in setting_rules(49152, 8192):
+        label = smollm.locator("label.field", has=smollm.get_by_test_id(rule["name"].replace("_", "-")))
+        assert label.text_content().strip() == rule["label"]
+
+
+@pytest.mark.parametrize("field, typed, message", BAD_SETTINGS)
+def test_a_bad_setting_stops_the_message_and_names_the_field(smollm, field, typed, message):
+    """The message is not sent, its text stays in the box, the field is marked and the error names it by its
+    label with the range it takes; the error goes once the field is right."""
+    before = messages(smollm)
+    box = smollm.get_by_test_id(field.replace("_", "-"))
+    default = box.input_value()
+    box.fill("")
+    box.press_sequentially(typed)  # typed as a person does: a number input takes "e" but holds no value
+    send(smollm, QUESTION)
+    assert send_error(smollm) == f"Not sent: {message}."
+    assert box.get_attribute("aria-invalid") == "true"
+    assert smollm.get_by_test_id("prompt").input_value() == QUESTION
+    assert smollm.get_by_test_id("status").text_content() == "ready" and messages(smollm) == before
+    box.fill(default)
+    assert send_error(smollm) is None and box.get_attribute("aria-invalid") == "false"
+    smollm.get_by_test_id("prompt").fill("")
 
 
 def stop_mid_reply_then_ask_again(page, model_path) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from browser.pages import (WATCH_PROGRESS, drop_files, error_text, messages, pick_files, send, set_settings, wait_loaded,
-                           wait_reply, wait_status)
+from browser.pages import (WATCH_PROGRESS, conversation, drop_files, error_text, messages, messages_with_notes,
+                           pick_files, send, set_settings, wait_loaded, wait_reply, wait_status)
 from browser.reference import cpython_reply
 from conftest import TINY
 from gguf_split import split_gguf
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.browser
 
 HOOKS = ["dropzone", "file-input", "load-demo", "model-info", "inspector", "progress", "status", "prompt", "send",
          "stop", "new-chat", "temperature", "top-k", "top-p", "min-p", "repeat-penalty", "max-tokens", "seed",
-         "system-prompt", "stats", "error"]
+         "system-prompt", "stats", "error", "send-error", "workers", "weights"]
 HOSTILE_NAME = '<img src=x onerror="window.pwned = 1">Tiny <b>bold</b>'
 
 
@@ -28,6 +28,33 @@ def test_every_test_hook_is_on_the_page(app):
     missing = [h for h in HOOKS if app.get_by_test_id(h).count() != 1]
     assert missing == []
     assert app.get_by_test_id("status").text_content() == "no model"
+
+
+# What a select must share with the number inputs to look like one of the settings' controls.
+CONTROL_STYLE = ["border-top-width", "border-top-style", "border-top-color", "border-radius", "padding-left",
+                 "padding-top", "font-family", "font-size", "color", "background-color"]
+
+
+def test_the_selects_look_like_the_other_settings(app):
+    style = """(el, props) => { const s = getComputedStyle(el); return props.map((p) => s.getPropertyValue(p)); }"""
+    number = app.get_by_test_id("temperature").evaluate(style, CONTROL_STYLE)
+    for name in ("weights", "workers"):
+        select = app.get_by_test_id(name)
+        assert select.is_enabled()  # the app is cross-origin isolated: workers can be chosen
+        assert dict(zip(CONTROL_STYLE, select.evaluate(style, CONTROL_STYLE))) == dict(zip(CONTROL_STYLE, number)), name
+        box, field = select.bounding_box(), app.get_by_test_id("temperature").bounding_box()
+        assert abs(box["height"] - field["height"]) <= 2, (name, box, field)
+    assert app.get_by_test_id("weights").evaluate("el => getComputedStyle(el).appearance") == "none"
+
+
+def test_a_file_that_is_not_a_gguf_is_said_plainly(app, tmp_path):
+    notes = tmp_path / "notes.gguf"
+    notes.write_bytes(b"hello, this is a text file\n" * 4)
+    drop_files(app, [notes])
+    wait_loaded(app)
+    assert error_text(app) == "notes.gguf is not a GGUF file (it starts with 'hell', a GGUF file starts with 'GGUF')"
+    assert app.get_by_test_id("status").text_content() == "no model"
+    app.locator(".error-close").click()
 
 
 def test_split_model_dropped_as_several_files(app, tmp_path):
@@ -60,18 +87,26 @@ def test_a_broken_file_shows_an_error_and_keeps_the_app(app, tmp_path):
     assert error_text(app) is None
 
 
-def test_a_failed_reply_shows_an_error_and_keeps_the_chat(app):
-    before = messages(app)
+def test_a_failed_reply_is_marked_and_left_out_of_the_chat(app):
+    """A message the model cannot answer is shown failed, with the error, and offered again in the box; the
+    statistics of the reply before go; the next message is answered as if the failed one was never sent."""
+    before = messages_with_notes(app)
+    assert before and app.get_by_test_id("stats").text_content(), "runs after a chat in this module"
     too_long = " ".join(["word"] * 400)  # the split tiny model has a context of 256 tokens
     send(app, too_long)
     wait_status(app, ("ready",), 60_000)
-    assert "no longer fits the context of 256 tokens" in error_text(app)
-    assert messages(app)[:len(before)] == before
-    assert messages(app)[len(before)] == ("user", too_long)
-    assert app.locator("[data-testid=message][data-role=assistant]").last.get_attribute("data-note") == "error"
-    app.get_by_test_id("new-chat").click()
+    error = error_text(app)
+    assert "no longer fits the context of 256 tokens" in error
+    assert messages_with_notes(app) == before + [("user", too_long, "failed")]  # no empty reply left
+    note = app.locator("[data-testid=message][data-note=failed] .note").text_content()
+    assert note == f"failed, not part of the conversation: {error}"
+    assert app.get_by_test_id("stats").text_content() == ""
+    assert app.get_by_test_id("stats").get_attribute("data-stats") is None
+    assert app.get_by_test_id("prompt").input_value() == too_long
+    turns = conversation(app)
     send(app, "hello")
-    assert wait_reply(app) == cpython_reply(TINY["llama"], ["hello"], max_tokens=6)
+    assert wait_reply(app) == cpython_reply(TINY["llama"], turns + ["hello"], max_tokens=6)
+    assert "tok/s" in app.get_by_test_id("stats").text_content()
     assert error_text(app) is None
 
 
