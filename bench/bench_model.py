@@ -1,6 +1,6 @@
 """Model speed and memory in CPython: load, prefill and decode tok/s, peak RSS (a benchmark, not a test).
 
-    python bench/bench_model.py [MODEL.gguf ...] [--prompt 128] [--gen 64] [--weights auto|f32|mixed|int8]
+    python bench/bench_model.py [MODEL.gguf ...] [--prompt 128] [--gen 64] [--weights auto|f32|mixed|int8|packed]
                                 [--threads 1] [--pyodide] [--json]
 
 For each model (default: both real models in models/), in a fresh child process so that its peak
@@ -29,7 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from pyengine.gguf import open_gguf  # noqa: E402
-from pyengine.model import Model  # noqa: E402
+from pyengine.model import WEIGHT_FORMS, Model  # noqa: E402
 
 DEFAULT_MODELS = ["models/gemma-3-270m-q4_k_m.gguf", "models/SmolLM2-135M-Instruct.Q4_1.gguf"]
 
@@ -71,7 +71,7 @@ def main() -> None:
     ap.add_argument("models", nargs="*", default=[os.path.join(ROOT, m) for m in DEFAULT_MODELS])
     ap.add_argument("--prompt", type=int, default=128, help="prompt tokens (default 128)")
     ap.add_argument("--gen", type=int, default=64, help="greedy decode steps (default 64)")
-    ap.add_argument("--weights", default="auto", choices=["auto", "f32", "mixed", "int8"])
+    ap.add_argument("--weights", default="auto", choices=["auto", *WEIGHT_FORMS])
     ap.add_argument("--threads", type=int, default=1, help="OpenBLAS threads for the prefill (default 1)")
     ap.add_argument("--pyodide", action="store_true", help="measure in Pyodide under Node (needs static/)")
     ap.add_argument("--json", action="store_true", help="print one JSON list")

@@ -55,13 +55,13 @@ def instrument(model) -> tuple[dict, dict]:
     return seconds, calls
 
 
-def profile(path: str, prompt_ids: list[int], n_decode: int, cprofile: bool = False) -> dict:
+def profile(path: str, prompt_ids: list[int], n_decode: int, cprofile: bool = False, weights: str = "auto") -> dict:
     """{"prefill": {label: ms per token}, "decode": {label: ms per token}, ...} for one model file."""
     import numpy as np
     from pyengine.gguf import open_gguf
     from pyengine.model import Model
     from pyengine.sampling import Sampler, SamplerParams
-    model = Model.from_gguf(open_gguf(path))
+    model = Model.from_gguf(open_gguf(path), weights=weights)
     seconds, calls = instrument(model)
     sampler = Sampler(SamplerParams(temperature=0.0))
     cache = model.new_cache(len(prompt_ids) + n_decode + 1)
@@ -127,6 +127,7 @@ def main() -> None:
     ap.add_argument("--decode", type=int, default=16, help="decode steps (default 16)")
     ap.add_argument("--node", action="store_true", help="in Pyodide under Node")
     ap.add_argument("--cprofile", action="store_true", help="cProfile's top functions of the decode steps")
+    ap.add_argument("--weights", default="auto", help="weight form (pyengine.model.WEIGHT_FORMS, or auto)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     path = run.MODELS.get(args.model) or Path(args.model).resolve()
@@ -134,11 +135,11 @@ def main() -> None:
     if args.node:
         run.Bench().ensure_static()
         code = (f"import sys; sys.path.insert(0, '/bench')\nimport profile_step\n"
-                f"profile_step.profile('/models/{path.name}', {ids!r}, {args.decode})\n")
+                f"profile_step.profile('/models/{path.name}', {ids!r}, {args.decode}, weights={args.weights!r})\n")
         result = run.run_process(["node", str(ROOT / "tests" / "node" / "run_pyodide.mjs"), "--mount",
                                   f"{BENCH}:/bench", "--mount", f"{path.parent}:/models", "--code", code])
     else:
-        result = profile(str(path), ids, args.decode, args.cprofile)
+        result = profile(str(path), ids, args.decode, args.cprofile, args.weights)
     if args.json:
         print(json.dumps(result, indent=1))
         return

@@ -14,6 +14,7 @@ key/value head (GQA), ``D`` head size. All arrays are float32.
 
 from __future__ import annotations
 
+import math
 import sys
 
 import numpy as np
@@ -87,12 +88,17 @@ class Linear:
     inside the einsum (see ``matmul_int8``). With ``col`` (the vocabulary
     matrices of the default "mixed" form) ``W[n, k] ≈ scale[n] * q[n, k] * col[k]``:
     the column scale is folded into x, so it costs one multiply of n_in values.
+    The packed form (``w`` int64, see ``matmul_packed``) holds three rows of
+    int8 codes in each row of ``w``: ``n_out`` says how many rows are real.
     """
-    __slots__ = ("w", "scale", "b", "act", "groups", "col")
+    __slots__ = ("w", "scale", "b", "act", "groups", "col", "n_out", "levels")
 
     def __init__(self, w: np.ndarray, b: np.ndarray | None = None, scale: np.ndarray | None = None,
-                 act: str | None = None, groups: list | None = None, col: np.ndarray | None = None):
-        self.w = w            # (n_out, n_in) float32 or int8
+                 act: str | None = None, groups: list | None = None, col: np.ndarray | None = None,
+                 n_out: int | None = None, levels: int = 127):
+        self.n_out = len(w) if n_out is None else n_out
+        self.levels = levels  # packed: the largest activation code (kernels.x_levels)
+        self.w = w            # (n_out, n_in) float32 or int8; packed: (ceil(n_out / 3), n_in) int64
         self.scale = scale    # (n_out, n_in / block) float32, for int8 weights
         self.b = b            # (n_out,) float32 or None
         self.act = act        # vec_dot_type of all rows, or None
@@ -101,7 +107,11 @@ class Linear:
 
     @property
     def shape(self) -> tuple:
-        return self.w.shape
+        return (self.n_out, self.w.shape[1])
+
+    @property
+    def packed(self) -> bool:
+        return self.w.dtype == np.int64
 
     @property
     def nbytes(self) -> int:
@@ -119,19 +129,62 @@ class Linear:
         return y
 
     def _product(self, r0: int, r1: int, x: np.ndarray) -> np.ndarray:
+        if self.packed:                          # rounds x itself (8 bits a block), whatever ``act`` says
+            return matmul_packed(self.w, self.scale, x, self.levels)[..., :self.n_out]
         if self.scale is None:
             return matmul(self.w[r0:r1], x)
         return matmul_int8(self.w[r0:r1], self.scale[r0:r1], x if self.col is None else x * self.col)
 
     def rows(self, ids) -> np.ndarray:
         """Rows ``ids`` of W as float32 (the embedding lookup, ggml ``get_rows``): (len(ids), n_in)."""
-        r = self.w[ids].astype(np.float32)                                # (R, n_in)
+        if self.packed:
+            ids = np.asarray(ids)
+            fields = self.w[ids // LANES] + LANE_BIAS                     # (R, n_in) int64
+            fields >>= (LANE_BITS * (ids % LANES))[:, None]
+            fields &= LANE_MASK
+            fields -= LANE_HALF
+            r = fields.astype(np.float32)                                 # (R, n_in) codes
+        else:
+            r = self.w[ids].astype(np.float32)                            # (R, n_in)
         if self.scale is not None:
             nb = self.scale.shape[1]
             r = (r.reshape(len(r), nb, -1) * self.scale[ids, :, None]).reshape(len(r), -1)
         if self.col is not None:
             r *= self.col
         return r
+
+
+class RowSplit:
+    """One weight matrix whose rows are held in consecutive parts of different forms, each a
+    :class:`Linear`: the "mixed" form's vocabulary matrix, packed up to a memory budget and int8
+    past it. ``W x`` is the parts' products one after the other; ``rows`` picks each id's part."""
+    __slots__ = ("parts", "starts")
+
+    def __init__(self, parts: list):
+        self.parts = parts                                                # [Linear], rows in order
+        self.starts = np.cumsum([0] + [p.n_out for p in parts])           # (len(parts) + 1,) first rows
+
+    @property
+    def shape(self) -> tuple:
+        return (int(self.starts[-1]), self.parts[0].shape[1])
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.parts)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """(n_in,) -> (n_out,), or (T, n_in) -> (T, n_out)."""
+        return np.concatenate([p(x) for p in self.parts], axis=-1)
+
+    def rows(self, ids) -> np.ndarray:
+        """Rows ``ids`` as float32: (len(ids), n_in)."""
+        ids = np.asarray(ids)
+        out = np.empty((len(ids), self.shape[1]), np.float32)             # (R, n_in)
+        for part, a, b in zip(self.parts, self.starts[:-1], self.starts[1:]):
+            mine = (ids >= a) & (ids < b)
+            if mine.any():
+                out[mine] = part.rows(ids[mine] - a)
+        return out
 
 
 def matmul(w: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -184,12 +237,23 @@ def matmul_int8(q: np.ndarray, scale: np.ndarray, x: np.ndarray) -> np.ndarray:
     if x.ndim == 1:
         part = np.einsum("nbk,bk->nb", qb, x.reshape(nb, -1))             # (N, B)
         return np.einsum("nb,nb->n", part, scale)
-    step = max(1, EINSUM_MAX // (n * k))                                  # tokens per einsum
+    step = max(1, PACK_TMP // (n * nb))                                   # tokens per einsum: few MiB of parts
     out = []
     for j in range(0, x.shape[0], step):
         part = np.einsum("nbk,tbk->tnb", qb, x[j:j + step].reshape(-1, nb, k // nb))  # (T, N, B)
         out.append(np.einsum("tnb,nb->tn", part, scale))
     return out[0] if len(out) == 1 else np.concatenate(out)
+
+
+def absmax(x: np.ndarray) -> np.ndarray:
+    """``max |x|`` over the last axis: float32 (..., n) -> (...,).
+
+    Taken on the bit patterns as int32 with the sign bit cleared, which order
+    non-negative floats as their values do (a NaN stays a NaN): Pyodide's
+    float max reduction costs ~9 ns an element, its int32 one ~1.3.
+    """
+    bits = np.ascontiguousarray(x, np.float32).view(np.int32) & np.int32(0x7FFFFFFF)   # (..., n)
+    return bits.max(axis=-1).view(np.float32)
 
 
 def quantize_int8(w: np.ndarray, block: int, out: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -203,7 +267,7 @@ def quantize_int8(w: np.ndarray, block: int, out: tuple | None = None) -> tuple[
     n, k = w.shape
     block = block if k % block == 0 else k
     wb = w.reshape(n, k // block, block)                                  # (N, B, block)
-    amax = np.maximum(wb.max(axis=-1), -wb.min(axis=-1))                  # (N, B) = |wb|.max(-1)
+    amax = absmax(wb)                                                     # (N, B)
     scale = np.divide(amax, np.float32(127.0), out=None if out is None else out[1])   # (N, B)
     inv = np.divide(np.float32(1.0), scale, out=np.zeros_like(scale), where=scale > 0)
     if out is None:
@@ -212,6 +276,118 @@ def quantize_int8(w: np.ndarray, block: int, out: tuple | None = None) -> tuple[
     np.rint(wb, out=wb)
     out[0][...] = w                                                       # float32 -> int8, exact integers
     return out
+
+
+# ----------------------------------------------------------------------------
+# the packed form: three rows of int8 codes in one int64
+#
+# Pyodide's einsum costs the same per element for int64 as for float32 (~0.36 ns
+# on these machines), and numpy has no int8 dot product that does not first widen
+# the codes, which costs more than the float32 product itself. So three rows ride
+# in one int64, one LANE_BITS-wide field each: ``W[3m + j, k]``'s code is field j
+# of ``P[m, k]``. With the activations rounded to 8 bits per block of the same
+# weights (ggml's ``quantize_row_q8_0``, as llama.cpp's own matmuls do), one int64
+# einsum gives every block's three integer dot products at once and exactly:
+# ``|sum of 64 products of codes in -127..127| <= 64 * 127 * 127 = 1,032,256 < 2**20``,
+# so no field spills into the next. Real weights leave room: a matrix whose blocks'
+# codes sum to at most L in absolute value takes activation codes up to
+# ``(2**20 - 1) // L`` (``x_levels``): ~9-10 bits for the real models instead of 8.
+# Fewer elements than float32 by 3 (2.7 bytes a weight instead of 4) and ~2.3x
+# faster than float32 in Pyodide.
+
+LANES = 3                       # int8 rows per int64
+LANE_BITS = 21                  # bits per field: a signed sum of PACK_BLOCK products of two int8 codes
+PACK_BLOCK = 64                 # weights, and activations, sharing one scale (at most 64: the fields' room)
+LANE_HALF = 1 << (LANE_BITS - 1)
+LANE_MASK = (1 << LANE_BITS) - 1
+LANE_BIAS = sum(LANE_HALF << (LANE_BITS * j) for j in range(LANES))   # makes every field non-negative
+PACK_TMP = 1 << 18              # int64 lane sums held at once (elements: 2 MiB; few MiB of work arrays)
+
+
+def pack_block(n_in: int) -> int:
+    """The packed form's block for rows of ``n_in`` weights: ``PACK_BLOCK``, or its largest divisor dividing n_in."""
+    return math.gcd(n_in, PACK_BLOCK)
+
+
+def pack_rows(q: np.ndarray, out: np.ndarray, r0: int = 0) -> None:
+    """Add int8 codes ``q (R, K)`` as rows ``r0..r0+R-1`` into the packed ``out (M, K)`` int64 (fields still 0).
+
+    Row ``r`` goes to field ``r % 3`` of ``out[r // 3]``; any ``r0`` works, so
+    rows can come a chunk (or a stacked tensor) at a time.
+    """
+    for j in range(LANES):
+        first = (j - r0) % LANES                                          # first row of q that lands in field j
+        rows = q[first::LANES]                                            # (R_j, K)
+        if len(rows):
+            m0 = (r0 + first) // LANES
+            out[m0:m0 + len(rows)] += np.left_shift(rows, LANE_BITS * j, dtype=np.int64)   # (R_j, K)
+
+
+def unpack_lanes(s: np.ndarray) -> np.ndarray:
+    """int64 ``s (..., M, B)`` holding three signed fields each -> float32 ``(..., 3M, B)``, field j of row m at 3m + j.
+
+    Exact while every field is within ±2**20 (sums of packed products, or
+    codes). ``s`` is overwritten.
+    """
+    s += LANE_BIAS                                                        # (..., M, B): every field in [0, 2**21)
+    out = np.empty(s.shape[:-1] + (LANES, s.shape[-1]), np.float32)       # (..., M, 3, B)
+    f = np.empty_like(s)
+    for j in range(LANES):
+        np.right_shift(s, LANE_BITS * j, out=f)
+        if j < LANES - 1:
+            f &= LANE_MASK
+        np.subtract(f, LANE_HALF, out=out[..., j, :], casting="unsafe")  # exact: |field| < 2**20
+    return out.reshape(s.shape[:-2] + (LANES * s.shape[-2], s.shape[-1]))
+
+
+def x_levels(codes: np.ndarray, block: int) -> int:
+    """The largest activation code a packed matrix of int8 ``codes (R, K)`` can take without a field
+    spilling: ``(2**20 - 1) // L`` for L the largest sum of |code| over a block (at least 127)."""
+    l1 = np.add.reduce(np.abs(codes.reshape(len(codes), -1, block)), axis=-1, dtype=np.int32)  # (R, B)
+    return (LANE_HALF - 1) // max(1, int(l1.max(initial=1)))
+
+
+def quantize_q8(x: np.ndarray, block: int, levels: int = 127) -> tuple[np.ndarray, np.ndarray]:
+    """ggml ``quantize_row_q8_0`` per ``block`` with codes up to ``levels`` (127: ggml's 8 bits):
+    x (..., K) float32 -> (codes (..., K) int64 in -levels..levels, d (..., K/block) float32).
+
+    ``d = absmax / levels`` of each block, ``code = rint(x / d)``; ``x ≈ code * d``.
+    """
+    xb = x.reshape(x.shape[:-1] + (-1, block))                            # (..., B, block)
+    d = absmax(xb) / np.float32(levels)                                   # (..., B)
+    inv = np.divide(np.float32(1.0), d, out=np.zeros_like(d), where=d > 0)
+    return np.rint(xb * inv[..., None]).astype(np.int64).reshape(x.shape), d
+
+
+def matmul_packed(p: np.ndarray, scale: np.ndarray, x: np.ndarray, levels: int = 127) -> np.ndarray:
+    """``W x`` for packed int8 rows: p (M, K) int64 (``pack_rows``), scale (3M, B) float32, x (K,) or (T, K).
+
+    ``W[n, k] ≈ code[n, k] * scale[n, k // block]``. x is rounded per block to
+    codes up to ``levels`` (``quantize_q8``; ``x_levels`` of the matrix at
+    most), one int64 einsum gives the (M, B) exact integer
+    block sums of three rows at once, then ``y[n] = sum_b sum[n, b] *
+    scale[n, b] * d_x[b]``. Returns (3M,) or (T, 3M): rows past the matrix's
+    own (padding to a multiple of 3, scale 0) are 0.
+    """
+    m, k = p.shape
+    nb = scale.shape[1]
+    xq, dx = quantize_q8(x, k // nb, levels)                              # (..., K) int64, (..., B)
+    pb = p.reshape(m, nb, -1)                                             # (M, B, block)
+    xb = xq.reshape(-1, nb, k // nb)                                      # (T, B, block)
+    dx = dx.reshape(-1, 1, nb)                                            # (T, 1, B)
+    out = np.empty((len(xb), LANES * m), np.float32)                      # (T, 3M)
+    rs = min(m, max(1, PACK_TMP // nb))                                   # packed rows per einsum
+    ts = max(1, PACK_TMP // (rs * nb))                                    # tokens per einsum
+    for r in range(0, m, rs):
+        pr, sr = pb[r:r + rs], scale[LANES * r:LANES * (r + rs)]          # (mr, B, block), (3mr, B)
+        for j in range(0, len(xb), ts):
+            if x.ndim == 1:
+                s = unpack_lanes(np.einsum("mbk,bk->mb", pr, xb[0]))[None]   # (1, 3mr, B) block sums
+            else:
+                s = unpack_lanes(np.einsum("mbk,tbk->tmb", pr, xb[j:j + ts]))   # (t, 3mr, B)
+            s *= dx[j:j + ts]
+            out[j:j + ts, LANES * r:LANES * r + s.shape[1]] = np.einsum("tnb,nb->tn", s, sr)
+    return out[0] if x.ndim == 1 else out
 
 
 # ----------------------------------------------------------------------------
@@ -322,7 +498,7 @@ class Rope:
 # ----------------------------------------------------------------------------
 # attention
 
-SCORES_MAX = 1 << 22     # attention scores held at once during prefill (float32 elements)
+SCORES_MAX = 1 << 20     # attention scores held at once during prefill (float32 elements: 4 MiB)
 
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: int, window: int) -> np.ndarray:

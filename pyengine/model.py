@@ -98,6 +98,7 @@ conversation up to ``n_ctx``.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -105,23 +106,29 @@ import numpy as np
 from pyengine import quants
 from pyengine.config import ModelConfig
 from pyengine.errors import GGUFError, ModelError, PyEngineError
-from pyengine.kernels import (VEC_DOT_TYPE, Linear, Rope, attention, geglu, quantize_int8, rmsnorm,
-                              softcap, swiglu)
+from pyengine.kernels import (LANE_HALF, LANES, USE_BLAS, VEC_DOT_TYPE, Linear, RowSplit, Rope, attention, geglu, pack_block, pack_rows,
+                              quantize_int8, x_levels, rmsnorm, softcap, swiglu)
 
-F32_BUDGET = 256 * 2**20            # bytes of float32 weights up to which "auto" keeps every weight float32
+F32_BUDGET = (2 if USE_BLAS else 0.25) * 2**30   # float32 weights up to which "auto" keeps float32: in CPython
+                                    # (BLAS prefill) the fastest form; in Pyodide the tiny test models only
 WEIGHTS_BUDGET = int(2.5 * 2**30)   # bytes of "mixed" weights above which "auto" keeps every matrix int8
 UBATCH = 512                         # tokens per forward step of a long prompt (llama.cpp's n_ubatch)
 LOAD_CHUNK_BYTES = 8 * 2**20        # float32 bytes of rows read and dequantized at once while loading
 INT8_BLOCK = 64                      # weights of a row sharing one scale in the int8 form
 ROW = 0                              # int8 with one scale per row and one per column (kernels.Linear.col)
+PACKED = -1                          # int8 codes three rows to an int64, a scale per kernels.PACK_BLOCK weights
+SPLIT = -2                           # PACKED rows within MIXED_FILE_RATIO x the file's tensor bytes, ROW past them
+MIXED_FILE_RATIO = 2.6               # "mixed": all weights within this many times the tensors' bytes in the file
 COL_SAMPLE = (16, 512)               # the column scales come from 16 chunks of 512 rows spread over the matrix
 LOGITS_MODES = ("last", "all", "none")
+HEAP_HEADROOM = 32 * 2**20           # bytes reserved past the weights: a load's chunks, a forward pass's arrays
 
 # weights= : (the layers' matrices, the vocabulary matrices token_embd / output):
 # None keeps float32, a number keeps int8 with one scale per block of that many weights
 WEIGHT_FORMS = {
     "f32": (None, None),
-    "mixed": (None, ROW),                   # the default for models past F32_BUDGET
+    "packed": (PACKED, PACKED),
+    "mixed": (PACKED, SPLIT),               # the default for models past F32_BUDGET
     "int8": (INT8_BLOCK, ROW),               # the low-memory mode
 }
 
@@ -385,8 +392,8 @@ def is_vocab(name: str) -> bool:
     return name in ("token_embd.weight", "output.weight")
 
 
-def pick_weights(weights: str, tensors: list[tuple[str, int]]) -> str:
-    """The weight form (a key of ``WEIGHT_FORMS``) that ``weights`` asks for, given (name, n_elements).
+def pick_weights(weights: str, tensors: list[tuple[str, tuple]]) -> str:
+    """The weight form (a key of ``WEIGHT_FORMS``) that ``weights`` asks for, given (name, shape).
 
     "auto": "f32" while every weight as float32 fits ``F32_BUDGET``, else
     "mixed" while that form fits ``WEIGHTS_BUDGET``, else "int8".
@@ -396,9 +403,70 @@ def pick_weights(weights: str, tensors: list[tuple[str, int]]) -> str:
         raise PyEngineError(f"weights must be 'auto', {', '.join(map(repr, WEIGHT_FORMS))}, got {weights!r}")
     if weights != "auto":
         return weights
-    f32 = sum(4 * n for _, n in tensors)
-    mixed = sum(n if is_vocab(name) else 4 * n for name, n in tensors)
-    return "f32" if f32 <= F32_BUDGET else "mixed" if mixed <= WEIGHTS_BUDGET else "int8"
+    f32 = sum(4 * math.prod(shape) for _, shape in tensors)
+    return "f32" if f32 <= F32_BUDGET else "mixed" if form_nbytes(tensors, "mixed") <= WEIGHTS_BUDGET else "int8"
+
+
+def matrix_nbytes(block: int | None, shape: tuple) -> int:
+    """Bytes of a weight of GGUF shape ``(n_in, n_out)`` held in ``block`` form (a value of
+    ``WEIGHT_FORMS``; ``SPLIT`` counts as ``ROW``, its packed rows are added by ``form_nbytes``)."""
+    n_in, n_out = shape
+    if block is None:
+        return 4 * n_in * n_out
+    if block == PACKED:
+        m = -(-n_out // LANES)
+        return m * n_in * 8 + LANES * m * (n_in // pack_block(n_in)) * 4
+    if block in (ROW, SPLIT):
+        return n_out * n_in + 4 * (n_out + n_in)
+    return n_out * n_in + 4 * n_out * (n_in // block if n_in % block == 0 else 1)
+
+
+def form_nbytes(tensors: list[tuple[str, tuple]], form: str, vocab_rows: int = 0) -> int:
+    """Bytes of the weights ``(name, GGUF shape)`` held in weight ``form`` (a key of ``WEIGHT_FORMS``),
+    with ``vocab_rows`` rows of the output matrix packed in "mixed"."""
+    layer_block, vocab_block = WEIGHT_FORMS[form]
+    names = dict(tensors)
+    out = "output.weight" if "output.weight" in names else "token_embd.weight"
+    total = 0
+    for name, shape in tensors:
+        if len(shape) == 1 or min(shape) == 1:
+            total += 4 * math.prod(shape)
+        elif not is_vocab(name):
+            total += matrix_nbytes(layer_block, shape)
+        elif name == out and vocab_block == SPLIT:
+            r = min(vocab_rows, shape[1])
+            total += matrix_nbytes(PACKED, (shape[0], r)) + matrix_nbytes(ROW, (shape[0], shape[1] - r))
+        else:
+            total += matrix_nbytes(ROW if vocab_block == SPLIT else vocab_block, shape)
+    return total
+
+
+def mixed_vocab_rows(tensors: list[tuple[str, tuple]], budget: int) -> int:
+    """The rows of the output matrix the "mixed" form packs: as many as keep ``form_nbytes`` within
+    ``budget`` bytes, a multiple of 3 (0 when the rest alone passes it)."""
+    names = dict(tensors)
+    n_in, n_vocab = names.get("output.weight") or names["token_embd.weight"]
+    per_row = (matrix_nbytes(PACKED, (n_in, 3)) - 3 * matrix_nbytes(ROW, (n_in, 1)) + 12 * n_in) / 3
+    r = int((budget - form_nbytes(tensors, "mixed", 0)) // per_row) // LANES * LANES
+    return max(0, min(n_vocab, r))
+
+
+def reserve_heap(nbytes: int) -> None:
+    """Under Pyodide, grow the wasm heap once by ``nbytes``: what a load is about to hold.
+
+    The wasm heap never shrinks, and whenever malloc runs out emscripten grows
+    it by 20% more than asked, up to 96 MiB. A load allocating matrix after
+    matrix would leave up to that much unused on top of its weights (gemma3:
+    ~100 MB, 0.4x its file). One array of the whole, freed at once, grows the
+    heap by exactly that; the weights then fill the space it left. Nothing
+    happens in CPython, or when the space cannot be had (the load then fails
+    on its own, with its own error).
+    """
+    if sys.platform == "emscripten":
+        try:
+            np.empty(nbytes, np.uint8)
+        except MemoryError:
+            pass
 
 
 def read_rows(gguf_file, name: str, a: int, b: int) -> np.ndarray:
@@ -463,9 +531,13 @@ class _Loader:
         self.names = [n for n, _, _ in wanted if n in gguf_file.tensors]
         self.total_bytes = sum(gguf_file.tensors[n].n_bytes for n in self.names)
         self.done, self.done_bytes = 0, 0
-        self.weights = pick_weights(weights, [(n, gguf_file.tensors[n].n_elements) for n in self.names])
+        self.shapes = [(n, tuple(gguf_file.tensors[n].shape)) for n in self.names]
+        self.weights = pick_weights(weights, self.shapes)
         self.layer_block, self.vocab_block = WEIGHT_FORMS[self.weights]
+        file_bytes = sum(t.n_bytes for t in gguf_file.tensors.values())
+        self.packed_vocab_rows = mixed_vocab_rows(self.shapes, int(MIXED_FILE_RATIO * file_bytes))
         self.buf = np.empty(0, np.float32)   # float32 rows of one load chunk, reused tensor after tensor
+        self.codes = np.empty(0, np.int8)    # their int8 codes (the packed form)
 
     def _tick(self, name: str) -> None:
         self.done += 1
@@ -481,7 +553,8 @@ class _Loader:
         self._tick(name)
         return a
 
-    def matrix(self, names: list[str], bias_names: list[str] | None = None, block: int | None = None) -> Linear:
+    def matrix(self, names: list[str], bias_names: list[str] | None = None, block: int | None = None,
+               rows: tuple[int, int] | None = None) -> Linear | RowSplit:
         """The weights ``names`` stacked by rows into one Linear (n_out, n_in), with their biases if any.
 
         ``block``: None keeps float32, else int8 with a scale per ``block``
@@ -491,51 +564,121 @@ class _Loader:
         """
         infos = [self.gf.tensors[n] for n in names]
         n_in, n_out = infos[0].shape[0], sum(i.shape[1] for i in infos)
+        if block == PACKED:
+            return self.packed_matrix(names, bias_names)
+        if block == SPLIT:
+            return self.split_matrix(names[0])
         int8 = block is not None
         col = column_scale(self.gf, names) if block == ROW else None            # (n_in,)
-        w = np.empty((n_out, n_in), np.int8 if int8 else np.float32)            # (n_out, n_in)
+        lo, hi = rows or (0, n_out)
+        w = np.empty((hi - lo, n_in), np.int8 if int8 else np.float32)          # (n_out, n_in)
         blocks = n_in // block if int8 and block and n_in % block == 0 else 1
-        scale = np.empty((n_out, blocks), np.float32) if int8 else None        # (n_out, blocks)
+        scale = np.empty((hi - lo, blocks), np.float32) if int8 else None      # (n_out, blocks)
         groups, r0 = [], 0
         for name, info in zip(names, infos):
-            r1 = r0 + info.shape[1]
-            self._read_rows(name, w[r0:r1], scale[r0:r1] if int8 else None, col)
+            r1 = r0 + hi - lo if rows else r0 + info.shape[1]
+            self._read_rows(name, w[r0:r1], scale[r0:r1] if int8 else None, col, lo)
             act = VEC_DOT_TYPE.get(info.type.name) if self.ggml_rounding else None
             groups = groups[:-1] + [(groups[-1][0], r1, act)] if groups and groups[-1][2] == act else \
                 groups + [(r0, r1, act)]
             r0 = r1
-            self._tick(name)
-        b = None
-        if bias_names and any(n in self.gf.tensors for n in bias_names):
-            b = np.concatenate([self.vector(n) if n in self.gf.tensors else np.zeros(i.shape[1], np.float32)
-                                for n, i in zip(bias_names, infos)])
+            if not rows:
+                self._tick(name)
         act, groups = (groups[0][2], None) if len(groups) == 1 else (None, groups)
-        return Linear(w, b, scale, act, groups, col)
+        return Linear(w, self.bias(bias_names, infos), scale, act, groups, col)
 
-    def _read_rows(self, name: str, w: np.ndarray, scale: np.ndarray | None, col: np.ndarray | None) -> None:
-        """Dequantize tensor ``name`` into ``w`` (n_rows, n_in): float32, or int8 and its block ``scale``
-        (of the weights divided by the column scale ``col`` when given).
+    def split_matrix(self, name: str) -> Linear | RowSplit:
+        """A vocabulary matrix in the "mixed" form: its first ``self.packed_vocab_rows`` rows packed,
+        the rest int8 with row and column scales (``ROW``)."""
+        n_out = self.gf.tensors[name].shape[1]
+        r = min(n_out, self.packed_vocab_rows)
+        parts = ([self.packed_matrix([name], rows=(0, r))] if r else []) + \
+            ([self.matrix([name], block=ROW, rows=(r, n_out))] if r < n_out else [])
+        self._tick(name)
+        return parts[0] if len(parts) == 1 else RowSplit(parts)
 
-        The file is read ``LOAD_CHUNK_BYTES`` of float32 rows at a time, so a
-        load holds one chunk of the raw tensor, never all of it (gemma3's
-        token_embd is 178 MB as Q8_0). float32 rows are dequantized in place;
-        int8 rows go through one reused float32 buffer (``quants.dequantize(out=)``).
+    def packed_matrix(self, names: list[str], bias_names: list[str] | None = None,
+                      rows: tuple[int, int] | None = None) -> Linear:
+        """The weights ``names`` stacked by rows into a packed Linear (``kernels.matmul_packed``).
+
+        Each chunk of rows is dequantized into the reused float32 buffer,
+        rounded to int8 with a scale per ``kernels.pack_block(n_in)`` weights,
+        and its codes added into their fields of the int64 rows. The
+        activations then take the most levels the codes leave room for
+        (``kernels.x_levels``). ``rows=(lo, hi)``: only those rows of a single
+        weight (not counted as a tensor read: the caller ticks).
+        """
+        infos = [self.gf.tensors[n] for n in names]
+        lo, hi = rows or (0, None)
+        n_in = infos[0].shape[0]
+        n_out = hi - lo if rows else sum(i.shape[1] for i in infos)
+        block = pack_block(n_in)
+        m = -(-n_out // LANES)
+        w = np.zeros((m, n_in), np.int64)                                     # (ceil(n_out/3), n_in)
+        scale = np.zeros((LANES * m, n_in // block), np.float32)              # (3 ceil(n_out/3), B)
+        r0, levels = 0, LANE_HALF
+        for name, info in zip(names, infos):
+            for a, b, chunk in self.dequantized_chunks(name, lo, hi):        # chunk (b-a, n_in) float32
+                codes = self.codes[:chunk.size].reshape(chunk.shape)          # (b-a, n_in) int8
+                quantize_int8(chunk, block, out=(codes, scale[r0 + a - lo:r0 + b - lo]))
+                pack_rows(codes, w, r0 + a - lo)
+                levels = min(levels, x_levels(codes, block))
+            r0 += info.shape[1]
+            if not rows:
+                self._tick(name)
+        return Linear(w, self.bias(bias_names, infos), scale, n_out=n_out, levels=levels)
+
+    def raw_chunks(self, name: str, lo: int = 0, hi: int | None = None):
+        """Yield ``(a, b, raw, info)``: the stored bytes of rows a..b-1 of tensor ``name`` (of rows
+        ``lo..hi-1``, default all), one read each.
+
+        ``LOAD_CHUNK_BYTES`` of float32 rows at a time, so a load holds one
+        chunk of the raw tensor, never all of it (gemma3's token_embd is 178
+        MB as Q8_0).
         """
         info = self.gf.tensors[name]
         n_in, n_rows = info.shape
+        hi = n_rows if hi is None else hi
         step = max(1, LOAD_CHUNK_BYTES // (4 * n_in))                          # rows per chunk
-        if scale is not None and self.buf.size < min(step, n_rows) * n_in:
-            self.buf = np.empty(min(step, n_rows) * n_in, np.float32)
-        for a in range(0, n_rows, step):
-            b = min(n_rows, a + step)
-            raw = read_rows(self.gf, name, a, b)                                # (bytes of rows a..b-1,) uint8
-            if scale is None:
-                quants.dequantize(raw, info.type, (b - a) * n_in, name=name, out=w[a:b].reshape(-1))
-                continue
-            rows = quants.dequantize(raw, info.type, (b - a) * n_in, name=name, out=self.buf[:(b - a) * n_in])
+        for a in range(lo, hi, step):
+            b = min(hi, a + step)
+            yield a, b, read_rows(self.gf, name, a, b), info                    # (bytes of rows a..b-1,) uint8
+
+    def dequantized_chunks(self, name: str, lo: int = 0, hi: int | None = None):
+        """Yield ``(a, b, rows)``: rows a..b-1 of tensor ``name`` as float32 ``(b-a, n_in)`` in one reused
+        buffer (valid until the next chunk)."""
+        n_in = self.gf.tensors[name].shape[0]
+        for a, b, raw, info in self.raw_chunks(name, lo, hi):
+            n = (b - a) * n_in
+            if self.buf.size < n:
+                self.buf, self.codes = np.empty(n, np.float32), np.empty(n, np.int8)
+            yield a, b, quants.dequantize(raw, info.type, n, name=name, out=self.buf[:n]).reshape(b - a, n_in)
+
+    def bias(self, bias_names: list[str] | None, infos: list) -> np.ndarray | None:
+        """The biases of stacked weights, zeros for a part without one; None when no part has one."""
+        if not bias_names or not any(n in self.gf.tensors for n in bias_names):
+            return None
+        return np.concatenate([self.vector(n) if n in self.gf.tensors else np.zeros(i.shape[1], np.float32)
+                               for n, i in zip(bias_names, infos)])
+
+    def _read_rows(self, name: str, w: np.ndarray, scale: np.ndarray | None, col: np.ndarray | None,
+                   lo: int = 0) -> None:
+        """Dequantize rows ``lo..lo+len(w)-1`` of tensor ``name`` into ``w`` (n_rows, n_in): float32, or
+        int8 and its block ``scale`` (of the weights divided by the column scale ``col`` when given).
+
+        float32 rows are dequantized in place, int8 rows through the reused
+        float32 buffer of ``dequantized_chunks``.
+        """
+        hi = lo + len(w)
+        if scale is None:
+            for a, b, raw, info in self.raw_chunks(name, lo, hi):
+                out = w[a - lo:b - lo]
+                quants.dequantize(raw, info.type, out.size, name=name, out=out.reshape(-1))
+            return
+        for a, b, rows in self.dequantized_chunks(name, lo, hi):              # rows (b-a, n_in) float32
             if col is not None:
-                rows.reshape(b - a, n_in)[:] /= col
-            quantize_int8(rows.reshape(b - a, n_in), n_in // scale.shape[1], out=(w[a:b], scale[a:b]))
+                rows /= col
+            quantize_int8(rows, w.shape[1] // scale.shape[1], out=(w[a - lo:b - lo], scale[a - lo:b - lo]))
 
     def layer(self, il: int) -> Layer:
         c, p = self.config, f"blk.{il}."
@@ -556,12 +699,14 @@ class _Loader:
         )
 
     def load(self) -> Model:
+        reserve_heap(form_nbytes(self.shapes, self.weights, self.packed_vocab_rows) + HEAP_HEADROOM)
         if self.progress is not None:
             self.progress(0, len(self.names), 0, self.total_bytes)
-        token_embd = self.matrix(["token_embd.weight"], block=self.vocab_block)
+        untied = "output.weight" in self.gf.tensors
+        token_embd = self.matrix(["token_embd.weight"],       # only rows are read from it when untied
+                                 block=ROW if untied and self.vocab_block == SPLIT else self.vocab_block)
         output_norm = self.vector("output_norm.weight")
-        output = (self.matrix(["output.weight"], block=self.vocab_block) if "output.weight" in self.gf.tensors
-                  else token_embd)
+        output = self.matrix(["output.weight"], block=self.vocab_block) if untied else token_embd
         rope_freqs = self.vector("rope_freqs.weight")
         layers = [self.layer(il) for il in range(self.config.n_layer)]
         model = Model(self.config, token_embd, layers, output_norm, output, rope_freqs)

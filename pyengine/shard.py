@@ -75,7 +75,7 @@ import numpy as np
 
 from pyengine import quants
 from pyengine.errors import PyEngineError
-from pyengine.kernels import Linear, quantize_int8
+from pyengine.kernels import LANES, Linear, pack_rows, quantize_int8
 from pyengine.model import read_rows
 
 MAX_SHARDS = 8          # helper workers a shared buffer has room for
@@ -103,18 +103,21 @@ LAYER_MATRICES = {
 # The split: who holds which rows
 # ---------------------------------------------------------------------------
 
-def row_ranges(n_rows: int, n_workers: int) -> list[tuple[int, int]]:
-    """``n_rows`` cut into ``n_workers`` contiguous ``(lo, hi)`` ranges, sizes differing by at most 1.
+def row_ranges(n_rows: int, n_workers: int, align: int = 1) -> list[tuple[int, int]]:
+    """``n_rows`` cut into ``n_workers`` contiguous ``(lo, hi)`` ranges, sizes differing by at most
+    ``align`` (every bound but the last a multiple of ``align``: 3 for packed rows).
 
     Range 0 (the main worker's) comes first. Raises PyEngineError for fewer than 1
-    worker, more than ``MAX_SHARDS + 1``, or more workers than rows.
+    worker, more than ``MAX_SHARDS + 1``, or more workers than groups of rows.
     """
-    if not 1 <= n_workers <= MAX_SHARDS + 1 or n_workers > n_rows:
+    groups = -(-n_rows // align)
+    if not 1 <= n_workers <= MAX_SHARDS + 1 or n_workers > groups:
         raise PyEngineError(f"cannot split {n_rows} rows over {n_workers} workers (1..{MAX_SHARDS + 1})")
-    base, extra = divmod(n_rows, n_workers)
+    base, extra = divmod(groups, n_workers)
     bounds = [0]
     for i in range(n_workers):
         bounds.append(bounds[-1] + base + (i < extra))
+    bounds = [min(n_rows, b * align) for b in bounds]
     return list(zip(bounds[:-1], bounds[1:]))
 
 
@@ -136,24 +139,45 @@ def load_rows(gguf, names: list[str], lo: int, hi: int, form: dict) -> Linear:
     """
     infos = [gguf.tensors[n] for n in names]
     n_in = infos[0].shape[0]
+    if form.get("packed"):
+        return _load_packed_rows(gguf, names, lo, hi, form)
     block, col = form["block"], form["col"]
     col = None if col is None else np.asarray(col, np.float32)                  # (n_in,)
     w = np.empty((hi - lo, n_in), np.float32 if block is None else np.int8)    # (hi-lo, n_in)
     scale = None if block is None else np.empty((hi - lo, n_in // block), np.float32)
-    r0 = 0
-    for name, info in zip(names, infos):
-        r1 = r0 + info.shape[1]
-        for a in range(max(lo, r0), min(hi, r1), LOAD_ROWS):               # rows of the stack
-            b = min(hi, r1, a + LOAD_ROWS)
-            rows = _read_rows(gguf, name, a - r0, b - r0)                   # (b-a, n_in) float32
-            if block is None:
-                w[a - lo:b - lo] = rows
-                continue
-            if col is not None:
-                rows /= col
-            w[a - lo:b - lo], scale[a - lo:b - lo] = quantize_int8(rows, block)
-        r0 = r1
+    for a, rows in _stacked_rows(gguf, names, lo, hi):                          # (b-a, n_in) float32
+        b = a + len(rows)
+        if block is None:
+            w[a - lo:b - lo] = rows
+            continue
+        if col is not None:
+            rows /= col
+        w[a - lo:b - lo], scale[a - lo:b - lo] = quantize_int8(rows, block)
     return linear(w, scale, form["act"], col)
+
+
+def _stacked_rows(gguf, names: list[str], lo: int, hi: int):
+    """Yield ``(a, rows)``: rows ``a..a+len(rows)-1`` of the weights ``names`` stacked by rows, within
+    ``[lo, hi)``, dequantized to float32 (``LOAD_ROWS`` at a time)."""
+    r0 = 0
+    for name in names:
+        r1 = r0 + gguf.tensors[name].shape[1]
+        for a in range(max(lo, r0), min(hi, r1), LOAD_ROWS):
+            yield a, _read_rows(gguf, name, a - r0, min(hi, r1, a + LOAD_ROWS) - r0)   # (b-a, n_in)
+        r0 = r1
+
+
+def _load_packed_rows(gguf, names: list[str], lo: int, hi: int, form: dict) -> Linear:
+    """Rows ``[lo, hi)`` (``lo`` a multiple of 3) in the packed form, as ``pyengine.model`` packs them:
+    int8 codes per ``form["block"]`` weights, three rows to an int64, the matrix's ``levels``."""
+    n_in, block = gguf.tensors[names[0]].shape[0], form["block"]
+    m = -(-(hi - lo) // LANES)
+    w = np.zeros((m, n_in), np.int64)                                           # (ceil((hi-lo)/3), n_in)
+    scale = np.zeros((LANES * m, n_in // block), np.float32)                    # (3m, B)
+    for a, rows in _stacked_rows(gguf, names, lo, hi):
+        q, scale[a - lo:a - lo + len(rows)] = quantize_int8(rows, block)
+        pack_rows(q, w, a - lo)
+    return Linear(w, None, scale, n_out=hi - lo, levels=form["levels"])
 
 
 def _read_rows(gguf, name: str, a: int, b: int) -> np.ndarray:
@@ -175,15 +199,34 @@ def weight_form(lin: Any) -> dict | None:
     be split (not a Linear, a bias, or rows of different activation rounding)."""
     if not isinstance(lin, Linear) or lin.b is not None or lin.groups is not None:
         return None
+    if getattr(lin, "packed", False):
+        return {"packed": True, "block": lin.w.shape[1] // lin.scale.shape[1], "levels": lin.levels,
+                "col": None, "act": None}
     col = getattr(lin, "col", None)
     return {"block": None if lin.scale is None else lin.w.shape[1] // lin.scale.shape[1],
             "col": None if col is None else col.tolist(), "act": lin.act}
 
 
+def row_slice(lin: Linear, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """Views of the arrays holding rows ``[lo, hi)`` of ``lin``: (weights, scales or None). Packed rows
+    (``lo`` a multiple of 3) are the int64 rows ``lo/3 .. ceil(hi/3)`` and their scales."""
+    if getattr(lin, "packed", False):
+        a, b = lo // LANES, -(-hi // LANES)
+        return lin.w[a:b], lin.scale[LANES * a:LANES * b]
+    return lin.w[lo:hi], None if lin.scale is None else lin.scale[lo:hi]
+
+
+def like(lin: Linear, w: np.ndarray, scale: np.ndarray | None, n_out: int) -> Linear:
+    """A bias-free Linear holding ``n_out`` rows in ``lin``'s form."""
+    if getattr(lin, "packed", False):
+        return Linear(w, None, scale, n_out=n_out, levels=lin.levels)
+    return linear(w, scale, lin.act, getattr(lin, "col", None))
+
+
 def keep_rows(lin: Linear, lo: int, hi: int) -> Linear:
     """A new Linear with copies of rows ``[lo, hi)`` of ``lin`` (so the rest can be freed)."""
-    return linear(lin.w[lo:hi].copy(), None if lin.scale is None else lin.scale[lo:hi].copy(), lin.act,
-                  getattr(lin, "col", None))
+    w, scale = row_slice(lin, lo, hi)
+    return like(lin, w.copy(), None if scale is None else scale.copy(), hi - lo)
 
 
 def keep_vocab_rows(model, lo: int, hi: int) -> Linear:
@@ -201,18 +244,20 @@ def keep_vocab_rows(model, lo: int, hi: int) -> Linear:
     if sys.platform != "emscripten":
         return keep_rows(lin, lo, hi)
     import js
-    scale = None if lin.scale is None else lin.scale[lo:hi].copy()   # (hi-lo, blocks): small
-    act, col, shape, dtype = lin.act, getattr(lin, "col", None), (hi - lo, lin.w.shape[1]), lin.w.dtype
-    stash = js.Uint8Array.new(lin.w[lo:hi].nbytes)
-    stash.assign(lin.w[lo:hi].reshape(-1).view(np.uint8))
+    rows, scale = row_slice(lin, lo, hi)
+    scale = None if scale is None else scale.copy()                   # (rows, blocks): small
+    shape, dtype = rows.shape, rows.dtype
+    stash = js.Uint8Array.new(rows.nbytes)
+    stash.assign(rows.reshape(-1).view(np.uint8))
+    keep = like(lin, np.empty((0, shape[1]), dtype), None, 0)         # lin's form, for the kept rows
     if model.token_embd is lin:
         model.token_embd = None
     model.output = None
-    del lin
+    del lin, rows
     gc.collect()
-    w = np.empty(shape, dtype)                                        # (hi-lo, n_in), where the matrix was
+    w = np.empty(shape, dtype)                                        # the kept rows, where the matrix was
     stash.assign_to(w.reshape(-1).view(np.uint8))
-    return linear(w, scale, act, col)
+    return like(keep, w, scale, hi - lo)
 
 
 # ---------------------------------------------------------------------------
@@ -488,18 +533,24 @@ def plan(model, tensor_names, n_workers: int, layers: bool = True) -> dict | Non
     n_vocab, n_embd = out.shape
     if n_vocab >= 1 << 24:
         raise PyEngineError(f"n_vocab {n_vocab}: token ids travel as float32, exact below 2**24")
-    mats = [{"names": [vocab_tensor(tensor_names)], "ranges": row_ranges(n_vocab, n_workers), "form": form,
+    mats = [{"names": [vocab_tensor(tensor_names)], "ranges": row_ranges(n_vocab, n_workers, align(form)), "form": form,
              "cap": R_MAX, "n_in": n_embd}]
     for il, layer in enumerate(model.layers if layers else []):
         for attr, parts in LAYER_MATRICES.items():
             lin, names = getattr(layer, attr, None), [f"blk.{il}.{p}.weight" for p in parts]
             form = weight_form(lin)
-            ok = form is not None and all(n in tensor_names for n in names) and lin.shape[0] >= n_workers
-            mats.append({"names": names, "ranges": row_ranges(lin.shape[0], n_workers), "form": form,
+            ok = form is not None and all(n in tensor_names for n in names) and \
+                -(-lin.shape[0] // align(form)) >= n_workers
+            mats.append({"names": names, "ranges": row_ranges(lin.shape[0], n_workers, align(form)), "form": form,
                          "cap": LAYER_ROWS, "n_in": lin.shape[1]} if ok else None)
     return {"matrices": mats,
             "x_size": max(m["cap"] * m["n_in"] for m in mats if m),
             "out_size": max(m["cap"] * m["ranges"][-1][1] for m in mats if m)}
+
+
+def align(form: dict | None) -> int:
+    """Rows a split of a matrix in ``form`` must keep together: 3 when packed (one int64 row), else 1."""
+    return LANES if form and form.get("packed") else 1
 
 
 def layer_matrix(model, i: int) -> tuple[Any, str]:

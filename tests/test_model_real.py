@@ -23,7 +23,12 @@ from pyengine.model import Model
 pytestmark = pytest.mark.real_model
 
 NEAR_TIE = 0.5        # logits: a greedy step whose top-1 - top-2 margin is below this may go either way
-TOP40_TOL = 0.75      # max |ours - llama.cpp| over llama.cpp's top 40 at the last prompt position
+# per weight form: max |ours - llama.cpp| over llama.cpp's top 40 at the last prompt position, and the RMS
+# over the vocabulary, and the least correlation. "auto" is float32 in CPython (measured 0.53 / 0.15);
+# "mixed" (the page's default) 0.64-0.68 / 0.25-0.28 / 0.9983; "packed" rounds SmolLM2's 30 layers'
+# activations too: 0.91 / 0.45 / 0.9984, as far as llama.cpp moves from itself with an F32 instead of
+# F16 KV cache (RMS up to 0.45).
+TOLERANCES = {"auto": (0.75, 0.3, 0.999), "mixed": (0.75, 0.3, 0.997), "packed": (1.0, 0.5, 0.997)}
 FILE = {"gemma3": "gemma-3-270m-q4_k_m.gguf", "smollm2": "SmolLM2-135M-Instruct.Q4_1.gguf"}
 
 
@@ -31,11 +36,15 @@ def golden_cases(key: str) -> list[dict]:
     return json.loads((GOLDEN / "generate.json").read_text())[FILE[key]]
 
 
-@pytest.fixture(scope="module", params=["gemma3", "smollm2"])
+@pytest.fixture(scope="module", params=[(m, w) for m in ("gemma3", "smollm2") for w in TOLERANCES],
+                ids=lambda p: "-".join(p))
 def loaded(request):
-    path = request.getfixturevalue(f"{request.param}_path")
+    key, weights = request.param
+    path = request.getfixturevalue(f"{key}_path")
     with open_gguf(path) as g:
-        yield request.param, Model.from_gguf(g)
+        model = Model.from_gguf(g, weights=weights)
+        model.tolerances = TOLERANCES[weights]
+        yield key, model
 
 
 def prefix(a: list[int], b: list[int]) -> int:
@@ -70,7 +79,8 @@ def test_last_position_logits_near_llama_cpp(loaded):
     for case in golden_cases(key):
         logits = model.forward(case["prompt_ids"], model.new_cache(512))
         ids = [i for i, _ in case["top_logits"]]
-        assert np.abs(logits[ids] - [v for _, v in case["top_logits"]]).max() < TOP40_TOL, case["prompt"]
+        top40_tol, rms_tol, min_corr = model.tolerances
+        assert np.abs(logits[ids] - [v for _, v in case["top_logits"]]).max() < top40_tol, case["prompt"]
         assert len(set(np.argsort(-logits)[:10].tolist()) & set(ids[:10])) >= 8, case["prompt"]
         if case["margins"][0] >= NEAR_TIE:
             assert int(np.argmax(logits)) == ids[0]
@@ -78,8 +88,8 @@ def test_last_position_logits_near_llama_cpp(loaded):
             want = np.load(GOLDEN / case["logits_npy"])                      # (n_vocab,)
             diff = (logits - want).astype(np.float64)
             assert logits.shape == want.shape == (model.config.n_vocab,)
-            assert np.sqrt(np.mean(diff ** 2)) < 0.3 and np.abs(diff).max() < 1.6
-            assert np.corrcoef(logits, want)[0, 1] > 0.999
+            assert np.sqrt(np.mean(diff ** 2)) < rms_tol and np.abs(diff).max() < 1.6
+            assert np.corrcoef(logits, want)[0, 1] > min_corr
 
 
 def test_prefill_in_one_pass_equals_token_by_token(loaded):

@@ -19,7 +19,7 @@ from browser.test_workers import greedy, load, worker_count
 from conftest import TINY
 from pyengine import worker
 from pyengine.gguf import open_gguf
-from pyengine.model import is_vocab
+from pyengine.model import WEIGHT_FORMS, is_vocab
 from pyengine.source import FileSource
 from test_shard import FakePool, run, worker_reply
 
@@ -59,7 +59,8 @@ def test_an_unknown_form_is_an_error_that_keeps_the_model():
     start = len(posted)
     run(worker.handle({"type": "load", "files": [FileSource(TINY["qwen2"])], "weights": "int4"}))
     assert [m["type"] for m in posted[start:]] == ["error"]   # no "unloaded": the int8 model stays
-    assert "weights must be 'auto', 'f32', 'mixed', 'int8', got 'int4'" in posted[-1]["message"]
+    forms = ", ".join(repr(f) for f in ("auto", *WEIGHT_FORMS))
+    assert f"weights must be {forms}, got 'int4'" in posted[-1]["message"]
     assert worker._session.chat.engine.model.weights == "int8"
 
 
