@@ -109,8 +109,8 @@ from pyengine.errors import GGUFError, ModelError, PyEngineError
 from pyengine.kernels import (LANE_HALF, LANES, USE_BLAS, VEC_DOT_TYPE, Linear, RowSplit, Rope, attention, geglu, pack_block, pack_rows,
                               quantize_int8, x_levels, rmsnorm, softcap, swiglu)
 
-F32_BUDGET = (2 if USE_BLAS else 0.25) * 2**30   # float32 weights up to which "auto" keeps float32: in CPython
-                                    # (BLAS prefill) the fastest form; in Pyodide the tiny test models only
+F32_BUDGET_PYODIDE = 256 * 2**20    # float32 weights up to which "auto" keeps float32 in Pyodide: tiny models
+F32_BUDGET = 2 * 2**30 if USE_BLAS else F32_BUDGET_PYODIDE   # in CPython float32 is the fastest (BLAS prefill)
 WEIGHTS_BUDGET = int(2.5 * 2**30)   # bytes of "mixed" weights above which "auto" keeps every matrix int8
 UBATCH = 512                         # tokens per forward step of a long prompt (llama.cpp's n_ubatch)
 LOAD_CHUNK_BYTES = 8 * 2**20        # float32 bytes of rows read and dequantized at once while loading
@@ -392,19 +392,21 @@ def is_vocab(name: str) -> bool:
     return name in ("token_embd.weight", "output.weight")
 
 
-def pick_weights(weights: str, tensors: list[tuple[str, tuple]]) -> str:
-    """The weight form (a key of ``WEIGHT_FORMS``) that ``weights`` asks for, given (name, shape).
+def pick_weights(weights: str, tensors: list[tuple[str, tuple]], f32_budget: int | None = None) -> str:
+    """The weight form (a key of ``WEIGHT_FORMS``) that ``weights`` asks for, given (name, GGUF shape).
 
-    "auto": "f32" while every weight as float32 fits ``F32_BUDGET``, else
-    "mixed" while that form fits ``WEIGHTS_BUDGET``, else "int8".
-    Raises PyEngineError for an unknown ``weights``.
+    "auto": "f32" while every weight as float32 fits ``f32_budget`` (default
+    ``F32_BUDGET``: 2 GiB in CPython, 256 MiB in Pyodide), else "mixed" while
+    that form fits ``WEIGHTS_BUDGET``, else "int8". Raises PyEngineError for
+    an unknown ``weights``.
     """
     if weights != "auto" and weights not in WEIGHT_FORMS:
         raise PyEngineError(f"weights must be 'auto', {', '.join(map(repr, WEIGHT_FORMS))}, got {weights!r}")
     if weights != "auto":
         return weights
     f32 = sum(4 * math.prod(shape) for _, shape in tensors)
-    return "f32" if f32 <= F32_BUDGET else "mixed" if form_nbytes(tensors, "mixed") <= WEIGHTS_BUDGET else "int8"
+    f32_budget = F32_BUDGET if f32_budget is None else f32_budget
+    return "f32" if f32 <= f32_budget else "mixed" if form_nbytes(tensors, "mixed") <= WEIGHTS_BUDGET else "int8"
 
 
 def matrix_nbytes(block: int | None, shape: tuple) -> int:

@@ -75,7 +75,7 @@ import numpy as np
 
 from pyengine import quants
 from pyengine.errors import PyEngineError
-from pyengine.kernels import LANES, Linear, pack_rows, quantize_int8
+from pyengine.kernels import LANES, Linear, RowSplit, pack_rows, quantize_int8
 from pyengine.model import read_rows
 
 MAX_SHARDS = 8          # helper workers a shared buffer has room for
@@ -139,6 +139,9 @@ def load_rows(gguf, names: list[str], lo: int, hi: int, form: dict) -> Linear:
     """
     infos = [gguf.tensors[n] for n in names]
     n_in = infos[0].shape[0]
+    if "parts" in form:                                        # a RowSplit: each part's rows in its form
+        return joined([load_rows(gguf, names, max(lo, a), min(hi, b), f) for a, b, f in form["parts"]
+                       if max(lo, a) < min(hi, b)])
     if form.get("packed"):
         return _load_packed_rows(gguf, names, lo, hi, form)
     block, col = form["block"], form["col"]
@@ -195,8 +198,14 @@ def linear(w: np.ndarray, scale: np.ndarray | None, act: str | None, col: np.nda
 
 def weight_form(lin: Any) -> dict | None:
     """How ``lin`` holds its weights, for a shard to hold its rows alike: ``{"block": weights per scale
-    (None: float32), "col": column scales (list of float) or None, "act"}``; None when the rows cannot
-    be split (not a Linear, a bias, or rows of different activation rounding)."""
+    (None: float32), "col": column scales (list of float) or None, "act"}``, with ``"packed": True`` and
+    the ``"levels"`` of a packed Linear; for a :class:`RowSplit`, ``{"parts": [(first row, end row,
+    form)]}``. None when the rows cannot be split (not a Linear, a bias, or rows of different
+    activation rounding)."""
+    if isinstance(lin, RowSplit):
+        forms = [weight_form(p) for p in lin.parts]
+        bounds = lin.starts.tolist()
+        return None if None in forms else {"parts": [(a, b, f) for a, b, f in zip(bounds, bounds[1:], forms)]}
     if not isinstance(lin, Linear) or lin.b is not None or lin.groups is not None:
         return None
     if getattr(lin, "packed", False):
@@ -223,10 +232,25 @@ def like(lin: Linear, w: np.ndarray, scale: np.ndarray | None, n_out: int) -> Li
     return linear(w, scale, lin.act, getattr(lin, "col", None))
 
 
-def keep_rows(lin: Linear, lo: int, hi: int) -> Linear:
-    """A new Linear with copies of rows ``[lo, hi)`` of ``lin`` (so the rest can be freed)."""
-    w, scale = row_slice(lin, lo, hi)
-    return like(lin, w.copy(), None if scale is None else scale.copy(), hi - lo)
+def pieces(lin: Linear | RowSplit, lo: int, hi: int) -> list[tuple[Linear, int, int]]:
+    """Rows ``[lo, hi)`` of ``lin`` as ``(Linear, first, end)`` row ranges of its parts, in order."""
+    if not isinstance(lin, RowSplit):
+        return [(lin, lo, hi)]
+    return [(part, max(lo, a) - a, min(hi, b) - a)
+            for part, a, b in zip(lin.parts, lin.starts.tolist(), lin.starts[1:].tolist()) if max(lo, a) < min(hi, b)]
+
+
+def joined(parts: list[Linear]) -> Linear | RowSplit:
+    return parts[0] if len(parts) == 1 else RowSplit(parts)
+
+
+def keep_rows(lin: Linear | RowSplit, lo: int, hi: int) -> Linear | RowSplit:
+    """A new Linear (RowSplit) with copies of rows ``[lo, hi)`` of ``lin`` (so the rest can be freed)."""
+    kept = []
+    for part, a, b in pieces(lin, lo, hi):
+        w, scale = row_slice(part, a, b)
+        kept.append(like(part, w.copy(), None if scale is None else scale.copy(), b - a))
+    return joined(kept)
 
 
 def keep_vocab_rows(model, lo: int, hi: int) -> Linear:
@@ -244,20 +268,24 @@ def keep_vocab_rows(model, lo: int, hi: int) -> Linear:
     if sys.platform != "emscripten":
         return keep_rows(lin, lo, hi)
     import js
-    rows, scale = row_slice(lin, lo, hi)
-    scale = None if scale is None else scale.copy()                   # (rows, blocks): small
-    shape, dtype = rows.shape, rows.dtype
-    stash = js.Uint8Array.new(rows.nbytes)
-    stash.assign(rows.reshape(-1).view(np.uint8))
-    keep = like(lin, np.empty((0, shape[1]), dtype), None, 0)         # lin's form, for the kept rows
+    stashed = []
+    for part, a, b in pieces(lin, lo, hi):
+        rows, scale = row_slice(part, a, b)
+        stash = js.Uint8Array.new(rows.nbytes)
+        stash.assign(rows.reshape(-1).view(np.uint8))
+        empty = like(part, np.empty((0, rows.shape[1]), rows.dtype), None, 0)   # the part's form
+        stashed.append((empty, stash, rows.shape, rows.dtype, None if scale is None else scale.copy(), b - a))
     if model.token_embd is lin:
         model.token_embd = None
     model.output = None
-    del lin, rows
+    del lin, part, rows
     gc.collect()
-    w = np.empty(shape, dtype)                                        # the kept rows, where the matrix was
-    stash.assign_to(w.reshape(-1).view(np.uint8))
-    return like(keep, w, scale, hi - lo)
+    kept = []
+    for empty, stash, shape, dtype, scale, n in stashed:
+        w = np.empty(shape, dtype)                                    # the kept rows, where the matrix was
+        stash.assign_to(w.reshape(-1).view(np.uint8))
+        kept.append(like(empty, w, scale, n))
+    return joined(kept)
 
 
 # ---------------------------------------------------------------------------
@@ -399,7 +427,7 @@ class ShardedLinear:
     def __init__(self, local: Linear, ranges: list, block: Any, mat: int, cap: int, out_at: int):
         self.local, self.ranges, self.block = local, [tuple(r) for r in ranges], block
         self.mat, self.cap, self.out_at = mat, cap, out_at
-        self.n_in, self.n_out = local.w.shape[1], self.ranges[-1][1]
+        self.n_in, self.n_out = local.shape[1], self.ranges[-1][1]
 
     @property
     def shape(self) -> tuple:
@@ -490,7 +518,7 @@ class ShardServer:
     def _run(self, cmd: int, r: int, m: int) -> None:
         local, spec = self.locals[m], self.mats[m]
         lo, hi = spec["ranges"][self.index + 1]
-        n_in = local.w.shape[1]
+        n_in = local.shape[1]
         if cmd == MATVEC:
             x = np.empty((r, n_in), np.float32)
             self.block.read(0, x)
@@ -550,6 +578,8 @@ def plan(model, tensor_names, n_workers: int, layers: bool = True) -> dict | Non
 
 def align(form: dict | None) -> int:
     """Rows a split of a matrix in ``form`` must keep together: 3 when packed (one int64 row), else 1."""
+    if form and "parts" in form:
+        return max(align(f) for _, _, f in form["parts"])
     return LANES if form and form.get("packed") else 1
 
 

@@ -37,10 +37,10 @@ def test_a_slice_read_from_the_file_equals_those_rows_of_the_model(name, weights
         model = Model.from_gguf(g, weights=weights)
         full = model.output
         spec = shard.plan(model, g.tensors, 2)
-        if isinstance(full, RowSplit):                                    # rows in two forms: not split
-            assert spec is None
-            return
         vocab = spec["matrices"][0]
+        if isinstance(full, RowSplit):                                    # "mixed" past its budget
+            split_rows_equal_the_model(g, full, vocab)
+            return
         packed = bool(vocab["form"].get("packed"))
         lo, hi = (36, 249) if packed else (37, 250)                       # packed: rows 3k to 3k'
         part = shard.load_rows(g, vocab["names"], lo, hi, vocab["form"])
@@ -65,6 +65,32 @@ def test_a_slice_read_from_the_file_equals_those_rows_of_the_model(name, weights
     assert np.array_equal(part(x), full(x)[:, lo:hi])    # column scale and all
     ids = [lo, lo + 1, lo + 2, hi - 1]
     assert np.array_equal(part.rows([i - lo for i in ids]), full.rows(ids))
+
+
+def split_rows_equal_the_model(g, full: RowSplit, vocab: dict) -> None:
+    """Slices of a RowSplit (packed rows, then int8 rows) read from the file, across its seam."""
+    seam = int(full.starts[1])
+    assert [tuple(p[:2]) for p in vocab["form"]["parts"]] == [(0, seam), (seam, full.shape[0])]
+    assert shard.align(vocab["form"]) == 3 and all(lo % 3 == 0 for lo, _ in vocab["ranges"])
+    x = np.random.default_rng(1).standard_normal((2, full.shape[1])).astype(np.float32)
+    for lo, hi in [(0, seam), (seam - 9, seam + 7), (seam, full.shape[0])]:
+        part = shard.load_rows(g, vocab["names"], lo, hi, vocab["form"])
+        kept = shard.keep_rows(full, lo, hi)
+        assert part.shape == kept.shape == (hi - lo, full.shape[1])
+        assert np.array_equal(part(x), full(x)[:, lo:hi]) and np.array_equal(kept(x), full(x)[:, lo:hi])
+        ids = [lo, hi - 1, (lo + hi) // 2]
+        assert np.array_equal(part.rows([i - lo for i in ids]), full.rows(ids))
+
+
+def test_mixed_vocabulary_split_over_workers_across_its_seam(monkeypatch):
+    with open_gguf(TINY["llama-q4km"]) as g:
+        shapes = [(n, tuple(t.shape)) for n, t in g.tensors.items()]
+        file_bytes = sum(t.n_bytes for t in g.tensors.values())
+        half = (model_module.form_nbytes(shapes, "mixed", 0) + model_module.form_nbytes(shapes, "mixed", 999)) / 2
+        monkeypatch.setattr(model_module, "MIXED_FILE_RATIO", half / file_bytes)   # about half the rows packed
+        model = Model.from_gguf(g, weights="mixed")
+        assert isinstance(model.output, RowSplit)
+        split_rows_equal_the_model(g, model.output, shard.plan(model, g.tensors, 3)["matrices"][0])
 
 
 def test_plan_splits_the_output_or_says_it_cannot():

@@ -14,7 +14,7 @@ import shutil
 import pytest
 
 from browser.conftest import STATIC, NetworkGuard, start_server, stop_server
-from browser.pages import BOOT_MS, error_text, messages, pick_files, send, set_settings, wait_loaded, wait_reply, \
+from browser.pages import BOOT_MS, EXACT, error_text, messages, pick_files, send, set_settings, wait_loaded, wait_reply, \
     wait_status
 from browser.reference import cpython_reply
 from browser.test_chat import QUESTION, stop_mid_reply_then_ask_again, strip_isolation_headers
@@ -22,10 +22,10 @@ from browser.test_chat import QUESTION, stop_mid_reply_then_ask_again, strip_iso
 pytestmark = pytest.mark.browser
 
 
-def load(page, path, workers: str | None = None) -> None:
+def load(page, path, workers: str | None = None, weights: str | None = EXACT) -> None:
     if workers is not None:
         page.get_by_test_id("workers").select_option(workers)
-    pick_files(page, [path])
+    pick_files(page, [path], weights)
     wait_loaded(page)
     assert page.get_by_test_id("status").text_content() == "ready", error_text(page)
 
@@ -75,6 +75,20 @@ def test_gemma3_with_two_then_four_workers_replies_as_cpython(two_workers, gemma
     load(two_workers, gemma3_path, "1")
     assert worker_count(two_workers) == 1
     assert greedy(two_workers, question, 12) == want
+
+
+def test_gemma3_default_form_over_two_workers_replies_as_one(two_workers, gemma3_path):
+    """The default "mixed" form holds Gemma 3's vocabulary in two forms (packed rows, then int8 rows:
+    a RowSplit); split over two workers across that seam, the reply is one worker's, token for token."""
+    question = "The capital of France is"
+    load(two_workers, gemma3_path, "1", weights="auto")
+    assert worker_count(two_workers) == 1
+    want = greedy(two_workers, question, 12)
+    load(two_workers, gemma3_path, "2", weights="auto")
+    assert worker_count(two_workers) == 2
+    assert two_workers.get_by_test_id("model-info").locator("dd[data-field=weights]").text_content() \
+        .startswith("mixed:")
+    assert greedy(two_workers, question, 12) == want and want.strip()
 
 
 def new_page(browser, server, route=None):
