@@ -28,8 +28,10 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("-c", "--ctx-size", type=int, default=0, help="context length in tokens (0 = the model's)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     p.add_argument("--weights", choices=("auto",) + tuple(WEIGHT_FORMS), default="auto",
-                   help="weight form: f32 fastest, most memory; mixed float32 layers, int8 vocabulary; "
-                        "int8 least memory, ~1.5x slower decode; auto picks by model size (default)")
+                   help="weight form: f32 float32, the most memory (auto's choice in CPython up to 2 GiB); "
+                        "packed int8 codes three to an int64, the fastest in the browser; mixed packed, the "
+                        "vocabulary partly int8 (the browser's default, under 3x the file); int8 the least "
+                        "memory, slower; auto picks by model size (default)")
 
 
 def build_parser() -> argparse.ArgumentParser:

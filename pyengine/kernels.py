@@ -7,9 +7,12 @@ numpy *without BLAS* (Pyodide): every product with a weight is an
 runs 5-10x slower in Pyodide and appears nowhere (see ``shared/RUNTIME.md``);
 only CPython's prefill hands ``X @ W.T`` to BLAS (see ``matmul``).
 
+Weights come float32, int8 with scales, or packed: int8 codes three rows to an
+int64, multiplied exactly by integer activation codes (``matmul_packed``).
+
 Shapes: ``T`` tokens in the batch, ``S`` positions of the KV cache attended to,
 ``H`` query heads, ``Hkv`` key/value heads, ``G = H / Hkv`` query heads per
-key/value head (GQA), ``D`` head size. All arrays are float32.
+key/value head (GQA), ``D`` head size. Activations are float32.
 """
 
 from __future__ import annotations

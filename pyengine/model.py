@@ -25,70 +25,62 @@ shares the token embedding's array. Norm weights are used as stored (the
 gemma3 GGUF conversion already added 1). The file is read a chunk of rows at
 a time (``LOAD_CHUNK_BYTES``), never a whole tensor at once.
 
-Three weight forms (``WEIGHT_FORMS``, ``Model.from_gguf(weights=...)``):
+Four weight forms (``WEIGHT_FORMS``, ``Model.from_gguf(weights=...)``):
 
-- ``"f32"``: every matrix float32. The fastest in Pyodide, 4-5x the file.
-- ``"mixed"``: the layers float32, the vocabulary matrices (token_embd and
-  output: 262144 x 640 for gemma3, 63% of its float32 weights) int8 with one
-  scale per row and one per column (``column_scale``). One einsum straight
-  over the int8 rows, the column scale folded into x; the embedding lookup
-  converts only the rows it reads.
+- ``"f32"``: every matrix float32, 4 bytes a weight: 4-5x the file. The
+  fastest in CPython, where a prompt's matmuls go to BLAS.
+- ``"packed"``: every matrix as int8 codes with a float32 scale per block of
+  64 weights of a row, three rows of codes in one int64 (``kernels.pack_rows``:
+  2.7 bytes a weight). One exact int64 einsum multiplies three rows by the
+  activations rounded to integer codes per block (``kernels.matmul_packed``),
+  as llama.cpp's own quantized matmuls round them: the fastest in Pyodide,
+  where an einsum costs the same per element whatever its dtype.
+- ``"mixed"``: "packed" layers; the output matrix packed for as many rows as
+  keep every weight within ``MIXED_FILE_RATIO`` (2.6) times the file's tensor
+  bytes, int8 with a scale per row and per column (``column_scale``) past
+  them (a ``kernels.RowSplit``); an untied token_embd, only looked up by
+  rows, int8 by rows.
 - ``"int8"``: the low-memory mode: every matrix int8, about a quarter of
   float32, converted per use inside the einsum: the layers with a float32
-  scale per block of 64 weights of a row, the vocabulary matrices as in
-  "mixed".
+  scale per block of 64 weights of a row, the vocabulary matrices by rows
+  and columns.
 
 ``"auto"`` (the default) picks "f32" while the float32 weights fit
-``F32_BUDGET`` (256 MiB: the tiny test models), else "mixed" while that fits
-``WEIGHTS_BUDGET`` (2.5 GiB, leaving room for the KV cache and activations
-under the 4 GiB wasm32 heap), else "int8". int8 matrices are dequantized
-``LOAD_CHUNK_BYTES`` at a time into one reused float32 buffer, so a load
-never builds the float32 matrix. Against float32, the last-position logits
-of the golden prompts (std 3-5) move by RMS 0.064 / max 0.32 (gemma3) and
-0.065 / 0.41 (SmolLM2) with "mixed", 0.12 / 0.64 and 0.19 / 0.88 with
-"int8": less than llama.cpp moves when its KV cache goes from F16 to F32
-(0.14-0.45). (int8 layers with a row and a column scale, as the vocabulary,
-would move them 0.43 and 0.97: too far.)
+``F32_BUDGET`` (2 GiB in CPython; 256 MiB in Pyodide: the tiny test models),
+else "mixed" while that fits ``WEIGHTS_BUDGET`` (2.5 GiB, leaving room for
+the KV cache and activations under the 4 GiB wasm32 heap), else "int8".
+Quantized forms are made ``LOAD_CHUNK_BYTES`` at a time through one reused
+float32 buffer, so a load never builds a float32 matrix; and the load first
+reserves the heap it will hold (``reserve_heap``), which the wasm heap would
+otherwise overshoot by up to 96 MiB. Against llama.cpp, the last-position
+logits of the golden prompts (std 3-5) differ by RMS 0.15 / 0.13 (gemma3 /
+SmolLM2) with "f32", 0.28 / 0.25 with "mixed", 0.28 / 0.45 with "packed",
+0.17 / 0.26 with "int8": llama.cpp moves from itself by 0.14-0.45 when its
+KV cache goes from F16 to F32 (tests/test_model_real.py).
 
 Measured with ``bench/bench_model.py`` (128-token prompt, 64 greedy steps)
-on 2 cores shared with other jobs: ranges over interleaved runs of the
-quieter rounds (a busy round doubles every time). Peak memory (MB of 10^6
-bytes, as the file) is the wasm heap in Pyodide 0.27.7 under Node, the RSS
-in CPython 3.11; "x file" is against the GGUF's size. The wasm heap grows by
-up to 20% at a time, so it overshoots what is live (int8 gemma: 394 MB of
-heap for ~350 MB live: 276 MB of weights, ~63 MB of Pyodide, numpy and the
-GGUF's metadata, the load's buffers); the worker's tokenizer adds ~13 MB.
+on 2 shared cores, 2026-11-30 (Pyodide 0.27.7 under Node; decode in tok/s;
+peak memory in MB of 10^6 bytes, the wasm heap or CPython's RSS, "x" the
+GGUF's size; bench/RESULTS.md has the browser's, wllama's and llama.cpp's)::
 
-================  =======  =======  ======  =============  =============  ================
-model             weights  wts MB   load s  prefill tok/s  decode ms/tok  peak MB (x file)
-================  =======  =======  ======  =============  =============  ================
-gemma-3-270m      f32      1072     1.9     23-25          114-123        1147 (4.5x)
-Q4_K_M, 253 MB    mixed    570      2.8-3.9 22-25          186-204        671 (2.65x)
-Pyodide           int8     276      3.8-4.9 7.6-8.5        277-306        394 (1.56x)
-gemma-3-270m      f32      1072     0.6-2.3 225-259        54-75          1165 (4.6x)
-CPython           mixed    570      1.1-1.4 228-246        84-103         663 (2.6x)
-                  int8     276      1.3-3.1 21-28          93-126         389 (1.54x)
-SmolLM2-135M      f32      538      1.0     24             63             662 (6.7x)
-Q4_1, 98 MB       mixed    453      1.7     23             91             522 (5.3x)
-Pyodide           int8     141      2.8     7.8-8.1        166-176        210 (2.1x)
-SmolLM2-135M      f32      538      0.5-1.1 227-230        36             603 (6.1x)
-CPython           mixed    453      0.6-0.8 229-250        35-58          519 (5.3x)
-                  int8     141      0.5     25             51             220 (2.2x)
-================  =======  =======  ======  =============  =============  ================
+    model             runtime   weights  wts MB  load s  prefill  decode  peak MB (x file)
+    gemma-3-270m      Pyodide   f32      1072    1.9     23-25    8.1-8.8 1147 (4.5x)
+    Q4_K_M, 253 MB              packed    732    5.4     27       11.5     826 (3.26x)
+                                mixed     641    3.3     28        8.6     735 (2.90x)
+                                int8      276    3.4      8.7      3.8     370 (1.46x)
+                      CPython   f32      1072    0.6-1.8 256-262  18-19   1165 (4.6x)
+                                packed    732    1.8     39       17.3     900
 
-Where a gemma3 decode step goes in Pyodide ("mixed", ``bench/profile_step.py``
-on this tree, 193 ms): the 262144 x 640 int8 output layer 140 ms (73%: the
-int8 -> float32 conversion inside the einsum costs more than the float32
-einsum itself, 60 ms), the layers' float32 matmuls 39 ms, attention,
-RMSNorm, GELU, rope and the Python between them 13 ms: 254 kernel calls a
-token (73 matmuls, 109 RMSNorms, 36 ropes, 18 attentions, 18 GELUs).
-Nothing of the vocabulary's size is allocated but the logits; the KV cache
-is written in place and read as views (copied only when its capacity
-doubles). In "int8" the layers' blocks of 64
-cost ~3.5x their float32 time. wllama 3.13 (llama.cpp in wasm, one thread) on this
-machine: load 5.3 s, prefill 11.1 tok/s, decode 222 ms/token, 410 MB.
-SmolLM2's layers are Q4_1 (4.5 bits a weight), so float32 layers alone are
-4.4x its file: only "int8" stays under 3x.
+In Pyodide the vocabulary matrix dominates a decode step (gemma3, "mixed",
+``bench/profile_step.py``): its packed rows cost ~0.17 ns a weight, its int8
+rows ~0.55 (the int8 -> float32 conversion inside the einsum costs more than
+a float32 einsum itself), the layers' packed matmuls ~37 ms a token, and
+attention, RMSNorm, GELU, rope and the Python between them ~12 ms: 254 kernel
+calls a token. Nothing of the vocabulary's size is allocated but the logits
+and the lane sums of ``kernels.PACK_TMP`` rows at a time; the KV cache is
+written in place and read as views (copied only when its capacity doubles).
+SmolLM2's layers are Q4_1 (4.5 bits a weight): packed layers alone are 3x its
+file, so "mixed" keeps its whole vocabulary int8 (3.3x the file).
 
 The KV cache adds ``2 · n_layer · n_ctx · n_head_kv · head_dim · 4`` bytes
 (gemma-3-270m: 36 KiB per token; SmolLM2: 45 KiB per token) and grows with the
