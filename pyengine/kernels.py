@@ -313,17 +313,21 @@ def pack_block(n_in: int) -> int:
 
 
 def pack_rows(q: np.ndarray, out: np.ndarray, r0: int = 0) -> None:
-    """Add int8 codes ``q (R, K)`` as rows ``r0..r0+R-1`` into the packed ``out (M, K)`` int64 (fields still 0).
+    """Put int8 codes ``q (R, K)`` as rows ``r0..r0+R-1`` into the packed ``out (M, K)`` int64.
 
-    Row ``r`` goes to field ``r % 3`` of ``out[r // 3]``; any ``r0`` works, so
-    rows can come a chunk (or a stacked tensor) at a time.
+    Row ``r`` goes to field ``r % 3`` of ``out[r // 3]``. Rows must come in
+    order, a chunk (or a stacked tensor) at a time from any ``r0``: field 0 is
+    written (so ``out`` needs no zeroing), fields 1 and 2 are added to it.
     """
     for j in range(LANES):
         first = (j - r0) % LANES                                          # first row of q that lands in field j
         rows = q[first::LANES]                                            # (R_j, K)
         if len(rows):
             m0 = (r0 + first) // LANES
-            out[m0:m0 + len(rows)] += np.left_shift(rows, LANE_BITS * j, dtype=np.int64)   # (R_j, K)
+            if j == 0:
+                np.copyto(out[m0:m0 + len(rows)], rows, casting="unsafe")
+            else:
+                out[m0:m0 + len(rows)] += np.left_shift(rows, LANE_BITS * j, dtype=np.int64)   # (R_j, K)
 
 
 def unpack_lanes(s: np.ndarray) -> np.ndarray:

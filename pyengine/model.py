@@ -401,23 +401,24 @@ def pick_weights(weights: str, tensors: list[tuple[str, tuple]], f32_budget: int
     return "f32" if f32 <= f32_budget else "mixed" if form_nbytes(tensors, "mixed") <= WEIGHTS_BUDGET else "int8"
 
 
-def matrix_nbytes(block: int | None, shape: tuple) -> int:
+def matrix_nbytes(block: int | None, shape: tuple, q8_0: bool = False) -> int:
     """Bytes of a weight of GGUF shape ``(n_in, n_out)`` held in ``block`` form (a value of
-    ``WEIGHT_FORMS``; ``SPLIT`` counts as ``ROW``, its packed rows are added by ``form_nbytes``)."""
+    ``WEIGHT_FORMS``; ``SPLIT`` counts as ``ROW``, its packed rows are added by ``form_nbytes``);
+    ``q8_0``: stored as Q8_0 (packed with its own blocks of 32)."""
     n_in, n_out = shape
     if block is None:
         return 4 * n_in * n_out
     if block == PACKED:
         m = -(-n_out // LANES)
-        return m * n_in * 8 + LANES * m * (n_in // pack_block(n_in)) * 4
+        return m * n_in * 8 + LANES * m * (n_in // packed_block(["Q8_0" if q8_0 else "?"], n_in)) * 4
     if block in (ROW, SPLIT):
         return n_out * n_in + 4 * (n_out + n_in)
     return n_out * n_in + 4 * n_out * (n_in // block if n_in % block == 0 else 1)
 
 
-def form_nbytes(tensors: list[tuple[str, tuple]], form: str, vocab_rows: int = 0) -> int:
+def form_nbytes(tensors: list[tuple[str, tuple]], form: str, vocab_rows: int = 0, q8_0=()) -> int:
     """Bytes of the weights ``(name, GGUF shape)`` held in weight ``form`` (a key of ``WEIGHT_FORMS``),
-    with ``vocab_rows`` rows of the output matrix packed in "mixed"."""
+    with ``vocab_rows`` rows of the output matrix packed in "mixed"; ``q8_0``: the names stored as Q8_0."""
     layer_block, vocab_block = WEIGHT_FORMS[form]
     names = dict(tensors)
     out = "output.weight" if "output.weight" in names else "token_embd.weight"
@@ -426,23 +427,54 @@ def form_nbytes(tensors: list[tuple[str, tuple]], form: str, vocab_rows: int = 0
         if len(shape) == 1 or min(shape) == 1:
             total += 4 * math.prod(shape)
         elif not is_vocab(name):
-            total += matrix_nbytes(layer_block, shape)
+            total += matrix_nbytes(layer_block, shape, name in q8_0)
         elif name == out and vocab_block == SPLIT:
             r = min(vocab_rows, shape[1])
-            total += matrix_nbytes(PACKED, (shape[0], r)) + matrix_nbytes(ROW, (shape[0], shape[1] - r))
+            total += matrix_nbytes(PACKED, (shape[0], r), name in q8_0) + matrix_nbytes(ROW, (shape[0], shape[1] - r))
         else:
-            total += matrix_nbytes(ROW if vocab_block == SPLIT else vocab_block, shape)
+            total += matrix_nbytes(ROW if vocab_block == SPLIT else vocab_block, shape, name in q8_0)
     return total
 
 
-def mixed_vocab_rows(tensors: list[tuple[str, tuple]], budget: int) -> int:
+def mixed_vocab_rows(tensors: list[tuple[str, tuple]], budget: int, q8_0=()) -> int:
     """The rows of the output matrix the "mixed" form packs: as many as keep ``form_nbytes`` within
     ``budget`` bytes, a multiple of 3 (0 when the rest alone passes it)."""
     names = dict(tensors)
-    n_in, n_vocab = names.get("output.weight") or names["token_embd.weight"]
-    per_row = (matrix_nbytes(PACKED, (n_in, 3)) - 3 * matrix_nbytes(ROW, (n_in, 1)) + 12 * n_in) / 3
-    r = int((budget - form_nbytes(tensors, "mixed", 0)) // per_row) // LANES * LANES
+    out = "output.weight" if "output.weight" in names else "token_embd.weight"
+    n_in, n_vocab = names[out]
+    per_row = (matrix_nbytes(PACKED, (n_in, 3), out in q8_0) - 3 * matrix_nbytes(ROW, (n_in, 1)) + 12 * n_in) / 3
+    r = int((budget - form_nbytes(tensors, "mixed", 0, q8_0)) // per_row) // LANES * LANES
     return max(0, min(n_vocab, r))
+
+
+Q8_0_LEVELS = (LANE_HALF - 1) // (32 * 128)   # 255: activation codes any 32 int8 weight codes leave room for
+
+
+def packed_block(types: list[str], n_in: int) -> int:
+    """The packed form's block for rows stacked from tensors of ggml ``types``: 32 when they are all
+    Q8_0 (their own codes and scales are kept as stored), else ``kernels.pack_block(n_in)``."""
+    return 32 if n_in % 32 == 0 and all(t == "Q8_0" for t in types) else pack_block(n_in)
+
+
+def chunk_codes(raw: np.ndarray, info, n_rows: int, block: int, buf: np.ndarray | None = None,
+                codes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+    """``n_rows`` rows of a weight from their stored bytes ``raw`` as the packed form holds them:
+    (codes (n_rows, n_in) int8, scale (n_rows, n_in / block) float32, the activation levels they
+    leave room for). Q8_0 with a block of 32: the file's own codes and scales (ggml's
+    ``dequantize_row_q8_0``: w = d * q), no rounding. Otherwise dequantized (into ``buf``, float32,
+    when given) and rounded to int8 per block (``kernels.quantize_int8``, into ``codes``).
+    Raises GGUFError for bytes that are not whole blocks.
+    """
+    n_in = info.shape[0]
+    if info.type.name == "Q8_0" and block == 32:
+        q, d = quants.q8_0_codes(raw, n_rows * n_in, name=info.name)
+        return q.reshape(n_rows, n_in), d.reshape(n_rows, n_in // 32), Q8_0_LEVELS
+    rows = quants.dequantize(raw, info.type, n_rows * n_in, name=info.name,
+                             out=None if buf is None else buf[:n_rows * n_in]).reshape(n_rows, n_in)
+    q = np.empty((n_rows, n_in), np.int8) if codes is None else codes[:rows.size].reshape(n_rows, n_in)
+    scale = np.empty((n_rows, n_in // block), np.float32)
+    quantize_int8(rows, block, out=(q, scale))
+    return q, scale, x_levels(q, block)
 
 
 def reserve_heap(nbytes: int) -> None:
@@ -529,7 +561,8 @@ class _Loader:
         self.weights = pick_weights(weights, self.shapes)
         self.layer_block, self.vocab_block = WEIGHT_FORMS[self.weights]
         file_bytes = sum(t.n_bytes for t in gguf_file.tensors.values())
-        self.packed_vocab_rows = mixed_vocab_rows(self.shapes, int(MIXED_FILE_RATIO * file_bytes))
+        self.q8_0 = {n for n in self.names if gguf_file.tensors[n].type.name == "Q8_0"}
+        self.packed_vocab_rows = mixed_vocab_rows(self.shapes, int(MIXED_FILE_RATIO * file_bytes), self.q8_0)
         self.buf = np.empty(0, np.float32)   # float32 rows of one load chunk, reused tensor after tensor
         self.codes = np.empty(0, np.int8)    # their int8 codes (the packed form)
 
@@ -595,28 +628,28 @@ class _Loader:
                       rows: tuple[int, int] | None = None) -> Linear:
         """The weights ``names`` stacked by rows into a packed Linear (``kernels.matmul_packed``).
 
-        Each chunk of rows is dequantized into the reused float32 buffer,
-        rounded to int8 with a scale per ``kernels.pack_block(n_in)`` weights,
-        and its codes added into their fields of the int64 rows. The
-        activations then take the most levels the codes leave room for
-        (``kernels.x_levels``). ``rows=(lo, hi)``: only those rows of a single
+        Each chunk of rows becomes int8 codes with a scale per block
+        (``chunk_codes``: Q8_0's own, or rounded per ``kernels.pack_block(n_in)``
+        weights through the reused buffers), put into their fields of the
+        int64 rows. The activations then take the most levels the codes leave
+        room for (``kernels.x_levels``). ``rows=(lo, hi)``: only those rows of a single
         weight (not counted as a tensor read: the caller ticks).
         """
         infos = [self.gf.tensors[n] for n in names]
         lo, hi = rows or (0, None)
         n_in = infos[0].shape[0]
         n_out = hi - lo if rows else sum(i.shape[1] for i in infos)
-        block = pack_block(n_in)
+        block = packed_block([i.type.name for i in infos], n_in)
         m = -(-n_out // LANES)
-        w = np.zeros((m, n_in), np.int64)                                     # (ceil(n_out/3), n_in)
+        w = np.empty((m, n_in), np.int64)                                     # (ceil(n_out/3), n_in)
         scale = np.zeros((LANES * m, n_in // block), np.float32)              # (3 ceil(n_out/3), B)
+        self.ensure_buffers(min(n_out, max(1, LOAD_CHUNK_BYTES // (4 * n_in))) * n_in)
         r0, levels = 0, LANE_HALF
         for name, info in zip(names, infos):
-            for a, b, chunk in self.dequantized_chunks(name, lo, hi):        # chunk (b-a, n_in) float32
-                codes = self.codes[:chunk.size].reshape(chunk.shape)          # (b-a, n_in) int8
-                quantize_int8(chunk, block, out=(codes, scale[r0 + a - lo:r0 + b - lo]))
-                pack_rows(codes, w, r0 + a - lo)
-                levels = min(levels, x_levels(codes, block))
+            for a, b, raw, _ in self.raw_chunks(name, lo, hi):
+                q, scale[r0 + a - lo:r0 + b - lo], lv = chunk_codes(raw, info, b - a, block, self.buf, self.codes)
+                pack_rows(q, w, r0 + a - lo)                                  # rows in order: see pack_rows
+                levels = min(levels, lv)
             r0 += info.shape[1]
             if not rows:
                 self._tick(name)
@@ -638,14 +671,18 @@ class _Loader:
             b = min(hi, a + step)
             yield a, b, read_rows(self.gf, name, a, b), info                    # (bytes of rows a..b-1,) uint8
 
+    def ensure_buffers(self, n: int) -> None:
+        """The reused float32 rows and int8 codes of a load chunk: at least ``n`` elements each."""
+        if self.buf.size < n:
+            self.buf, self.codes = np.empty(n, np.float32), np.empty(n, np.int8)
+
     def dequantized_chunks(self, name: str, lo: int = 0, hi: int | None = None):
         """Yield ``(a, b, rows)``: rows a..b-1 of tensor ``name`` as float32 ``(b-a, n_in)`` in one reused
         buffer (valid until the next chunk)."""
         n_in = self.gf.tensors[name].shape[0]
         for a, b, raw, info in self.raw_chunks(name, lo, hi):
             n = (b - a) * n_in
-            if self.buf.size < n:
-                self.buf, self.codes = np.empty(n, np.float32), np.empty(n, np.int8)
+            self.ensure_buffers(n)
             yield a, b, quants.dequantize(raw, info.type, n, name=name, out=self.buf[:n]).reshape(b - a, n_in)
 
     def bias(self, bias_names: list[str] | None, infos: list) -> np.ndarray | None:
@@ -693,7 +730,7 @@ class _Loader:
         )
 
     def load(self) -> Model:
-        reserve_heap(form_nbytes(self.shapes, self.weights, self.packed_vocab_rows) + HEAP_HEADROOM)
+        reserve_heap(form_nbytes(self.shapes, self.weights, self.packed_vocab_rows, self.q8_0) + HEAP_HEADROOM)
         if self.progress is not None:
             self.progress(0, len(self.names), 0, self.total_bytes)
         untied = "output.weight" in self.gf.tensors

@@ -30,7 +30,7 @@ from typing import Callable
 import numpy as np
 
 from pyengine.errors import GGUFError
-from pyengine.ggml import GGMLType
+from pyengine.ggml import GGML_TYPES_BY_NAME, GGMLType
 
 CHUNK_ELEMENTS = 1 << 18  # weights dequantized per step: 1 MiB of float32 output
 
@@ -407,11 +407,36 @@ def dequantize(blocks: np.ndarray | bytes, ggml_type: GGMLType, n_elements: int,
     The math per type is ggml's ``dequantize_row_<type>``; bit-exact with
     ``gguf.quants.dequantize``.
     """
-    what = f"tensor {name!r}: " if name else ""
     fn = DEQUANTIZERS.get(ggml_type.name)
     if fn is None:
+        what = f"tensor {name!r}: " if name else ""
         raise GGUFError(f"{what}cannot dequantize ggml type {ggml_type.name} (id {ggml_type.id}); "
                         f"supported types: {', '.join(DEQUANTIZERS)}")
+    bs = ggml_type.block_size
+    src = _blocks(blocks, ggml_type, n_elements, name)                   # (n_blocks, type_size) uint8
+    n_blocks = len(src)
+    if out is None:
+        out = np.empty(n_elements, np.float32)
+    elif out.dtype != np.float32 or out.size != n_elements or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous float32 array of {n_elements} elements")
+    dst = out.reshape(n_blocks, bs)
+    step = max(1, CHUNK_ELEMENTS // bs)  # blocks per step
+    with np.errstate(all="ignore"):  # inf/NaN scales in a hostile file give inf/NaN weights, as in ggml
+        for start in range(0, n_blocks, step):
+            fn(src[start:start + step], dst[start:start + step])
+    return out.reshape(n_elements)
+
+
+def q8_0_codes(blocks: np.ndarray | bytes, n_elements: int, name: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Q8_0's stored codes and scales, not multiplied out: (q (n/32, 32) int8, a view of ``blocks``;
+    d (n/32,) float32), ``w = d * q`` (ggml ``dequantize_row_q8_0``). Raises GGUFError as ``dequantize``."""
+    d, qs = _fields(_blocks(blocks, GGML_TYPES_BY_NAME["Q8_0"], n_elements, name), 2, 32)
+    return qs.view(np.int8), _f16(d)
+
+
+def _blocks(blocks: np.ndarray | bytes, ggml_type: GGMLType, n_elements: int, name: str | None) -> np.ndarray:
+    """The raw bytes as (n_blocks, type_size) uint8, checked against ``n_elements`` of ``ggml_type``."""
+    what = f"tensor {name!r}: " if name else ""
     bs, ts = ggml_type.block_size, ggml_type.type_size
     if n_elements < 0 or n_elements % bs:
         raise GGUFError(f"{what}{n_elements} elements is not a whole number of "
@@ -423,14 +448,4 @@ def dequantize(blocks: np.ndarray | bytes, ggml_type: GGMLType, n_elements: int,
     if raw.size != n_blocks * ts:
         raise GGUFError(f"{what}{ggml_type.name} data is {raw.size} bytes, expected {n_blocks * ts} "
                         f"({n_elements} elements = {n_blocks} blocks of {ts} bytes)")
-    if out is None:
-        out = np.empty(n_elements, np.float32)
-    elif out.dtype != np.float32 or out.size != n_elements or not out.flags.c_contiguous:
-        raise ValueError(f"out must be a C-contiguous float32 array of {n_elements} elements")
-    src = raw.reshape(n_blocks, ts)
-    dst = out.reshape(n_blocks, bs)
-    step = max(1, CHUNK_ELEMENTS // bs)  # blocks per step
-    with np.errstate(all="ignore"):  # inf/NaN scales in a hostile file give inf/NaN weights, as in ggml
-        for start in range(0, n_blocks, step):
-            fn(src[start:start + step], dst[start:start + step])
-    return out.reshape(n_elements)
+    return raw.reshape(n_blocks, ts)

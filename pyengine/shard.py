@@ -76,7 +76,7 @@ import numpy as np
 from pyengine import quants
 from pyengine.errors import PyEngineError
 from pyengine.kernels import LANES, Linear, RowSplit, pack_rows, quantize_int8
-from pyengine.model import read_rows
+from pyengine.model import chunk_codes, read_rows
 
 MAX_SHARDS = 8          # helper workers a shared buffer has room for
 R_MAX = 8               # rows of x per command on the vocabulary matrix (a longer batch: several commands)
@@ -148,8 +148,8 @@ def load_rows(gguf, names: list[str], lo: int, hi: int, form: dict) -> Linear:
     col = None if col is None else np.asarray(col, np.float32)                  # (n_in,)
     w = np.empty((hi - lo, n_in), np.float32 if block is None else np.int8)    # (hi-lo, n_in)
     scale = None if block is None else np.empty((hi - lo, n_in // block), np.float32)
-    for a, rows in _stacked_rows(gguf, names, lo, hi):                          # (b-a, n_in) float32
-        b = a + len(rows)
+    for name, a, b, r0 in _stacked_ranges(gguf, names, lo, hi):
+        rows = _read_rows(gguf, name, a - r0, b - r0)                           # (b-a, n_in) float32
         if block is None:
             w[a - lo:b - lo] = rows
             continue
@@ -159,26 +159,27 @@ def load_rows(gguf, names: list[str], lo: int, hi: int, form: dict) -> Linear:
     return linear(w, scale, form["act"], col)
 
 
-def _stacked_rows(gguf, names: list[str], lo: int, hi: int):
-    """Yield ``(a, rows)``: rows ``a..a+len(rows)-1`` of the weights ``names`` stacked by rows, within
-    ``[lo, hi)``, dequantized to float32 (``LOAD_ROWS`` at a time)."""
+def _stacked_ranges(gguf, names: list[str], lo: int, hi: int):
+    """Yield ``(name, a, b, r0)``: rows ``a..b-1`` of the weights ``names`` stacked by rows, within
+    ``[lo, hi)``, ``LOAD_ROWS`` at a time; they are rows ``a-r0..b-r0-1`` of tensor ``name``."""
     r0 = 0
     for name in names:
         r1 = r0 + gguf.tensors[name].shape[1]
         for a in range(max(lo, r0), min(hi, r1), LOAD_ROWS):
-            yield a, _read_rows(gguf, name, a - r0, min(hi, r1, a + LOAD_ROWS) - r0)   # (b-a, n_in)
+            yield name, a, min(hi, r1, a + LOAD_ROWS), r0
         r0 = r1
 
 
 def _load_packed_rows(gguf, names: list[str], lo: int, hi: int, form: dict) -> Linear:
-    """Rows ``[lo, hi)`` (``lo`` a multiple of 3) in the packed form, as ``pyengine.model`` packs them:
-    int8 codes per ``form["block"]`` weights, three rows to an int64, the matrix's ``levels``."""
+    """Rows ``[lo, hi)`` (``lo`` a multiple of 3) in the packed form, as ``pyengine.model`` packs them
+    (``model.chunk_codes``: int8 codes per ``form["block"]`` weights), with the matrix's ``levels``."""
     n_in, block = gguf.tensors[names[0]].shape[0], form["block"]
     m = -(-(hi - lo) // LANES)
-    w = np.zeros((m, n_in), np.int64)                                           # (ceil((hi-lo)/3), n_in)
+    w = np.empty((m, n_in), np.int64)                                           # (ceil((hi-lo)/3), n_in)
     scale = np.zeros((LANES * m, n_in // block), np.float32)                    # (3m, B)
-    for a, rows in _stacked_rows(gguf, names, lo, hi):
-        q, scale[a - lo:a - lo + len(rows)] = quantize_int8(rows, block)
+    for name, a, b, r0 in _stacked_ranges(gguf, names, lo, hi):
+        raw = read_rows(gguf, name, a - r0, b - r0)
+        q, scale[a - lo:b - lo], _ = chunk_codes(raw, gguf.tensors[name], b - a, block)
         pack_rows(q, w, a - lo)
     return Linear(w, None, scale, n_out=hi - lo, levels=form["levels"])
 
