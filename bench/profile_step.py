@@ -42,7 +42,10 @@ def instrument(model) -> tuple[dict, dict]:
                 calls[label] += 1
         return wrapper
 
-    roles = {id(model.output): f"matmul output {model.output.shape[0]}x{model.output.shape[1]}"}
+    out = model.output
+    roles = {id(out): f"matmul output {out.shape[0]}x{out.shape[1]}"}
+    for part, a, b in zip(getattr(out, "parts", []), getattr(out, "starts", [])[:-1], getattr(out, "starts", [])[1:]):
+        roles[id(part)] = f"matmul output rows {a}-{b} ({'packed' if part.packed else 'int8'})"
     for layer in model.layers:
         for name, value in vars(layer).items():
             if isinstance(value, Linear):
