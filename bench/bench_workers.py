@@ -1,6 +1,6 @@
 """Decode and prefill speed of the browser app with 1, 2 and 4 Pyodide workers (pyengine/shard.py).
 
-    python bench/bench_workers.py [--model models/gemma-3-270m-q4_k_m.gguf] [--runs 3] [--workers 1 2 2:all 4]
+    python bench/bench_workers.py [--model models/gemma-3-270m-q4_k_m.gguf] [--runs 3] [--workers 1 2 2:all 4 2@packed]
 
 Each run is a fresh headless Chromium (Debian's /usr/bin/chromium) on the app as built in static/,
 served cross-origin isolated by build_scripts/serve.py: choose the worker count on the page, pick
@@ -11,7 +11,7 @@ disturbs them alike; medians and the spread (min-max) over the runs are printed 
 written to bench/workers.json. Requests to any host other than 127.0.0.1 are aborted.
 
 A setting ``N`` shares the vocabulary matrix over N workers, ``N:all`` every matrix (the page's
-``?split=all``). Before each round, two processes spin side by side (``cpu_parallel``: the speed-up two busy
+``?split=all``); ``@form`` loads with that Memory setting (pyengine.model.WEIGHT_FORMS) instead of "auto". Before each round, two processes spin side by side (``cpu_parallel``: the speed-up two busy
 processes get over one, 2.0 when both cores are free, 1.0 when other work holds one): workers can
 only be faster when it is near 2.
 """
@@ -59,9 +59,11 @@ def cpu_parallel() -> float:
 
 
 def one_run(pw, url: str, model: Path, setting: str) -> dict:
-    """A fresh browser: boot, choose the workers (``"N"`` or ``"N:all"``), load ``model``, one greedy
-    reply. Seconds, tok/s, bytes."""
-    workers, _, split = setting.partition(":")
+    """A fresh browser: boot, choose the workers (``"N"`` or ``"N:all"``, then ``@form`` for a Memory
+    setting other than "auto"), load ``model``, one greedy reply. Seconds, tok/s, bytes."""
+    label = setting
+    workers, _, split = setting.partition("@")[0].partition(":")
+    weights = setting.partition("@")[2]
     workers = int(workers)
     browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
     try:
@@ -74,7 +76,7 @@ def one_run(pw, url: str, model: Path, setting: str) -> dict:
         boot_s = time.monotonic() - t0
         page.get_by_test_id("workers").select_option(str(workers))
         t0 = time.monotonic()
-        pick_files(page, [model])
+        pick_files(page, [model], weights or "auto")
         wait_loaded(page)
         load_s = time.monotonic() - t0
         if page.get_by_test_id("status").text_content() != "ready":
@@ -92,7 +94,7 @@ def one_run(pw, url: str, model: Path, setting: str) -> dict:
             raise RuntimeError(f"requests left 127.0.0.1: {guard.outside}")
     finally:
         browser.close()
-    return {"setting": setting, "workers": workers, "boot_s": boot_s, "load_s": load_s, "heap_bytes": heap,
+    return {"setting": label, "workers": workers, "boot_s": boot_s, "load_s": load_s, "heap_bytes": heap,
             "sync_us": float(sync) if sync else None,
             "prompt_tokens": stats["prompt_tokens"], "prefill_tok_s": stats["prefill_tok_s"],
             "decode_tokens": stats["decode_tokens"],
