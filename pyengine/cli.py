@@ -29,7 +29,7 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     p.add_argument("--weights", choices=("auto",) + tuple(WEIGHT_FORMS), default="auto",
                    help="weight form: f32 float32, the most memory (auto's choice in CPython up to 2 GiB); "
-                        "packed int8 codes three to an int64, the fastest in the browser; mixed packed, the "
+                        "packed int8 codes three to an int64, 2/3 of f32's memory; mixed packed, the "
                         "vocabulary partly int8 (the browser's default, under 3x the file); int8 the least "
                         "memory, slower; auto picks by model size (default)")
 

@@ -28,13 +28,17 @@ a time (``LOAD_CHUNK_BYTES``), never a whole tensor at once.
 Four weight forms (``WEIGHT_FORMS``, ``Model.from_gguf(weights=...)``):
 
 - ``"f32"``: every matrix float32, 4 bytes a weight: 4-5x the file. The
-  fastest in CPython, where a prompt's matmuls go to BLAS.
+  fastest, in CPython (where a prompt's matmuls go to BLAS) and in the browser.
 - ``"packed"``: every matrix as int8 codes with a float32 scale per block of
-  64 weights of a row, three rows of codes in one int64 (``kernels.pack_rows``:
-  2.7 bytes a weight). One exact int64 einsum multiplies three rows by the
-  activations rounded to integer codes per block (``kernels.matmul_packed``),
-  as llama.cpp's own quantized matmuls round them: the fastest in Pyodide,
-  where an einsum costs the same per element whatever its dtype.
+  64 weights of a row (Q8_0 weights: their own codes and scales, blocks of
+  32), three rows of codes in one int64 (``kernels.pack_rows``: 2.7 bytes a
+  weight). One exact int64 einsum multiplies three rows by the activations
+  rounded to integer codes per block (``kernels.matmul_packed``), as
+  llama.cpp's own quantized matmuls round them. In Pyodide an einsum costs
+  the same per element whatever its dtype, so this is a third of float32's
+  elements; the blocks' bookkeeping (rounding x, unpacking the lanes, the
+  scales) takes most of that back: about float32's speed in two thirds of
+  its memory.
 - ``"mixed"``: "packed" layers; the output matrix packed for as many rows as
   keep every weight within ``MIXED_FILE_RATIO`` (2.6) times the file's tensor
   bytes, int8 with a scale per row and per column (``column_scale``) past
@@ -64,12 +68,15 @@ peak memory in MB of 10^6 bytes, the wasm heap or CPython's RSS, "x" the
 GGUF's size; bench/RESULTS.md has the browser's, wllama's and llama.cpp's)::
 
     model             runtime   weights  wts MB  load s  prefill  decode  peak MB (x file)
-    gemma-3-270m      Pyodide   f32      1072    1.9     23-25    8.1-8.8 1147 (4.5x)
-    Q4_K_M, 253 MB              packed    732    5.4     27       11.5     826 (3.26x)
-                                mixed     641    3.3     28        8.6     735 (2.90x)
+    gemma-3-270m      Pyodide   f32      1072    1.7     25.6      9.2    1166 (4.6x)
+    Q4_K_M, 253 MB              packed    743    2.2     28.5      9.2     837 (3.3x)
+                                mixed     641    2.4     28.2      7.7     735 (2.90x)
                                 int8      276    3.4      8.7      3.8     370 (1.46x)
                       CPython   f32      1072    0.6-1.8 256-262  18-19   1165 (4.6x)
                                 packed    732    1.8     39       17.3     900
+
+In Chromium (``bench/bench_workers.py``, a 119-token chat prompt) one worker
+decodes at 11.2 tok/s with "f32", 9.6 with "packed", 8.1 with "mixed".
 
 In Pyodide the vocabulary matrix dominates a decode step (gemma3, "mixed",
 ``bench/profile_step.py``): its packed rows cost ~0.17 ns a weight, its int8

@@ -452,8 +452,8 @@ function row(cells, tag = "td") {
 
 // How the model holds its weights (model card), by pyengine.model.WEIGHT_FORMS key.
 const WEIGHT_FORMS = {
-  f32: "f32: float32, the most memory",
-  packed: "packed: int8 codes three to an int64, the fastest",
+  f32: "f32: float32, the fastest, the most memory",
+  packed: "packed: int8 codes three to an int64, two thirds of f32's memory",
   mixed: "mixed: packed, the vocabulary partly int8 (under 3x the file)",
   int8: "int8: low memory, slower",
 };

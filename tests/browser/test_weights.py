@@ -23,7 +23,7 @@ from pyengine.model import WEIGHT_FORMS, is_vocab
 from pyengine.source import FileSource
 from test_shard import FakePool, run, worker_reply
 
-FORMS = {"auto": "balanced (default)", "packed": "fastest, more memory", "f32": "float32, most memory",
+FORMS = {"auto": "balanced (default)", "f32": "fastest, most memory", "packed": "fast, two thirds of that",
          "int8": "low memory, slower"}
 
 
