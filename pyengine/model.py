@@ -226,7 +226,9 @@ class Model:
         llama.cpp's to float rounding on small models, at a few percent of
         speed. Deep quantized models turn any rounding difference into about
         0.5 logit (a float64 matmul moves gemma-3-270m's logits by 1.0 with
-        that rounding, by 0.007 without), so it is off by default.
+        that rounding, by 0.007 without), so it is off by default. The packed
+        forms round activations their own way (``kernels.matmul_packed``) and
+        ignore it.
         Raises ModelError for an unsupported architecture, a missing key or
         tensor, or a tensor of the wrong shape.
         """
@@ -532,6 +534,8 @@ def column_scale(gguf_file, names: list[str]) -> np.ndarray:
     moves the logits 2.3x less than a row scale alone (RMS 0.037 against 0.086
     from float32; max 0.22 against 0.84), as close as blocks of 128, at the
     speed of one scale per row. Any reader of the file (a shard) gets the same.
+    A sampled row far larger than the rest (a hostile or broken file) shrinks
+    its columns in every other row: the "packed" form has no column scales.
     """
     n_chunks, rows = COL_SAMPLE
     amax = np.zeros(gguf_file.tensors[names[0]].shape[0], np.float32)    # (n_in,)
@@ -558,7 +562,7 @@ class _Loader:
             info = gguf_file.tensors.get(name)
             if info is None and required:
                 raise ModelError(f"missing tensor {name!r} (the {config.arch} architecture needs it)")
-            if info is not None and _squeeze(info.shape) != ne:
+            if info is not None and _squeeze(info.shape) != _squeeze(ne):
                 raise ModelError(f"tensor {name!r} has shape {tuple(info.shape)}, expected {ne} "
                                  f"from the metadata")
         self.names = [n for n, _, _ in wanted if n in gguf_file.tensors]

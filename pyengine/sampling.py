@@ -171,11 +171,16 @@ class Sampler:
 
     def sample(self, logits: np.ndarray, history: Sequence[int] = ()) -> int:
         """The next token id for ``logits`` ((n_vocab,) float32) after the tokens ``history``
-        (the prompt and everything generated so far: the penalties' window)."""
+        (the prompt and everything generated so far: the penalties' window). Raises PyEngineError
+        when the logits hold a NaN or +inf (a file whose weights are not finite)."""
         sp = self.params
         logits = apply_penalties(logits, history, sp.repeat_penalty, sp.repeat_last_n)
+        best = int(np.argmax(logits))                                # a NaN, if there is one
+        if not np.isfinite(logits[best]):
+            raise PyEngineError(f"the model's logits hold {logits[best]} (token {best}): its weights are not "
+                                f"all finite numbers")
         if sp.temperature <= 0.0:
-            return int(np.argmax(logits))                            # greedy
+            return best                                              # greedy
         ids, vals, is_sorted = top_k(logits, sp.top_k)
         ids, vals, is_sorted = top_p(ids, vals, is_sorted, sp.top_p)
         ids, vals, is_sorted = min_p(ids, vals, is_sorted, sp.min_p)

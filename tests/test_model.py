@@ -403,3 +403,4 @@ def test_einsum_path_gives_the_fixture_logits(files, fixtures_reference, monkeyp
     r = ref(fixtures_reference, "gemma3")
     m = Model.from_gguf(files["gemma3"])
     np.testing.assert_allclose(m.forward(r["prompt_ids"], m.new_cache(8)), r["last_pos_logits"], atol=1e-4)
+

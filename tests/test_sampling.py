@@ -172,3 +172,12 @@ def test_chain_survivors_equal_llama_cpp(n, top_k_, top_p_, min_p_, penalty):
 def test_bad_settings_are_named(field, value):
     with pytest.raises(PyEngineError, match=field):
         SamplerParams(**{field: value}).check()
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_logits_that_are_not_finite_are_an_error_not_a_token(bad, temperature):
+    logits = np.array([1.0, bad, 3.0, -np.inf], np.float32)
+    with pytest.raises(PyEngineError, match="not all finite"):
+        Sampler(SamplerParams(temperature=temperature, seed=1)).sample(logits)
+    assert Sampler(SamplerParams(temperature=0.0)).sample(np.array([1.0, 3.0, -np.inf], np.float32)) == 1
