@@ -38,8 +38,8 @@ import os
 import platform
 import statistics
 import subprocess
-import tempfile
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path

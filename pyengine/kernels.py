@@ -142,11 +142,8 @@ class Linear:
         """Rows ``ids`` of W as float32 (the embedding lookup, ggml ``get_rows``): (len(ids), n_in)."""
         if self.packed:
             ids = np.asarray(ids)
-            fields = self.w[ids // LANES] + LANE_BIAS                     # (R, n_in) int64
-            fields >>= (LANE_BITS * (ids % LANES))[:, None]
-            fields &= LANE_MASK
-            fields -= LANE_HALF
-            r = fields.astype(np.float32)                                 # (R, n_in) codes
+            lanes = unpack_lanes(self.w[ids // LANES][:, None, :])        # (R, 3, n_in): the three rows of each
+            r = lanes[np.arange(len(ids)), ids % LANES]                   # (R, n_in) codes
         else:
             r = self.w[ids].astype(np.float32)                            # (R, n_in)
         if self.scale is not None:
@@ -188,6 +185,11 @@ class RowSplit:
             if mine.any():
                 out[mine] = part.rows(ids[mine] - a)
         return out
+
+
+def row_split(parts: list[Linear]) -> Linear | RowSplit:
+    """``parts`` (consecutive rows of one matrix) as one: the Linear itself when there is one."""
+    return parts[0] if len(parts) == 1 else RowSplit(parts)
 
 
 def matmul(w: np.ndarray, x: np.ndarray) -> np.ndarray:

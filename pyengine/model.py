@@ -105,7 +105,7 @@ import numpy as np
 from pyengine import quants
 from pyengine.config import ModelConfig
 from pyengine.errors import GGUFError, ModelError, PyEngineError
-from pyengine.kernels import (LANE_HALF, LANES, USE_BLAS, VEC_DOT_TYPE, Linear, RowSplit, Rope, attention, geglu, pack_block, pack_rows,
+from pyengine.kernels import (LANE_HALF, LANES, USE_BLAS, VEC_DOT_TYPE, Linear, RowSplit, row_split, Rope, attention, geglu, pack_block, pack_rows,
                               quantize_int8, x_levels, rmsnorm, softcap, swiglu)
 
 F32_BUDGET_PYODIDE = 256 * 2**20    # float32 weights up to which "auto" keeps float32 in Pyodide: tiny models
@@ -429,8 +429,7 @@ def form_nbytes(tensors: list[tuple[str, tuple]], form: str, vocab_rows: int = 0
     """Bytes of the weights ``(name, GGUF shape)`` held in weight ``form`` (a key of ``WEIGHT_FORMS``),
     with ``vocab_rows`` rows of the output matrix packed in "mixed"; ``q8_0``: the names stored as Q8_0."""
     layer_block, vocab_block = WEIGHT_FORMS[form]
-    names = dict(tensors)
-    out = "output.weight" if "output.weight" in names else "token_embd.weight"
+    out = vocab_tensor(dict(tensors))
     total = 0
     for name, shape in tensors:
         if len(shape) == 1 or min(shape) == 1:
@@ -445,13 +444,18 @@ def form_nbytes(tensors: list[tuple[str, tuple]], form: str, vocab_rows: int = 0
     return total
 
 
+def vocab_tensor(tensor_names) -> str:
+    """The GGUF tensor behind ``model.output``: ``output.weight``, or ``token_embd.weight`` when tied."""
+    return "output.weight" if "output.weight" in tensor_names else "token_embd.weight"
+
+
 def mixed_vocab_rows(tensors: list[tuple[str, tuple]], budget: int, q8_0=()) -> int:
     """The rows of the output matrix the "mixed" form packs: as many as keep ``form_nbytes`` within
     ``budget`` bytes, a multiple of 3 (0 when the rest alone passes it)."""
-    names = dict(tensors)
-    out = "output.weight" if "output.weight" in names else "token_embd.weight"
-    n_in, n_vocab = names[out]
-    per_row = (matrix_nbytes(PACKED, (n_in, 3), out in q8_0) - 3 * matrix_nbytes(ROW, (n_in, 1)) + 12 * n_in) / 3
+    shapes = dict(tensors)
+    out = vocab_tensor(shapes)
+    n_in, n_vocab = shapes[out]
+    per_row = matrix_nbytes(PACKED, (n_in, 3), out in q8_0) / 3 - (n_in + 4)   # a packed row, less an int8 one
     r = int((budget - form_nbytes(tensors, "mixed", 0, q8_0)) // per_row) // LANES * LANES
     return max(0, min(n_vocab, r))
 
@@ -484,6 +488,23 @@ def chunk_codes(raw: np.ndarray, info, n_rows: int, block: int, buf: np.ndarray 
     scale = np.empty((n_rows, n_in // block), np.float32)
     quantize_int8(rows, block, out=(q, scale))
     return q, scale, x_levels(q, block)
+
+
+def pack_chunks(chunks, n_out: int, n_in: int, block: int, buf: np.ndarray | None = None,
+                codes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+    """A packed matrix of ``n_out`` rows from their stored bytes: ``chunks`` yields ``(r, raw, info,
+    n)``, rows r..r+n-1 (in order) of the tensor ``info`` (``chunk_codes``, with its buffers).
+    Returns (w (ceil(n_out/3), n_in) int64, scale (3 ceil(n_out/3), n_in/block) float32, 0 past the
+    rows, the activation levels the codes leave room for)."""
+    m = -(-n_out // LANES)
+    w = np.empty((m, n_in), np.int64)                                     # (ceil(n_out/3), n_in)
+    scale = np.zeros((LANES * m, n_in // block), np.float32)              # (3 ceil(n_out/3), B)
+    levels = LANE_HALF
+    for r, raw, info, n in chunks:
+        q, scale[r:r + n], lv = chunk_codes(raw, info, n, block, buf, codes)
+        pack_rows(q, w, r)                                                # rows in order: see pack_rows
+        levels = min(levels, lv)
+    return w, scale, levels
 
 
 def reserve_heap(nbytes: int) -> None:
@@ -633,7 +654,7 @@ class _Loader:
         parts = ([self.packed_matrix([name], rows=(0, r))] if r else []) + \
             ([self.matrix([name], block=ROW, rows=(r, n_out))] if r < n_out else [])
         self._tick(name)
-        return parts[0] if len(parts) == 1 else RowSplit(parts)
+        return row_split(parts)
 
     def packed_matrix(self, names: list[str], bias_names: list[str] | None = None,
                       rows: tuple[int, int] | None = None) -> Linear:
@@ -651,19 +672,18 @@ class _Loader:
         n_in = infos[0].shape[0]
         n_out = hi - lo if rows else sum(i.shape[1] for i in infos)
         block = packed_block([i.type.name for i in infos], n_in)
-        m = -(-n_out // LANES)
-        w = np.empty((m, n_in), np.int64)                                     # (ceil(n_out/3), n_in)
-        scale = np.zeros((LANES * m, n_in // block), np.float32)              # (3 ceil(n_out/3), B)
         self.ensure_buffers(min(n_out, max(1, LOAD_CHUNK_BYTES // (4 * n_in))) * n_in)
-        r0, levels = 0, LANE_HALF
-        for name, info in zip(names, infos):
-            for a, b, raw, _ in self.raw_chunks(name, lo, hi):
-                q, scale[r0 + a - lo:r0 + b - lo], lv = chunk_codes(raw, info, b - a, block, self.buf, self.codes)
-                pack_rows(q, w, r0 + a - lo)                                  # rows in order: see pack_rows
-                levels = min(levels, lv)
-            r0 += info.shape[1]
-            if not rows:
-                self._tick(name)
+
+        def chunks():
+            r0 = 0
+            for name, info in zip(names, infos):
+                for a, b, raw, _ in self.raw_chunks(name, lo, hi):
+                    yield r0 + a - lo, raw, info, b - a
+                r0 += info.shape[1]
+                if not rows:
+                    self._tick(name)
+
+        w, scale, levels = pack_chunks(chunks(), n_out, n_in, block, self.buf, self.codes)
         return Linear(w, self.bias(bias_names, infos), scale, n_out=n_out, levels=levels)
 
     def raw_chunks(self, name: str, lo: int = 0, hi: int | None = None):

@@ -75,8 +75,8 @@ import numpy as np
 
 from pyengine import quants
 from pyengine.errors import PyEngineError
-from pyengine.kernels import LANES, Linear, RowSplit, pack_rows, quantize_int8
-from pyengine.model import chunk_codes, read_rows
+from pyengine.kernels import LANES, Linear, RowSplit, quantize_int8, row_split
+from pyengine.model import pack_chunks, read_rows, vocab_tensor
 
 MAX_SHARDS = 8          # helper workers a shared buffer has room for
 R_MAX = 8               # rows of x per command on the vocabulary matrix (a longer batch: several commands)
@@ -121,11 +121,6 @@ def row_ranges(n_rows: int, n_workers: int, align: int = 1) -> list[tuple[int, i
     return list(zip(bounds[:-1], bounds[1:]))
 
 
-def vocab_tensor(tensor_names) -> str:
-    """The GGUF tensor behind ``model.output``: ``output.weight``, or ``token_embd.weight`` when tied."""
-    return "output.weight" if "output.weight" in tensor_names else "token_embd.weight"
-
-
 def load_rows(gguf, names: list[str], lo: int, hi: int, form: dict) -> Linear:
     """Rows ``[lo, hi)`` of the weights ``names`` stacked by rows, as a :class:`Linear` in weight ``form``
     (see :func:`weight_form`).
@@ -140,8 +135,8 @@ def load_rows(gguf, names: list[str], lo: int, hi: int, form: dict) -> Linear:
     infos = [gguf.tensors[n] for n in names]
     n_in = infos[0].shape[0]
     if "parts" in form:                                        # a RowSplit: each part's rows in its form
-        return joined([load_rows(gguf, names, max(lo, a), min(hi, b), f) for a, b, f in form["parts"]
-                       if max(lo, a) < min(hi, b)])
+        return row_split([load_rows(gguf, names, max(lo, a), min(hi, b), f) for a, b, f in form["parts"]
+                          if max(lo, a) < min(hi, b)])
     if form.get("packed"):
         return _load_packed_rows(gguf, names, lo, hi, form)
     block, col = form["block"], form["col"]
@@ -172,15 +167,10 @@ def _stacked_ranges(gguf, names: list[str], lo: int, hi: int):
 
 def _load_packed_rows(gguf, names: list[str], lo: int, hi: int, form: dict) -> Linear:
     """Rows ``[lo, hi)`` (``lo`` a multiple of 3) in the packed form, as ``pyengine.model`` packs them
-    (``model.chunk_codes``: int8 codes per ``form["block"]`` weights), with the matrix's ``levels``."""
-    n_in, block = gguf.tensors[names[0]].shape[0], form["block"]
-    m = -(-(hi - lo) // LANES)
-    w = np.empty((m, n_in), np.int64)                                           # (ceil((hi-lo)/3), n_in)
-    scale = np.zeros((LANES * m, n_in // block), np.float32)                    # (3m, B)
-    for name, a, b, r0 in _stacked_ranges(gguf, names, lo, hi):
-        raw = read_rows(gguf, name, a - r0, b - r0)
-        q, scale[a - lo:b - lo], _ = chunk_codes(raw, gguf.tensors[name], b - a, block)
-        pack_rows(q, w, a - lo)
+    (``model.pack_chunks``: int8 codes per ``form["block"]`` weights), with the matrix's ``levels``."""
+    chunks = ((a - lo, read_rows(gguf, name, a - r0, b - r0), gguf.tensors[name], b - a)
+              for name, a, b, r0 in _stacked_ranges(gguf, names, lo, hi))
+    w, scale, _ = pack_chunks(chunks, hi - lo, gguf.tensors[names[0]].shape[0], form["block"])
     return Linear(w, None, scale, n_out=hi - lo, levels=form["levels"])
 
 
@@ -209,7 +199,7 @@ def weight_form(lin: Any) -> dict | None:
         return None if None in forms else {"parts": [(a, b, f) for a, b, f in zip(bounds, bounds[1:], forms)]}
     if not isinstance(lin, Linear) or lin.b is not None or lin.groups is not None:
         return None
-    if getattr(lin, "packed", False):
+    if lin.packed:
         return {"packed": True, "block": lin.w.shape[1] // lin.scale.shape[1], "levels": lin.levels,
                 "col": None, "act": None}
     col = getattr(lin, "col", None)
@@ -220,7 +210,7 @@ def weight_form(lin: Any) -> dict | None:
 def row_slice(lin: Linear, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray | None]:
     """Views of the arrays holding rows ``[lo, hi)`` of ``lin``: (weights, scales or None). Packed rows
     (``lo`` a multiple of 3) are the int64 rows ``lo/3 .. ceil(hi/3)`` and their scales."""
-    if getattr(lin, "packed", False):
+    if lin.packed:
         a, b = lo // LANES, -(-hi // LANES)
         return lin.w[a:b], lin.scale[LANES * a:LANES * b]
     return lin.w[lo:hi], None if lin.scale is None else lin.scale[lo:hi]
@@ -228,7 +218,7 @@ def row_slice(lin: Linear, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray | N
 
 def like(lin: Linear, w: np.ndarray, scale: np.ndarray | None, n_out: int) -> Linear:
     """A bias-free Linear holding ``n_out`` rows in ``lin``'s form."""
-    if getattr(lin, "packed", False):
+    if lin.packed:
         return Linear(w, None, scale, n_out=n_out, levels=lin.levels)
     return linear(w, scale, lin.act, getattr(lin, "col", None))
 
@@ -241,17 +231,13 @@ def pieces(lin: Linear | RowSplit, lo: int, hi: int) -> list[tuple[Linear, int, 
             for part, a, b in zip(lin.parts, lin.starts.tolist(), lin.starts[1:].tolist()) if max(lo, a) < min(hi, b)]
 
 
-def joined(parts: list[Linear]) -> Linear | RowSplit:
-    return parts[0] if len(parts) == 1 else RowSplit(parts)
-
-
 def keep_rows(lin: Linear | RowSplit, lo: int, hi: int) -> Linear | RowSplit:
     """A new Linear (RowSplit) with copies of rows ``[lo, hi)`` of ``lin`` (so the rest can be freed)."""
     kept = []
     for part, a, b in pieces(lin, lo, hi):
         w, scale = row_slice(part, a, b)
         kept.append(like(part, w.copy(), None if scale is None else scale.copy(), b - a))
-    return joined(kept)
+    return row_split(kept)
 
 
 def keep_vocab_rows(model, lo: int, hi: int) -> Linear:
@@ -286,7 +272,7 @@ def keep_vocab_rows(model, lo: int, hi: int) -> Linear:
         w = np.empty(shape, dtype)                                    # the kept rows, where the matrix was
         stash.assign_to(w.reshape(-1).view(np.uint8))
         kept.append(like(empty, w, scale, n))
-    return joined(kept)
+    return row_split(kept)
 
 
 # ---------------------------------------------------------------------------
