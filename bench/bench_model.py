@@ -29,7 +29,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from pyengine.gguf import open_gguf  # noqa: E402
-from pyengine.model import WEIGHT_FORMS, Model  # noqa: E402
+from pyengine.model import load_model
+from pyengine.weights.budget import WEIGHT_FORMS  # noqa: E402
 
 DEFAULT_MODELS = ["models/gemma-3-270m-q4_k_m.gguf", "models/SmolLM2-135M-Instruct.Q4_1.gguf"]
 
@@ -48,7 +49,7 @@ def run_one(path: str, n_prompt: int, n_gen: int, weights: str) -> dict:
     """Measure one model in this process; returns a dict of numbers."""
     t0 = time.perf_counter()
     with open_gguf(path) as g:
-        model = Model.from_gguf(g, weights=weights)
+        model = load_model(g, weights=weights)
     load_s = time.perf_counter() - t0
     prompt = [int(t) for t in np.random.default_rng(0).integers(100, 10000, n_prompt)]   # fixed ids
     cache = model.new_cache(n_prompt + n_gen)

@@ -11,7 +11,7 @@ disturbs them alike; medians and the spread (min-max) over the runs are printed 
 written to bench/workers.json. Requests to any host other than 127.0.0.1 are aborted.
 
 A setting ``N`` shares the vocabulary matrix over N workers, ``N:all`` every matrix (the page's
-``?split=all``); ``@form`` loads with that Memory setting (pyengine.model.WEIGHT_FORMS) instead of "auto". Before each round, two processes spin side by side (``cpu_parallel``: the speed-up two busy
+``?split=all``); ``@form`` loads with that Memory setting (pyengine.weights.budget.WEIGHT_FORMS) instead of "auto". Before each round, two processes spin side by side (``cpu_parallel``: the speed-up two busy
 processes get over one, 2.0 when both cores are free, 1.0 when other work holds one): workers can
 only be faster when it is near 2.
 """

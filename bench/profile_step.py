@@ -62,9 +62,9 @@ def profile(path: str, prompt_ids: list[int], n_decode: int, cprofile: bool = Fa
     """{"prefill": {label: ms per token}, "decode": {label: ms per token}, ...} for one model file."""
     import numpy as np
     from pyengine.gguf import open_gguf
-    from pyengine.model import Model
-    from pyengine.sampling import Sampler, SamplerParams
-    model = Model.from_gguf(open_gguf(path), weights=weights)
+    from pyengine.model import load_model
+    from pyengine.generation.sampling import Sampler, SamplerParams
+    model = load_model(open_gguf(path), weights=weights)
     seconds, calls = instrument(model)
     sampler = Sampler(SamplerParams(temperature=0.0))
     cache = model.new_cache(len(prompt_ids) + n_decode + 1)
@@ -130,7 +130,7 @@ def main() -> None:
     ap.add_argument("--decode", type=int, default=16, help="decode steps (default 16)")
     ap.add_argument("--node", action="store_true", help="in Pyodide under Node")
     ap.add_argument("--cprofile", action="store_true", help="cProfile's top functions of the decode steps")
-    ap.add_argument("--weights", default="auto", help="weight form (pyengine.model.WEIGHT_FORMS, or auto)")
+    ap.add_argument("--weights", default="auto", help="weight form (pyengine.weights.budget.WEIGHT_FORMS, or auto)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     path = run.MODELS.get(args.model) or Path(args.model).resolve()

@@ -3,11 +3,11 @@ under Node and in the Chromium worker (bench/run.py drives all three).
 
     python bench/pyengine_bench.py MODEL.gguf --ids '[2, 818, ...]' [--gen 65]    (prints one JSON line)
 
-* :func:`load` is the app's load, file chosen -> ready: ``pyengine.worker.WorkerSession.load`` on byte
+* :func:`load` is the app's load, file chosen -> ready: ``pyengine.browser.worker.WorkerSession.load`` on byte
   sources (``FileSource`` here and under Node, the worker's ``BrowserFileSource`` on the dropped ``File``
   in Chromium): header, tokenizer, template, every tensor dequantized, the model card and inspector.
 * :func:`run_greedy` prefills the fixed prompt ids and decodes greedily through
-  ``pyengine.generate.generate`` (temperature 0): the first step is the prefill plus the first token,
+  ``pyengine.generation.generate`` (temperature 0): the first step is the prefill plus the first token,
   then one forward pass per token. Its numbers are ``TurnStats``': wall time inside the steps.
 * :func:`peak_memory_bytes`: the wasm heap (``HEAP8.length``: wasm memory only grows, so its length
   now is its peak) under Pyodide, the process's peak RSS (``ru_maxrss``) in CPython.
@@ -24,9 +24,9 @@ from typing import Any, Callable
 
 
 async def load(sources: list) -> tuple[Any, float]:
-    """Load a model as the page does, in one worker; returns (the pyengine.generate.Engine, seconds).
+    """Load a model as the page does, in one worker; returns (the pyengine.generation.Engine, seconds).
     (``WorkerSession.load`` is a coroutine: it may wait for helper workers; here there are none.)"""
-    from pyengine.worker import WorkerSession
+    from pyengine.browser.worker import WorkerSession
     session = WorkerSession(post=lambda msg: None)
     t0 = time.perf_counter()
     done = session.load(sources)
@@ -40,8 +40,8 @@ def run_greedy(engine: Any, prompt_ids: list[int], n_gen: int,
     """Greedy generation of up to ``n_gen`` tokens after ``prompt_ids`` (the first token comes from the
     prefill, the other n_gen - 1 from one decode step each); ``on_token(i)`` after each token.
     Returns TurnStats as a dict plus ``ids`` (the generated ids)."""
-    from pyengine.generate import generate
-    from pyengine.sampling import SamplerParams
+    from pyengine.generation import generate
+    from pyengine.generation.sampling import SamplerParams
     gen = generate(engine.model, engine.tokenizer, prompt_ids, SamplerParams(temperature=0.0), max_tokens=n_gen)
     while gen.step() is not None:
         if on_token is not None:
@@ -71,7 +71,7 @@ def main() -> None:
     import argparse
     import os
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    from pyengine.source import FileSource
+    from pyengine.gguf.source import FileSource
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model")
     ap.add_argument("--ids", required=True, help="the prompt ids, a JSON list")

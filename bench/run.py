@@ -10,7 +10,7 @@ llama-cpp-python with 1 and 2 threads (skipped with a note when it is not instal
 What one run of one engine on one model measures (the same steps everywhere):
 1. load: file chosen -> ready, in seconds. In the browser the runtime (Pyodide, numpy, the wheels) is
    started before the file is chosen; wllama has nothing to start before it has a model, so its load
-   includes compiling its wasm. pyengine's load is the page's (``pyengine.worker.WorkerSession.load``).
+   includes compiling its wasm. pyengine's load is the page's (``pyengine.browser.worker.WorkerSession.load``).
 2. the fixed prompt, right after the load, to --gen greedy tokens (temperature 0; end of generation
    ignored): time to first token (TTFT; in the browser as the page sees the first token arrive), prefill
    tok/s = prompt tokens / prefill seconds, decode tok/s = (gen - 1) one-token passes / their seconds,
@@ -85,7 +85,7 @@ class Prompt:
 def make_prompt(model: Path) -> Prompt:
     """PROMPT_TEXT's first N_PROMPT tokens and their text; raises SystemExit if the text does not
     tokenize back to the same ids (then wllama would not see the same prompt)."""
-    from pyengine.generate import load_tokenizer
+    from pyengine.generation import load_tokenizer
     tok = load_tokenizer(str(model))
     ids = tok.encode(PROMPT_TEXT, add_special=True)[:N_PROMPT]
     if len(ids) < N_PROMPT:
@@ -119,7 +119,7 @@ def run_cpython(bench: "Bench", model: Path, prompt: Prompt, n_gen: int, threads
 def run_node(bench: "Bench", model: Path, prompt: Prompt, n_gen: int, threads: int) -> dict:
     bench.ensure_static()
     code = (f"import sys; sys.path.insert(0, '/bench')\nimport pyengine_bench\n"
-            f"from pyengine.source import FileSource\n"
+            f"from pyengine.gguf.source import FileSource\n"
             f"await pyengine_bench.bench([FileSource('/models/{model.name}')], {prompt.ids!r}, {n_gen})\n")
     return run_process(["node", str(ROOT / "tests" / "node" / "run_pyodide.mjs"), "--static", str(STATIC),
                         "--mount", f"{BENCH}:/bench", "--mount", f"{model.parent}:/models", "--code", code])
@@ -290,7 +290,7 @@ def spread(values: list[float]) -> dict:
 def summarize(rows: list[dict], engines: list[str], models: dict[str, Path], prompts: dict,
               n_gen: int) -> dict:
     """{model: {engine: {metric: spread, "same_tokens": ..., "errors": [...]}}}."""
-    from pyengine.generate import load_tokenizer
+    from pyengine.generation import load_tokenizer
     out = {}
     for mname, mpath in models.items():
         tok = load_tokenizer(str(mpath))

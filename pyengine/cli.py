@@ -13,7 +13,7 @@ import sys
 import time
 
 from pyengine.errors import PyEngineError
-from pyengine.model import WEIGHT_FORMS
+from pyengine.weights.budget import WEIGHT_FORMS
 
 
 def _add_sampling(p: argparse.ArgumentParser) -> None:
@@ -71,7 +71,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_generate(args: argparse.Namespace) -> int:
     """Raw completion of ``-p``: the prompt is tokenized as llama-cli does (BOS if the vocab's
     ``add_bos_token`` says so, special-token text parsed), the reply streamed to stdout."""
-    from pyengine.generate import generate
+    from pyengine.generation import generate
     params, n_ctx = _sampler_params(args), _n_ctx(args)      # bad options fail before the slow load
     engine = _load(args.model, args.weights)
     prompt_ids = engine.tokenizer.encode(args.prompt, add_special=True, parse_special=True)
@@ -84,7 +84,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     """A chat through the model's template: ``--messages FILE`` answers that conversation once;
     otherwise each line of stdin is a user message and each reply streams to stdout (with
     ``--json``, one JSON object per reply). Ctrl-C stops a reply; the chat goes on."""
-    from pyengine.generate import ChatSession
+    from pyengine.generation import ChatSession
     params, n_ctx = _sampler_params(args), _n_ctx(args)      # bad options fail before the slow load
     messages = _read_messages(args.messages) if args.messages is not None else None
     engine = _load(args.model, args.weights)
@@ -113,7 +113,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def cmd_tokenize(args: argparse.Namespace) -> int:
     """One JSON string per stdin line -> one JSON list of ids per stdout line, like llama-tokenize
     (BOS/EOS as for a raw prompt; special-token text parsed only with ``--parse-special``)."""
-    from pyengine.generate import load_tokenizer
+    from pyengine.generation import load_tokenizer
     tokenizer = load_tokenizer(args.model)
     for n, line in enumerate(sys.stdin, 1):
         if not line.strip():
@@ -132,9 +132,9 @@ def cmd_tokenize(args: argparse.Namespace) -> int:
 # --- what generate and chat share
 
 def _load(paths: list[str], weights: str = "auto"):
-    """Load the model in weight form ``weights`` (see :data:`pyengine.model.WEIGHT_FORMS`), telling
+    """Load the model in weight form ``weights`` (see :data:`pyengine.weights.budget.WEIGHT_FORMS`), telling
     stderr how it goes."""
-    from pyengine.generate import load
+    from pyengine.generation import load
     name = os.path.basename(paths[0])
     tty = sys.stderr.isatty()
     t0 = time.perf_counter()
@@ -152,7 +152,7 @@ def _load(paths: list[str], weights: str = "auto"):
 
 
 def _sampler_params(args: argparse.Namespace):
-    from pyengine.sampling import SamplerParams
+    from pyengine.generation.sampling import SamplerParams
     return SamplerParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                          repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
                          seed=args.seed).check()
@@ -179,7 +179,7 @@ def _fit_ctx(n_ctx: int | None, engine) -> int | None:
 
 
 def _read_messages(path: str) -> list[dict]:
-    from pyengine.chat_template import check_messages
+    from pyengine.text.chat_template import check_messages
     with open(path, encoding="utf-8") as f:
         try:
             messages = check_messages(json.load(f))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 
-from pyengine.gguf import VALUE_TYPE_IDS, VALUE_TYPES
+from pyengine.gguf.header import VALUE_TYPE_IDS, VALUE_TYPES
 
 # Test-only: the writer needs the struct format of each scalar type by name.
 _FMT = {name: fmt for name, fmt, _ in VALUE_TYPES.values() if fmt}

@@ -8,8 +8,9 @@ import re
 import pytest
 
 from conftest import GOLDEN
-from pyengine.chat_template import (BUILTIN_BY_NAME, BUILTIN_TEMPLATES, ChatTemplate, check_messages,
-                                    detect_builtin, render_jinja)
+from pyengine.text.builtin_templates import BUILTIN_BY_NAME, BUILTIN_TEMPLATES, detect_builtin
+from pyengine.text.chat_template import ChatTemplate, check_messages
+from pyengine.text.jinja_sandbox import render_jinja
 from pyengine.errors import TemplateError
 
 CHAT = [

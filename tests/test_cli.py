@@ -11,8 +11,8 @@ import pytest
 
 from conftest import GOLDEN, ROOT, TINY
 from pyengine.cli import main
-from pyengine.generate import ChatSession, generate, load
-from pyengine.sampling import SamplerParams
+from pyengine.generation import ChatSession, generate, load
+from pyengine.generation.sampling import SamplerParams
 
 LLAMA, QWEN2 = str(TINY["llama"]), str(TINY["qwen2"])
 

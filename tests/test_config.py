@@ -12,7 +12,7 @@ import math
 import pytest
 
 from conftest import TINY
-from pyengine.config import ARCHITECTURES, ModelConfig
+from pyengine.model.config import ARCHITECTURES, ModelConfig
 from pyengine.errors import ModelError
 from pyengine.gguf import open_gguf
 

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 from conftest import GOLDEN, TINY
-from pyengine.chat_template import ChatTemplate
+from pyengine.text.chat_template import ChatTemplate
 from pyengine.errors import PyEngineError, TemplateError
-from pyengine.generate import (ChatSession, Engine, Generation, StopStrings, chat_prompt, common_prefix,
-                               generate, load)
-from pyengine.sampling import Sampler, SamplerParams
+from pyengine.generation import ChatSession, Engine, Generation, chat_prompt, generate, load
+from pyengine.generation.chat import common_prefix
+from pyengine.generation.loop import StopStrings
+from pyengine.generation.sampling import Sampler, SamplerParams
 
 GREEDY = SamplerParams(temperature=0.0)
 

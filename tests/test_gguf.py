@@ -10,9 +10,10 @@ import pytest
 
 from gguf_write import gguf_bytes, kv, u32
 from pyengine.errors import GGUFError
-from pyengine.ggml import GGML_TYPES_BY_NAME
-from pyengine.gguf import FIRST_CHUNK, open_gguf
-from pyengine.source import BytesSource, FileSource
+from pyengine.gguf.ggml_types import GGML_TYPES_BY_NAME
+from pyengine.gguf import open_gguf
+from pyengine.gguf.cursor import FIRST_CHUNK
+from pyengine.gguf.source import BytesSource, FileSource
 
 F32, F16 = GGML_TYPES_BY_NAME["F32"].id, GGML_TYPES_BY_NAME["F16"].id
 

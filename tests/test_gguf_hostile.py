@@ -11,7 +11,7 @@ from gguf_corpus import BROKEN, nested, assemble, small_file
 from gguf_write import kv, tensor_info
 from pyengine.errors import GGUFError
 from pyengine.gguf import open_gguf
-from pyengine.source import BytesSource
+from pyengine.gguf.source import BytesSource
 
 
 def _error(data: bytes, name: str = "bad.gguf") -> str:

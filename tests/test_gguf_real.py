@@ -8,7 +8,7 @@ import pytest
 
 from gguf_oracle import fields, reader, value_type
 from pyengine.gguf import open_gguf
-from pyengine.source import FileSource
+from pyengine.gguf.source import FileSource
 
 pytestmark = pytest.mark.real_model
 

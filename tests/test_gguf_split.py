@@ -16,7 +16,7 @@ from gguf_split import split_gguf
 from gguf_write import gguf_bytes
 from pyengine.errors import GGUFError
 from pyengine.gguf import open_gguf
-from pyengine.source import BytesSource, FileSource
+from pyengine.gguf.source import BytesSource, FileSource
 
 WHOLE = TINY["llama-q4km"]  # 21 tensors: F32, Q4_K, Q6_K, Q5_0, Q8_0
 

@@ -14,12 +14,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import pyengine.kernels as kernels
-import pyengine.model as model_mod
+import pyengine.model.transformer as transformer
+import pyengine.weights.budget as budget
+import pyengine.weights.build as build
+import pyengine.weights.matmul as matmul
+import pyengine.weights.rows as weight_rows
 from conftest import TINY
 from pyengine.errors import ModelError, PyEngineError
 from pyengine.gguf import open_gguf
-from pyengine.model import Model, model_tensors
+from pyengine.model import load_model
+from pyengine.model.load import model_tensors
+from pyengine.weights.forms import Form, Int8Rows, Packed, RowSplit
 
 RNG = np.random.default_rng(0)
 F32_FIXTURES = ["llama", "qwen2", "qwen3", "gemma3"]
@@ -46,7 +51,7 @@ def files():
 
 @pytest.fixture(scope="module")
 def models(files):
-    return {name: Model.from_gguf(g) for name, g in files.items()}
+    return {name: load_model(g) for name, g in files.items()}
 
 
 def ref(fixtures_reference, name):
@@ -102,7 +107,7 @@ def test_q4km_top5_without_activation_rounding(models, fixtures_reference):
 
 def test_q4km_with_ggml_rounding_matches_llama_cpp(files, fixtures_reference):
     r = ref(fixtures_reference, "llama-q4km")
-    m = Model.from_gguf(files["llama-q4km"], ggml_rounding=True)
+    m = load_model(files["llama-q4km"], ggml_rounding=True)
     logits = m.forward(r["prompt_ids"], m.new_cache(64), logits="all")
     np.testing.assert_allclose(logits[-1], r["last_pos_logits"], rtol=0, atol=1e-4)
     for pos, want in enumerate(r["per_position_top5"]):
@@ -129,7 +134,7 @@ def test_long_prompt_runs_in_ubatches(models, monkeypatch):
     m = models["gemma3"]
     tokens = list(range(3, 40))
     whole = m.forward(tokens, m.new_cache(64), logits="all")
-    monkeypatch.setattr(model_mod, "UBATCH", 5)
+    monkeypatch.setattr(transformer, "UBATCH", 5)
     cache = m.new_cache(64)
     np.testing.assert_allclose(m.forward(tokens, cache, logits="all"), whole, rtol=0, atol=5e-4)
     np.testing.assert_allclose(m.forward([7], cache), m.forward(tokens + [7], m.new_cache(64)), atol=5e-4)
@@ -204,7 +209,7 @@ def test_bad_tokens_are_clear_errors(models):
 ])
 def test_missing_tensor_is_named(name, tensor, files):
     with pytest.raises(ModelError, match=f"missing tensor '{tensor}'"):
-        Model.from_gguf(Edited(files[name], drop=[tensor]))
+        load_model(Edited(files[name], drop=[tensor]))
 
 
 @pytest.mark.parametrize("name, key, tensor", [
@@ -215,7 +220,7 @@ def test_missing_tensor_is_named(name, tensor, files):
 def test_metadata_that_contradicts_a_tensor_names_it(name, key, tensor, files):
     """llama.cpp refuses these too ("check_tensor_dims: tensor ... has wrong shape")."""
     with pytest.raises(ModelError, match=f"tensor '{tensor}' has shape"):
-        Model.from_gguf(Edited(files[name], drop=[key]))
+        load_model(Edited(files[name], drop=[key]))
 
 
 def test_trailing_unit_dims_are_accepted_and_wrong_shapes_named(files):
@@ -223,11 +228,11 @@ def test_trailing_unit_dims_are_accepted_and_wrong_shapes_named(files):
     fake = Edited(g)
     info = g.tensors["blk.0.attn_norm.weight"]
     fake.tensors["blk.0.attn_norm.weight"] = info._replace(shape=info.shape + (1, 1))    # (64, 1, 1)
-    a, b = Model.from_gguf(fake), Model.from_gguf(g)
+    a, b = load_model(fake), load_model(g)
     np.testing.assert_array_equal(a.forward([1, 2], a.new_cache(4)), b.forward([1, 2], b.new_cache(4)))
     fake.tensors["blk.0.attn_norm.weight"] = info._replace(shape=(32, 2))
     with pytest.raises(ModelError, match=r"'blk.0.attn_norm.weight' has shape \(32, 2\), expected \(64,\)"):
-        Model.from_gguf(fake)
+        load_model(fake)
 
 
 def _probe_changes(fixtures_reference):
@@ -243,7 +248,7 @@ def test_optional_keys_and_tensors_change_logits_as_in_llama_cpp(files, fixtures
     """Without rope.freq_base (10000), sliding_window (no window), output.weight (tied), q/k/v biases."""
     seen = 0
     for arch, _, name, want in _probe_changes(fixtures_reference):
-        m = Model.from_gguf(Edited(files[arch], drop=[name]))
+        m = load_model(Edited(files[arch], drop=[name]))
         logits = m.forward(ref(fixtures_reference, arch)["prompt_ids"], m.new_cache(8))
         assert top(logits) == want, (arch, name)
         seen += 1
@@ -252,7 +257,7 @@ def test_optional_keys_and_tensors_change_logits_as_in_llama_cpp(files, fixtures
 
 def test_progress_reports_every_tensor(files):
     calls = []
-    m = Model.from_gguf(files["qwen2"], progress=lambda *a: calls.append(a))
+    m = load_model(files["qwen2"], progress=lambda *a: calls.append(a))
     names = [n for n, _, _ in model_tensors(m.config) if n in files["qwen2"].tensors]
     total = sum(files["qwen2"].tensors[n].n_bytes for n in names)
     assert len(names) == len(files["qwen2"].tensors) == 26
@@ -261,10 +266,10 @@ def test_progress_reports_every_tensor(files):
 
 
 def test_int8_weights_take_a_quarter_and_stay_close(files, models, monkeypatch):
-    monkeypatch.setattr(model_mod, "LOAD_CHUNK_BYTES", 100 * 4 * 64)   # several reads per tensor (token_embd: 328 rows)
-    m8 = Model.from_gguf(files["llama"], weights="int8")
+    monkeypatch.setattr(weight_rows, "LOAD_CHUNK_BYTES", 100 * 4 * 64)   # several reads per tensor (token_embd: 328 rows)
+    m8 = load_model(files["llama"], weights="int8")
     m32 = models["llama"]
-    assert m8.layers[0].wqkv.w.dtype == np.int8 and m32.layers[0].wqkv.w.dtype == np.float32
+    assert m8.layers[0].wqkv.q.dtype == np.int8 and m32.layers[0].wqkv.w.dtype == np.float32
     assert 0.25 < m8.weights_nbytes / m32.weights_nbytes < 0.3
     a = m32.forward([1, 5, 9, 42], m32.new_cache(8))
     b = m8.forward([1, 5, 9, 42], m8.new_cache(8))
@@ -272,29 +277,29 @@ def test_int8_weights_take_a_quarter_and_stay_close(files, models, monkeypatch):
 
 
 def test_weight_budgets_pick_the_form(files, monkeypatch):
-    assert Model.from_gguf(files["llama"]).weights == "f32"                # 1.9 MB: under F32_BUDGET
-    monkeypatch.setattr(model_mod, "F32_BUDGET", 100_000)
-    m = Model.from_gguf(files["llama"])
-    assert m.weights == "mixed" and m.layers[0].wqkv.packed
-    monkeypatch.setattr(model_mod, "WEIGHTS_BUDGET", 100_000)
-    m = Model.from_gguf(files["llama"])
-    assert m.weights == "int8" and m.layers[0].wqkv.w.dtype == np.int8
+    assert load_model(files["llama"]).weights == "f32"                # 1.9 MB: under F32_BUDGET
+    monkeypatch.setattr(budget, "F32_BUDGET", 100_000)
+    m = load_model(files["llama"])
+    assert m.weights == "mixed" and m.layers[0].wqkv.form is Form.PACKED
+    monkeypatch.setattr(budget, "WEIGHTS_BUDGET", 100_000)
+    m = load_model(files["llama"])
+    assert m.weights == "int8" and m.layers[0].wqkv.q.dtype == np.int8
     with pytest.raises(PyEngineError, match="weights must be"):
-        Model.from_gguf(files["llama"], weights="f16")
+        load_model(files["llama"], weights="f16")
 
 
-@pytest.mark.parametrize("form", list(model_mod.WEIGHT_FORMS))
+@pytest.mark.parametrize("form", list(budget.WEIGHT_FORMS))
 @pytest.mark.parametrize("name", ["llama", "gemma3", "llama-q4km"])
 def test_form_nbytes_is_what_a_load_holds(form, name, files):
     """The estimate the heap reservation and the "mixed" budget use: within 3% of the weights loaded on
     these tiny models (the stacked q/k/v and gate/up pad a row or two fewer than the tensors one by
     one; 0.01% on gemma-3-270m)."""
-    m = Model.from_gguf(files[name], weights=form)
+    m = load_model(files[name], weights=form)
     shapes = [(n, tuple(t.shape)) for n, t in files[name].tensors.items()]
     q8_0 = {n for n, t in files[name].tensors.items() if t.type.name == "Q8_0"}
-    budget = int(model_mod.MIXED_FILE_RATIO * sum(t.n_bytes for t in files[name].tensors.values()))
-    rows = model_mod.mixed_vocab_rows(shapes, budget, q8_0)
-    assert 0 <= model_mod.form_nbytes(shapes, form, rows, q8_0) / m.weights_nbytes - 1 < 0.03
+    limit = int(budget.MIXED_FILE_RATIO * sum(t.n_bytes for t in files[name].tensors.values()))
+    rows = budget.mixed_vocab_rows(shapes, limit, q8_0)
+    assert 0 <= budget.form_nbytes(shapes, form, rows, q8_0) / m.weights_nbytes - 1 < 0.03
 
 
 def test_mixed_packs_the_vocabulary_up_to_the_budget(files, models, monkeypatch):
@@ -303,16 +308,16 @@ def test_mixed_packs_the_vocabulary_up_to_the_budget(files, models, monkeypatch)
     g, m32 = files["llama"], models["llama"]
     shapes = [(n, tuple(t.shape)) for n, t in g.tensors.items()]
     file_bytes = sum(t.n_bytes for t in g.tensors.values())
-    rest = model_mod.form_nbytes(shapes, "mixed", 0)                        # every output row int8
-    per_row = (model_mod.matrix_nbytes(model_mod.PACKED, (64, 3)) - 3 * (64 + 4)) / 3   # a packed row, less an int8 one
-    monkeypatch.setattr(model_mod, "MIXED_FILE_RATIO", (rest + 120 * per_row + 1) / file_bytes)   # 120 rows
-    m = Model.from_gguf(g, weights="mixed")
+    rest = budget.form_nbytes(shapes, "mixed", 0)                        # every output row int8
+    per_row = (budget.matrix_nbytes(Form.PACKED, (64, 3)) - 3 * (64 + 4)) / 3   # a packed row, less an int8 one
+    monkeypatch.setattr(budget, "MIXED_FILE_RATIO", (rest + 120 * per_row + 1) / file_bytes)   # 120 rows
+    m = load_model(g, weights="mixed")
     out = m.output                                                          # untied: (328, 64)
-    assert isinstance(out, kernels.RowSplit) and [p.n_out for p in out.parts] == [120, 208]
-    assert out.parts[0].packed and out.parts[1].w.dtype == np.int8 and out.parts[1].col is not None
-    assert m.token_embd.w.dtype == np.int8 and not m.token_embd.packed      # only its rows are read
-    assert model_mod.form_nbytes(shapes, "mixed", 120) <= model_mod.MIXED_FILE_RATIO * file_bytes \
-        < model_mod.form_nbytes(shapes, "mixed", 123)
+    assert isinstance(out, RowSplit) and [p.shape[0] for p in out.parts] == [120, 208]
+    assert isinstance(out.parts[0], Packed) and isinstance(out.parts[1], Int8Rows) and out.parts[1].q.dtype == np.int8
+    assert m.token_embd.q.dtype == np.int8 and isinstance(m.token_embd, Int8Rows)   # only its rows are read
+    assert budget.form_nbytes(shapes, "mixed", 120) <= budget.MIXED_FILE_RATIO * file_bytes \
+        < budget.form_nbytes(shapes, "mixed", 123)
     x = RNG.standard_normal((2, 64)).astype(np.float32)
     np.testing.assert_array_equal(out(x), np.concatenate([out.parts[0](x), out.parts[1](x)], axis=-1))
     ids = [0, 119, 120, 327, 5]
@@ -326,8 +331,8 @@ def test_mixed_packs_the_vocabulary_up_to_the_budget(files, models, monkeypatch)
 
 @pytest.mark.parametrize("name", ALL_FIXTURES)
 def test_packed_weights_stay_close_and_keep_the_greedy_ids(name, files, models, fixtures_reference):
-    m, m32 = Model.from_gguf(files[name], weights="packed"), models[name]
-    assert all(lin.packed for lin in (m.output, m.layers[0].wqkv, m.layers[-1].w_down))
+    m, m32 = load_model(files[name], weights="packed"), models[name]
+    assert all(isinstance(w, Packed) for w in (m.output, m.layers[0].wqkv, m.layers[-1].w_down))
     assert 0.6 < m.weights_nbytes / m32.weights_nbytes < 0.75                # 8/3 + scales of 4 bytes
     a = m32.forward([1, 5, 9, 42], m32.new_cache(8))
     b = m.forward([1, 5, 9, 42], m.new_cache(8))
@@ -345,29 +350,29 @@ def test_int8_keeps_the_vocabulary_int8_by_rows(files, models, monkeypatch):
     """int8 token_embd / output with a scale per row and per column (the "int8" form's vocabulary, and
     the rows of "mixed" past its budget), read in several chunks (the fixture has 328 rows: the column
     scales see them all)."""
-    monkeypatch.setattr(model_mod, "LOAD_CHUNK_BYTES", 100 * 4 * 64)   # 100 rows of 64 float32s per read
-    m = Model.from_gguf(files["llama"], weights="int8")
+    monkeypatch.setattr(weight_rows, "LOAD_CHUNK_BYTES", 100 * 4 * 64)   # 100 rows of 64 float32s per read
+    m = load_model(files["llama"], weights="int8")
     m32 = models["llama"]
     for name in ("token_embd", "output"):
         lin, ref32 = getattr(m, name), getattr(m32, name).w                  # (328, 64)
-        assert lin.w.dtype == np.int8 and lin.scale.shape == (328, 1) and lin.col.shape == (64,)
+        assert lin.q.dtype == np.int8 and lin.scale.shape == (328, 1) and lin.col.shape == (64,)
         np.testing.assert_allclose(lin.col, np.abs(ref32).max(axis=0) / np.abs(ref32).max(), rtol=1e-6)
-        back = lin.w * lin.scale * lin.col                                     # (328, 64)
+        back = lin.q * lin.scale * lin.col                                     # (328, 64)
         assert np.abs(back - ref32).max() <= (lin.scale * lin.col).max() / 2 * 1.001
-        assert np.abs(lin.w).max(axis=1).min() == 127                          # each row's scale is its largest
+        assert np.abs(lin.q).max(axis=1).min() == 127                          # each row's scale is its largest
         np.testing.assert_allclose(lin.rows([3, 0, 3]), back[[3, 0, 3]], rtol=1e-6)
         np.testing.assert_allclose(lin(m32.output_norm), back @ m32.output_norm, rtol=1e-5, atol=1e-5)
 
 
 def test_column_scales_come_from_chunks_spread_over_the_rows(files, models, monkeypatch):
-    monkeypatch.setattr(model_mod, "COL_SAMPLE", (3, 40))                 # rows 0-39, 144-183, 288-327 of 328
+    monkeypatch.setattr(build, "COL_SAMPLE", (3, 40))                 # rows 0-39, 144-183, 288-327 of 328
     w = models["llama"].token_embd.w                                       # (328, 64) float32
     seen = np.abs(np.concatenate([w[0:40], w[144:184], w[288:328]])).max(axis=0)
-    col = model_mod.column_scale(files["llama"], ["token_embd.weight"])
+    col = build.column_scale(files["llama"], ["token_embd.weight"])
     np.testing.assert_allclose(col, seen / seen.max(), rtol=1e-6)
-    lin = Model.from_gguf(files["llama"], weights="int8").token_embd
-    assert np.abs(lin.w).max(axis=1).min() == 127                          # rows outside the sample: no clipping
-    assert np.abs(lin.w * lin.scale * lin.col - w).max() <= (lin.scale * lin.col).max() / 2 * 1.001
+    lin = load_model(files["llama"], weights="int8").token_embd
+    assert np.abs(lin.q).max(axis=1).min() == 127                          # rows outside the sample: no clipping
+    assert np.abs(lin.q * lin.scale * lin.col - w).max() <= (lin.scale * lin.col).max() / 2 * 1.001
 
 
 def test_fused_weights_layout(models):
@@ -376,31 +381,31 @@ def test_fused_weights_layout(models):
     assert layer.w_gate_up.shape == (2 * c.n_ff, c.n_embd) and layer.w_down.shape == (c.n_embd, c.n_ff)
     assert models["qwen2"].output is models["qwen2"].token_embd          # tied: one array
     assert models["llama"].output is not models["llama"].token_embd      # untied output.weight
-    assert models["qwen2"].layers[0].wqkv.b.shape == (128,)
+    assert models["qwen2"].layers[0].bqkv.shape == (128,)
 
 
 def test_matmul_chunks_give_the_same_product(monkeypatch):
-    monkeypatch.setattr(kernels, "USE_BLAS", False)    # the einsum path, as in Pyodide
+    monkeypatch.setattr(matmul, "USE_BLAS", False)    # the einsum path, as in Pyodide
     rng = np.random.default_rng(1)
     w = rng.standard_normal((300, 64)).astype(np.float32)
     x1 = rng.standard_normal(64).astype(np.float32)
     xt = rng.standard_normal((7, 64)).astype(np.float32)
-    want1, wantt = kernels.matmul(w, x1), kernels.matmul(w, xt)
+    want1, wantt = matmul.matmul(w, x1), matmul.matmul(w, xt)
     np.testing.assert_allclose(wantt, xt @ w.T, rtol=1e-5, atol=1e-5)
     for limit in (300 * 64 * 3, 64 * 100, 64 * 30):     # 3 tokens per einsum; rows per token
-        monkeypatch.setattr(kernels, "EINSUM_MAX", limit)
-        np.testing.assert_allclose(kernels.matmul(w, x1), want1, rtol=1e-6, atol=1e-6)
-        np.testing.assert_allclose(kernels.matmul(w, xt), wantt, rtol=1e-6, atol=1e-6)
-    monkeypatch.setattr(kernels, "USE_BLAS", True)
-    monkeypatch.setattr(kernels, "BLAS_MIN_TOKENS", 2)
-    np.testing.assert_allclose(kernels.matmul(w, x1), want1, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(kernels.matmul(w, xt), wantt, rtol=1e-5, atol=1e-5)
+        monkeypatch.setattr(matmul, "EINSUM_MAX", limit)
+        np.testing.assert_allclose(matmul.matmul(w, x1), want1, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(matmul.matmul(w, xt), wantt, rtol=1e-6, atol=1e-6)
+    monkeypatch.setattr(matmul, "USE_BLAS", True)
+    monkeypatch.setattr(matmul, "BLAS_MIN_TOKENS", 2)
+    np.testing.assert_allclose(matmul.matmul(w, x1), want1, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(matmul.matmul(w, xt), wantt, rtol=1e-5, atol=1e-5)
 
 
 def test_einsum_path_gives_the_fixture_logits(files, fixtures_reference, monkeypatch):
     """Pyodide has no BLAS: the einsum kernels must give llama.cpp's logits as well."""
-    monkeypatch.setattr(kernels, "USE_BLAS", False)
+    monkeypatch.setattr(matmul, "USE_BLAS", False)
     r = ref(fixtures_reference, "gemma3")
-    m = Model.from_gguf(files["gemma3"])
+    m = load_model(files["gemma3"])
     np.testing.assert_allclose(m.forward(r["prompt_ids"], m.new_cache(8)), r["last_pos_logits"], atol=1e-4)
 

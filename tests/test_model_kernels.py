@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from gguf.quants import dequantize, quantize
 
-from pyengine.kernels import Rope, attention, geglu, rmsnorm, round_activations, softcap, swiglu
+from pyengine.model.ops import Rope, attention, geglu, rmsnorm, softcap, swiglu
+from pyengine.weights.matmul import round_activations
 
 RNG = np.random.default_rng(7)
 
@@ -76,7 +77,7 @@ def test_attention_masks_and_gqa(window, pos, t, monkeypatch):
     want = attention_reference(q, k, v, pos, window)                        # (T, H, D)
     qh = q.reshape(t, hkv, g, d).transpose(1, 2, 0, 3)                      # (Hkv, G, T, D)
     for chunk in (1 << 22, 10):                                              # one chunk, or many
-        monkeypatch.setattr("pyengine.kernels.SCORES_MAX", chunk)
+        monkeypatch.setattr("pyengine.model.ops.SCORES_MAX", chunk)
         got = attention(qh, k.transpose(1, 0, 2), v.transpose(1, 0, 2), pos, window)
         np.testing.assert_allclose(got.transpose(2, 0, 1, 3).reshape(t, hkv * g, d), want, atol=1e-5)
 
@@ -123,8 +124,8 @@ def test_q8_k_activation_rounding():
 
 @pytest.mark.parametrize("block, k", [(64, 640), (64, 100), (32, 96)])
 def test_int8_blocks_and_their_matmul(block, k, monkeypatch):
-    from pyengine import kernels
-    from pyengine.kernels import matmul_int8, quantize_int8
+    from pyengine.weights import matmul
+    from pyengine.weights.matmul import matmul_int8, quantize_int8
     w = RNG.standard_normal((50, k)).astype(np.float32) * np.linspace(0.1, 3, k, dtype=np.float32)
     q, scale = quantize_int8(w, block)
     nb = k // block if k % block == 0 else 1                     # 100 % 64: one block per row
@@ -134,7 +135,7 @@ def test_int8_blocks_and_their_matmul(block, k, monkeypatch):
     x1 = RNG.standard_normal(k).astype(np.float32)
     xt = RNG.standard_normal((9, k)).astype(np.float32)
     np.testing.assert_allclose(matmul_int8(q, scale, x1), back @ x1, rtol=1e-4, atol=1e-4)
-    monkeypatch.setattr(kernels, "PACK_TMP", 50 * nb * 4)       # 4 tokens per einsum
+    monkeypatch.setattr(matmul, "TMP_ELEMENTS", 50 * nb * 4)       # 4 tokens per einsum
     np.testing.assert_allclose(matmul_int8(q, scale, xt), xt @ back.T, rtol=1e-4, atol=1e-4)
     w[3] = 0                                                     # a zero row: scales 0, codes 0
     q, scale = quantize_int8(w, block)
@@ -144,7 +145,7 @@ def test_int8_blocks_and_their_matmul(block, k, monkeypatch):
 
 
 def test_absmax_reads_the_bits_as_the_values():
-    from pyengine.kernels import absmax
+    from pyengine.weights.matmul import absmax
     x = RNG.standard_normal((7, 5, 64)).astype(np.float32) * 100
     x[2, 3] = 0
     x[4, 1, 7] = -np.inf
@@ -155,7 +156,7 @@ def test_absmax_reads_the_bits_as_the_values():
 def test_packed_lanes_hold_three_rows_exactly():
     """Three int8 rows in one int64: packing a chunk at a time at any row offset, the extremes included,
     and the lanes of sums of 64 products of extreme codes (1,032,256 < 2**20) come back exactly."""
-    from pyengine.kernels import LANE_HALF, pack_rows, unpack_lanes
+    from pyengine.weights.lanes import LANE_HALF, pack_rows, unpack_lanes
     q = RNG.integers(-127, 128, size=(11, 64), dtype=np.int8)
     q[0], q[1], q[2] = 127, -127, 0
     whole, parts = np.zeros((4, 64), np.int64), np.zeros((4, 64), np.int64)
@@ -171,7 +172,7 @@ def test_packed_lanes_hold_three_rows_exactly():
 
 
 def test_x_levels_leave_no_field_room_to_spill():
-    from pyengine.kernels import LANE_HALF, x_levels
+    from pyengine.weights.lanes import LANE_HALF, x_levels
     assert x_levels(np.full((2, 64), -127, np.int8), 64) == (LANE_HALF - 1) // (64 * 127) == 129
     q = RNG.integers(-20, 21, size=(5, 128), dtype=np.int8)
     l1 = np.abs(q.astype(np.int64)).reshape(5, 2, 64).sum(-1).max()
@@ -182,8 +183,9 @@ def test_x_levels_leave_no_field_room_to_spill():
 def test_packed_matmul_is_the_exact_integer_product(n, k, levels, monkeypatch):
     """matmul_packed = sum over blocks of scale * d_x * (exact integer dot of codes): against a float64
     reference from the same codes, one token or many, in chunks of rows and tokens."""
-    from pyengine import kernels
-    from pyengine.kernels import LANES, matmul_packed, pack_block, pack_rows, quantize_int8, quantize_q8, x_levels
+    from pyengine.weights import lanes
+    from pyengine.weights.lanes import LANES, matmul_packed, pack_block, pack_rows, quantize_q8, x_levels
+    from pyengine.weights.matmul import quantize_int8
     block = pack_block(k)
     w = RNG.standard_normal((n, k)).astype(np.float32) * 0.3
     q, scale = quantize_int8(w, block)
@@ -204,6 +206,6 @@ def test_packed_matmul_is_the_exact_integer_product(n, k, levels, monkeypatch):
     got1 = matmul_packed(p, sc, xt[0], levels)
     assert got1.shape == (LANES * m,) and not got1[n:].any()
     np.testing.assert_allclose(got1[:n], want[0], rtol=1e-5, atol=1e-5)
-    monkeypatch.setattr(kernels, "PACK_TMP", 2 * (k // block))          # 2 packed rows, 1 token per einsum
+    monkeypatch.setattr(lanes, "TMP_ELEMENTS", 2 * (k // block))          # 2 packed rows, 1 token per einsum
     np.testing.assert_allclose(matmul_packed(p, sc, xt, levels)[:, :n], want, rtol=1e-5, atol=1e-5)
     assert np.abs(want - xt @ w.T).max() < 0.05 * np.abs(xt @ w.T).max()   # and near the float32 product

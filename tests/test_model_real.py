@@ -18,7 +18,7 @@ import pytest
 
 from conftest import GOLDEN
 from pyengine.gguf import open_gguf
-from pyengine.model import Model
+from pyengine.model import load_model
 
 pytestmark = pytest.mark.real_model
 
@@ -42,7 +42,7 @@ def loaded(request):
     key, weights = request.param
     path = request.getfixturevalue(f"{key}_path")
     with open_gguf(path) as g:
-        model = Model.from_gguf(g, weights=weights)
+        model = load_model(g, weights=weights)
         model.tolerances = TOLERANCES[weights]
         yield key, model
 

@@ -72,7 +72,7 @@ def describe(path, tensors="all"):
 
 def render_chat(path, messages):
     """The GGUF's chat template (Jinja, through jinja2 and the pure-Python markupsafe) applied to messages."""
-    from pyengine.chat_template import ChatTemplate
+    from pyengine.text.chat_template import ChatTemplate
     with open_gguf(path) as g:
         template = ChatTemplate.from_metadata(g.metadata)
     return {"name": template.name, "text": template.render(messages)}
@@ -91,17 +91,17 @@ def greedy_ids(model, prompt_ids, n_steps):
 
 
 def greedy(path, prompt_ids, n_steps):
-    from pyengine.model import Model
+    from pyengine.model import load_model
     with open_gguf(path) as g:
-        return greedy_ids(Model.from_gguf(g), prompt_ids, n_steps)
+        return greedy_ids(load_model(g), prompt_ids, n_steps)
 
 
 def chat(path, messages, n_steps):
     """The worker's path: generate.load, a ChatSession and a temperature-0 reply streamed piece by
     piece; then, on the same model, greedy_ids from the same prompt ids. The "mixed" weights (the
     page's default: "auto" keeps float32 in CPython) in both runtimes."""
-    from pyengine.generate import ChatSession, load
-    from pyengine.sampling import SamplerParams
+    from pyengine.generation import ChatSession, load
+    from pyengine.generation.sampling import SamplerParams
     engine = load(path, weights="mixed")
     session = ChatSession(engine)
     turn = session.send(messages[-1]["content"], SamplerParams(temperature=0.0), max_tokens=n_steps)

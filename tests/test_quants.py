@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from gguf_oracle import reader
-from pyengine import quants
+from pyengine.gguf import quants
 from pyengine.errors import GGUFError
-from pyengine.ggml import GGML_TYPES_BY_NAME
+from pyengine.gguf.ggml_types import GGML_TYPES_BY_NAME
 
 QUANTIZED = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"]
 GGUF_QUANTIZES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]  # gguf.quants.quantize supports these

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import GOLDEN
 from pyengine.errors import PyEngineError
-from pyengine.sampling import Sampler, SamplerParams, apply_penalties, min_p, top_k, top_p
+from pyengine.generation.sampling import Sampler, SamplerParams, apply_penalties, min_p, top_k, top_p
 
 # probabilities 0.5, 0.3, 0.15, 0.05 at ids 2, 0, 3, 1 (an unsorted vocab)
 PROBS = np.array([0.3, 0.05, 0.5, 0.15])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyengine.source import BytesSource, FileSource
+from pyengine.gguf.source import BytesSource, FileSource
 
 DATA = bytes(range(256)) * 5  # 1280 bytes
 

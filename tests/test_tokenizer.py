@@ -20,8 +20,10 @@ import pytest
 from conftest import FIXTURES, GEMMA3, GOLDEN, SMOLLM2, TINY
 from pyengine.errors import TokenizerError
 from pyengine.gguf import open_gguf
-from pyengine.tokenizer import PRE_TOKENIZERS, StreamDecoder, Tokenizer
-from pyengine.unicode_classes import category_ranges, compile_pattern, regex_split, translate
+from pyengine.text.bpe import PRE_TOKENIZERS
+from pyengine.text.stream import StreamDecoder
+from pyengine.text.tokenizer import Tokenizer
+from pyengine.text.unicode_classes import category_ranges, compile_pattern, regex_split, translate
 
 sys.path.insert(0, str(GOLDEN))
 from make_tokenize_golden import variant_metadata  # noqa: E402  (how each variant changes its vocab)

@@ -25,7 +25,7 @@ HARNESS = Path(__file__).resolve().parent / "node" / "run_pyodide.mjs"
 CODE = '''
 import json, os
 from pyengine.gguf import open_gguf
-from pyengine.tokenizer import Tokenizer
+from pyengine.text.tokenizer import Tokenizer
 
 def path(source):
     return ("/fx/" if source.startswith("tiny-") else "/models/") + source

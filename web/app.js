@@ -34,7 +34,7 @@ const el = {
 // ---------------------------------------------------------------- state
 // phase: starting -> no model -> loading -> ready <-> generating (-> stopping) ; "failed" if Python cannot start.
 // reply: the assistant <li> growing, asked: the user <li> it answers (marked failed if the reply fails);
-// rules: the sampling fields' ranges for the model loaded (pyengine.worker.setting_rules).
+// rules: the sampling fields' ranges for the model loaded (pyengine.browser.settings.setting_rules).
 const state = { phase: "starting", hasModel: false, reply: null, asked: null, replyText: "", tensors: [], rules: [] };
 
 function setPhase(phase) {
@@ -89,14 +89,14 @@ el.workers.value = self.crossOriginIsolated ? "2" : "1";
 el.workers.disabled = !self.crossOriginIsolated;
 el.workersNote.textContent = self.crossOriginIsolated ? "" : "1 worker: the page is not cross-origin isolated";
 // The helpers share the vocabulary matrix; ?split=all shares the layers' matrices too (4 sync
-// points a layer: not faster on the machines measured, see pyengine/shard.py).
+// points a layer: not faster on the machines measured, see pyengine/parallel).
 const split = new URLSearchParams(location.search).get("split") === "all" ? "all" : "vocab";
 worker.postMessage({ type: "init", interrupt, workers: Number(el.workers.value), split });
 el.workers.addEventListener("change", () => {
   worker.postMessage({ type: "workers", workers: Number(el.workers.value) });
   if (state.hasModel) el.workersNote.textContent = "from the next model loaded on";
 });
-// Memory: the weight form (pyengine.model.WEIGHT_FORMS) sent with each load, so a change applies to
+// Memory: the weight form (pyengine.weights.budget.WEIGHT_FORMS) sent with each load, so a change applies to
 // the next model loaded.
 el.weights.addEventListener("change", () => {
   if (state.hasModel) el.weightsNote.textContent = "from the next model loaded on";
@@ -265,7 +265,7 @@ function useRules(rules) {
   el.sendError.hidden = true;
 }
 
-// One field against its rule: {value} (null: blank, allowed) or {error} in pyengine.worker.check_setting's words.
+// One field against its rule: {value} (null: blank, allowed) or {error} in pyengine.browser.settings.check_setting's words.
 function checkSetting(rule, input) {
   const text = input.value.trim();
   let shown = null;
@@ -450,7 +450,7 @@ function row(cells, tag = "td") {
   return tr;
 }
 
-// How the model holds its weights (model card), by pyengine.model.WEIGHT_FORMS key.
+// How the model holds its weights (model card), by pyengine.weights.budget.WEIGHT_FORMS key.
 const WEIGHT_FORMS = {
   f32: "f32: float32, the fastest, the most memory",
   packed: "packed: int8 codes three to an int64, two thirds of f32's memory",

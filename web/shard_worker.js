@@ -1,7 +1,7 @@
 // A helper ("shard") worker: started by worker.js when the page is cross-origin isolated and
 // more than one worker is chosen. It holds some rows of the model's vocabulary matrix and
 // computes their logits whenever the main worker asks through shared memory
-// (pyengine/shard.py has the protocol): no message per token.
+// (pyengine/parallel has the protocol): no message per token.
 //   in:  {type: "load", files, spec, index, sab}  (files: the same File objects as the main worker's)
 //   out: {type: "booted"} | {type: "boot-error", message}
 //        {type: "ready", bytes, heap} once its rows are loaded (then it serves until told to exit)
@@ -10,11 +10,11 @@ import { bootPython, heapBytes } from "./pyodide_boot.js";
 
 const post = (msg) => self.postMessage(msg);
 let pyodide = null;
-let shard = null; // the pyengine.shard module
+let shard = null; // the pyengine.browser.shared_memory module
 
 const booting = bootPython().then((py) => {
   pyodide = py;
-  shard = py.pyimport("pyengine.shard");
+  shard = py.pyimport("pyengine.browser.shared_memory");
   post({ type: "booted" });
 }).catch((err) => post({ type: "boot-error", message: `${err.message || err}` }));
 

@@ -1,14 +1,14 @@
 // The module worker: starts Python (Pyodide 0.27.7) with numpy and the wheels (pyodide_boot.js),
-// then hands every command from the page to pyengine.worker, one at a time. Python posts its
+// then hands every command from the page to pyengine.browser.worker, one at a time. Python posts its
 // replies (progress, text pieces, errors) straight to the page with postMessage.
 // When the page is cross-origin isolated and more than one worker is chosen, this worker also
-// starts the helper workers (shard_worker.js) that share the vocabulary matrix (pyengine/shard.py).
+// starts the helper workers (shard_worker.js) that share the vocabulary matrix (pyengine/parallel).
 import { bootPython, heapBytes } from "./pyodide_boot.js";
 
 const post = (msg) => self.postMessage(msg);
 let interrupt = null;      // Int32Array on a SharedArrayBuffer, when the page is cross-origin isolated
 let stopRequested = false; // set by a "stop" message; Python reads it between tokens
-let glue = null;           // the pyengine.worker module, once Python is up
+let glue = null;           // the pyengine.browser.worker module, once Python is up
 let pyodide = null;
 let setup = null;          // resolves when "init" came (the interrupt buffer and the worker count)
 const inited = new Promise((resolve) => { setup = resolve; });
@@ -79,10 +79,10 @@ async function boot() {
   pool.resize(); // the helpers start Python beside this one
   pyodide = await bootPython((stage) => post({ type: "boot", stage }));
   if (interrupt) pyodide.setInterruptBuffer(interrupt);
-  glue = pyodide.pyimport("pyengine.worker");
+  glue = pyodide.pyimport("pyengine.browser.worker");
   glue.setup(post, () => stopRequested, interrupt !== null, pool, () => heapBytes(pyodide));
   post({ type: "booted", seconds: (performance.now() - t0) / 1000, isolated: self.crossOriginIsolated,
-         workers: 1 + pool.size() });
+         workers: 1 + pool.size(), page: glue.page_data() });
 }
 
 // Commands run in order; "stop" must not wait in that line, since the command it stops is
@@ -114,7 +114,7 @@ async function run(msg) {
   try {
     await glue.handle(msg);
   } catch (err) {
-    // pyengine.worker turns every Python exception into an error message; this is the last resort.
+    // pyengine.browser.worker turns every Python exception into an error message; this is the last resort.
     post({ type: "error", during: msg.type, message: `internal error: ${err.message || err}` });
   }
 }

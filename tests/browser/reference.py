@@ -1,35 +1,35 @@
 """The CPython engine's replies, to compare with the page's: the same conversation through
-pyengine.generate.ChatSession, greedy, in this process."""
+pyengine.generation.ChatSession, greedy, in this process."""
 
 from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
 
-from pyengine import generate
+from pyengine import generation
 from pyengine.gguf import open_gguf
-from pyengine.model import F32_BUDGET_PYODIDE, pick_weights
-from pyengine.sampling import SamplerParams
+from pyengine.weights.budget import F32_BUDGET_PYODIDE, pick_weights
+from pyengine.generation.sampling import SamplerParams
 
 GREEDY = SamplerParams(temperature=0.0)
 
 
 @lru_cache(maxsize=2)
-def _engine(path: Path, weights: str) -> generate.Engine:
+def _engine(path: Path, weights: str) -> generation.Engine:
     if weights == "auto":                          # the form the page's "auto" picks (Pyodide's budgets)
         with open_gguf(path) as g:
             shapes = [(n, tuple(t.shape)) for n, t in g.tensors.items()]
         weights = pick_weights("auto", shapes, F32_BUDGET_PYODIDE)
-    return generate.load(path, weights=weights)
+    return generation.load(path, weights=weights)
 
 
 def cpython_reply(path: Path, turns: list[str], max_tokens: int, system: str | None = None,
                   params: SamplerParams = GREEDY, weights: str = "f32") -> str:
     """The reply to the last of ``turns`` (user, assistant, user, ... ; earlier assistant turns as
     the page showed them), greedy unless ``params`` say otherwise, with the model's weights in
-    form ``weights`` (pyengine.model.WEIGHT_FORMS, or "auto" as the page's default; float32 as the
+    form ``weights`` (pyengine.weights.budget.WEIGHT_FORMS, or "auto" as the page's default; float32 as the
     tests load by default, see browser/pages.py ``EXACT``)."""
-    chat = generate.ChatSession(_engine(Path(path), weights), system=system)
+    chat = generation.ChatSession(_engine(Path(path), weights), system=system)
     chat.messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns[:-1])]
     turn = chat.send(turns[-1], params, max_tokens)
     for _ in turn:

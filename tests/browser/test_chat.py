@@ -13,8 +13,8 @@ from browser.pages import (BOOT_MS, WATCH_REPLY, error_text, messages, pick_file
                            wait_loaded, wait_reply, wait_status)
 from browser.reference import cpython_reply
 from pyengine.gguf import open_gguf
-from pyengine.sampling import SamplerParams
-from pyengine.worker import setting_rules
+from pyengine.generation.sampling import SamplerParams
+from pyengine.browser.settings import setting_rules
 
 pytestmark = pytest.mark.browser
 

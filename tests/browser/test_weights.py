@@ -1,7 +1,7 @@
-"""The page's Memory setting (the weight form of pyengine.model.WEIGHT_FORMS): sent with ``load``,
+"""The page's Memory setting (the weight form of pyengine.weights.budget.WEIGHT_FORMS): sent with ``load``,
 shown on the model card, and the replies of an int8 model equal the CPython engine's in int8.
 
-The first tests drive pyengine.worker in CPython (a fake pool of 2 workers, as tests/test_shard.py);
+The first tests drive pyengine.browser.worker in CPython (a fake pool of 2 workers, as tests/test_parallel.py);
 the browser ones load SmolLM2-135M-Instruct in Chromium, cross-origin isolated: 2 workers.
 """
 
@@ -17,11 +17,11 @@ from browser.reference import cpython_reply
 from browser.test_chat import QUESTION
 from browser.test_workers import greedy, load, worker_count
 from conftest import TINY
-from pyengine import worker
+from pyengine.browser import worker
 from pyengine.gguf import open_gguf
-from pyengine.model import WEIGHT_FORMS, is_vocab
-from pyengine.source import FileSource
-from test_shard import FakePool, run, worker_reply
+from pyengine.weights.budget import WEIGHT_FORMS, is_vocab
+from pyengine.gguf.source import FileSource
+from test_parallel import FakePool, run, worker_reply
 
 FORMS = {"auto": "balanced (default)", "f32": "fastest, most memory", "packed": "fast, two thirds of that",
          "int8": "low memory, slower"}
@@ -38,7 +38,7 @@ def test_the_worker_loads_int8_and_its_helper_holds_int8_rows():
     assert info["count"] == 2 and model.weights == "int8"
     helper = [lin for lin in pool.servers[0].locals if lin is not None]
     assert len(helper) == 1 + 4 * len(model.layers)              # output, then wqkv, wo, w_gate_up, w_down
-    assert {lin.w.dtype for lin in helper} == {model.output.local.w.dtype} == {np.dtype(np.int8)}
+    assert {w.q.dtype for w in helper} == {model.output.local.q.dtype} == {np.dtype(np.int8)}
     assert text == cpython_reply(path, ["hello"], max_tokens=8, weights="int8") != ""
     _, text_f32 = worker_reply(None, path, "hello", weights="f32")
     assert text_f32 == cpython_reply(path, ["hello"], max_tokens=8, weights="f32")
@@ -116,8 +116,8 @@ def test_the_default_form_replies_as_pyodide_under_node(int8_smollm, smollm2_pat
     assert page.get_by_test_id("model-info").locator("dd[data-field=weights]").text_content().startswith("mixed:")
     reply = greedy(page, QUESTION, 24)
     node = in_pyodide(f"""
-from pyengine.generate import ChatSession, load
-from pyengine.sampling import SamplerParams
+from pyengine.generation import ChatSession, load
+from pyengine.generation.sampling import SamplerParams
 session = ChatSession(load(MODELS + "/{smollm2_path.name}"))
 turn = session.send({QUESTION!r}, SamplerParams(temperature=0.0), max_tokens=24)
 for _ in turn:

@@ -1,14 +1,16 @@
-"""pyengine.worker in CPython: the browser File source over a fake File, the settings, and the
+"""pyengine.browser.worker in CPython: the browser File source over a fake File, the settings, and the
 commands' error handling (every failure is an "error" message; nothing escapes handle())."""
 
 from __future__ import annotations
 
 import pytest
 
-from pyengine import worker
+from pyengine.browser import page, worker
+from pyengine.browser import settings as page_settings
+from pyengine.browser.file_source import BrowserFileSource
 from pyengine.errors import PyEngineError
 from pyengine.gguf import open_gguf
-from pyengine.source import BytesSource, FileSource
+from pyengine.gguf.source import BytesSource, FileSource
 
 from conftest import TINY
 
@@ -38,13 +40,13 @@ class FakeFileReaderSync:
         return FakeArrayBuffer(blob.data)
 
 
-def browser_source(path) -> worker.BrowserFileSource:
-    return worker.BrowserFileSource(FakeBlob(path.read_bytes(), path.name), reader=FakeFileReaderSync())
+def browser_source(path) -> BrowserFileSource:
+    return BrowserFileSource(FakeBlob(path.read_bytes(), path.name), reader=FakeFileReaderSync())
 
 
 def test_browser_file_source_reads_slices_and_counts():
     blob = FakeBlob(bytes(range(100)), "m.gguf")
-    src = worker.BrowserFileSource(blob, reader=FakeFileReaderSync())
+    src = BrowserFileSource(blob, reader=FakeFileReaderSync())
     assert (src.name, src.size) == ("m.gguf", 100)
     assert src.read(10, 5) == bytes([10, 11, 12, 13, 14])
     assert src.read(95, 50) == bytes([95, 96, 97, 98, 99])   # short only at the end
@@ -68,22 +70,22 @@ def test_gguf_through_the_browser_source_equals_the_file():
 
 
 def test_settings_become_sampler_params():
-    params, max_tokens = worker.sampler_params({"temperature": 0, "top_k": 5.0, "top_p": 0.5,
+    params, max_tokens = page_settings.sampler_params({"temperature": 0, "top_k": 5.0, "top_p": 0.5,
                                                 "repeat_penalty": 1.1, "seed": 7, "max_tokens": 12})
     assert (params.temperature, params.top_k, params.top_p, params.repeat_penalty, params.seed) == (0.0, 5, 0.5, 1.1, 7)
     assert params.min_p == 0.05 and max_tokens == 12              # a field not sent takes its default
-    assert worker.sampler_params({})[1] == worker.MAX_TOKENS
-    assert worker.sampler_params({"seed": None})[0].seed is None  # a blank seed: a random one
+    assert page_settings.sampler_params({})[1] == page_settings.MAX_TOKENS
+    assert page_settings.sampler_params({"seed": None})[0].seed is None  # a blank seed: a random one
 
 
 def test_setting_rules_name_the_page_labels_and_the_model_limits():
-    rules = {r["name"]: r for r in worker.setting_rules(n_vocab=49152, n_ctx=8192)}
+    rules = {r["name"]: r for r in page_settings.setting_rules(n_vocab=49152, n_ctx=8192)}
     assert list(rules) == ["temperature", "top_k", "top_p", "min_p", "repeat_penalty", "max_tokens", "seed"]
     assert f"{rules['top_k']['label']} must be {rules['top_k']['rule']}" == "Top-k must be a whole number from 0 to 49152"
     assert rules["max_tokens"]["rule"] == "a whole number from 1 to 8192"
     assert rules["top_p"]["rule"] == "a number above 0 and at most 1"
     assert rules["seed"]["rule"] == "a whole number from 0 to 4294967295, or blank for a random seed"
-    assert worker.setting_rules()[1]["rule"] == "a whole number of 0 or more"  # no model: no upper bound
+    assert page_settings.setting_rules()[1]["rule"] == "a whole number of 0 or more"  # no model: no upper bound
 
 
 @pytest.mark.parametrize("settings, message", [
@@ -101,9 +103,9 @@ def test_setting_rules_name_the_page_labels_and_the_model_limits():
     ({"seed": float("nan")}, "Seed must be a whole number from 0 to 4294967295, or blank for a random seed (it is nan)"),
 ])
 def test_a_bad_setting_is_named_by_its_label_and_range(settings, message):
-    rules = worker.setting_rules(n_vocab=328, n_ctx=256)   # the tiny llama's
+    rules = page_settings.setting_rules(n_vocab=328, n_ctx=256)   # the tiny llama's
     with pytest.raises(PyEngineError) as e:
-        worker.sampler_params({"temperature": 0.8, **settings}, rules)
+        page_settings.sampler_params({"temperature": 0.8, **settings}, rules)
     assert str(e.value) == message
 
 
@@ -185,7 +187,7 @@ def test_load_posts_progress_then_the_model(posted):
     assert [s["name"] for s in part["sections"]] == ["magic", "header", "metadata", "tensor_infos", "tensor_data"]
     assert part["sections"][-1]["end"] == part["size"] == size
     assert model["inspect"]["header"]["version"] == 3
-    assert model["settings"] == worker.setting_rules(n_vocab=328, n_ctx=256)  # the page's ranges for this model
+    assert model["settings"] == page_settings.setting_rules(n_vocab=328, n_ctx=256)  # the page's ranges for this model
 
 
 def chat(posted: list[dict], text: str, **settings) -> tuple[str, dict]:
@@ -311,8 +313,8 @@ def test_an_interrupt_while_done_is_posted_still_ends_the_reply(posted):
 
 
 def test_metadata_values_as_the_inspector_shows_them():
-    assert worker.show_value("{% for m in messages %}", "STRING") == "{% for m in messages %}"
-    long = "x" * (worker.SHOWN_CHARS + 5)
-    assert worker.show_value(long, "STRING") == "x" * worker.SHOWN_CHARS + f"... ({len(long):,} characters)"
-    assert worker.show_value({"length": 100, "first": [0, 1]}, "ARRAY[INT32]") == "[0, 1, ... ] (100 items)"  # cut by describe()
-    assert worker.show_value(1e-06, "FLOAT32") == "1e-06"
+    assert page.show_value("{% for m in messages %}", "STRING") == "{% for m in messages %}"
+    long = "x" * (page.SHOWN_CHARS + 5)
+    assert page.show_value(long, "STRING") == "x" * page.SHOWN_CHARS + f"... ({len(long):,} characters)"
+    assert page.show_value({"length": 100, "first": [0, 1]}, "ARRAY[INT32]") == "[0, 1, ... ] (100 items)"  # cut by describe()
+    assert page.show_value(1e-06, "FLOAT32") == "1e-06"

@@ -42,7 +42,7 @@ import test_chat_template as tct  # noqa: E402  (tests/: the cases)
 import test_gguf_split as tgs  # noqa: E402
 import test_sampling as ts  # noqa: E402
 from gguf_split import split_gguf  # noqa: E402
-from pyengine.chat_template import BUILTIN_TEMPLATES  # noqa: E402
+from pyengine.text.builtin_templates import BUILTIN_TEMPLATES  # noqa: E402
 
 import llama_cpp  # noqa: E402
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter  # noqa: E402

@@ -58,229 +58,20 @@ from __future__ import annotations
 
 import heapq
 from itertools import compress
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 from pyengine.errors import TokenizerError
-from pyengine.unicode_classes import compile_pattern, regex_split
+from pyengine.text.bpe import LATIN1_TO_MAPPED, unmap_bytes
+from pyengine.text.unicode_classes import compile_pattern, regex_split
+from pyengine.text.vocab import (ATTR_BYTE, ATTR_CONTROL, ATTR_HIDDEN, ATTR_LSTRIP, ATTR_NORMAL, ATTR_RSTRIP,
+                                 ATTR_SPECIAL, ATTR_USER_DEFINED, EOG_TEXTS, EOM_TEXTS, EOT_TEXTS, FIM_TEXTS,
+                                 KEY_ADD_BOS, KEY_ADD_EOS, KEY_ADD_SPACE_PREFIX, KEY_GENERAL_NAME, KEY_MODEL, KEY_PRE,
+                                 KEY_SCORES, KEY_TOKENS, MODELS, SPECIAL_ID_KEYS, get, get_list, hex_prefix,
+                                 pre_tokenizer, raw_byte, read_attrs, read_merges, read_special_ids, read_tokens)
 
-# GGUF keys of the tokenizer (gguf-py's ``Keys.Tokenizer``).
-KEY_MODEL = "tokenizer.ggml.model"
-KEY_PRE = "tokenizer.ggml.pre"
-KEY_TOKENS = "tokenizer.ggml.tokens"
-KEY_SCORES = "tokenizer.ggml.scores"
-KEY_TOKEN_TYPE = "tokenizer.ggml.token_type"
-KEY_MERGES = "tokenizer.ggml.merges"
-KEY_ADD_BOS = "tokenizer.ggml.add_bos_token"
-KEY_ADD_EOS = "tokenizer.ggml.add_eos_token"
-KEY_ADD_SPACE_PREFIX = "tokenizer.ggml.add_space_prefix"
-KEY_GENERAL_NAME = "general.name"
-
-# Special-token ids: attribute -> GGUF key (llama.cpp's ``special_token_types``).
-SPECIAL_ID_KEYS = {
-    "bos": "tokenizer.ggml.bos_token_id",
-    "eos": "tokenizer.ggml.eos_token_id",
-    "eot": "tokenizer.ggml.eot_token_id",
-    "eom": "tokenizer.ggml.eom_token_id",
-    "unk": "tokenizer.ggml.unknown_token_id",
-    "sep": "tokenizer.ggml.seperator_token_id",   # sic, as in gguf-py
-    "pad": "tokenizer.ggml.padding_token_id",
-    "mask": "tokenizer.ggml.mask_token_id",
-    "fim_pre": "tokenizer.ggml.fim_pre_token_id",
-    "fim_suf": "tokenizer.ggml.fim_suf_token_id",
-    "fim_mid": "tokenizer.ggml.fim_mid_token_id",
-    "fim_pad": "tokenizer.ggml.fim_pad_token_id",
-    "fim_rep": "tokenizer.ggml.fim_rep_token_id",
-    "fim_sep": "tokenizer.ggml.fim_sep_token_id",
-}
-
-# Tokenizer models: GGUF name -> (kind, default special ids, default add_bos, default add_space_prefix).
-MODELS = {
-    "llama": ("spm", {"bos": 1, "eos": 2, "unk": 0}, True, True),
-    "gpt2": ("bpe", {"bos": 11, "eos": 11}, False, False),
-}
-
-# llama.cpp's token attribute bits (``llama_token_attr``), and the attribute of each token type
-# (``tokenizer.ggml.token_type``: 0 undefined, 1 normal, 2 unknown, 3 control, 4 user-defined,
-# 5 unused, 6 byte).
-ATTR_UNKNOWN = 1 << 0
-ATTR_UNUSED = 1 << 1
-ATTR_NORMAL = 1 << 2
-ATTR_CONTROL = 1 << 3
-ATTR_USER_DEFINED = 1 << 4
-ATTR_BYTE = 1 << 5
-ATTR_LSTRIP = 1 << 7
-ATTR_RSTRIP = 1 << 8
-TYPE_ATTRS = (0, ATTR_NORMAL, ATTR_UNKNOWN, ATTR_CONTROL, ATTR_USER_DEFINED, ATTR_UNUSED, ATTR_BYTE)
-ATTR_SPECIAL = ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN   # cut out before tokenizing
-ATTR_HIDDEN = ATTR_CONTROL | ATTR_UNKNOWN                        # rendered only with special=True
-
-# Tokens found by their text when no key names them (llama.cpp's ``load``, "auto-detect special
-# tokens by text"); a found token also becomes a control token.
-EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-             "<EOT>", "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>")
-EOM_TEXTS = ("<|eom_id|>",)
-FIM_TEXTS = {
-    "fim_pre": ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",
-                "<|code_prefix|>", "<|prefix|>"),
-    "fim_suf": ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>",
-                "<|code_suffix|>", "<|suffix|>"),
-    "fim_mid": ("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>",
-                "<|code_middle|>", "<|middle|>"),
-    "fim_pad": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
-    "fim_rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
-    "fim_sep": ("<|file_sep|>",),
-}
-# Every token with one of these texts ends generation (llama.cpp's ``special_eog_ids``).
-EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-             "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
-             "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-             "<｜end▁of▁sentence｜>", "[e~[")
-
-
-# -------------------------------------------------------------------------------------------------
-# The pre-tokenizers of byte-level BPE: ``tokenizer.ggml.pre`` -> regexes (llama.cpp's
-# ``llm_tokenizer_bpe`` constructor, written as there; :mod:`pyengine.unicode_classes` translates).
-# -------------------------------------------------------------------------------------------------
-
-GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
-# (?i:'s|'t|...) rewritten with explicit cases, as llama.cpp does.
-CONTRACTIONS = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
-LLAMA3_REGEX = CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-QWEN2_REGEX = CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-
-
-@dataclass(frozen=True)
-class PreTokenizer:
-    regexes: tuple[str, ...]     # applied in turn (each splits the pieces of the last)
-    ignore_merges: bool = False  # a word that is a whole vocab token is taken as it is
-    add_bos: bool = False        # default of add_bos_token when the GGUF has no such key
-
-
-_DEFAULT = PreTokenizer((r"[\p{P}\$\+<=>\^~\|]+", GPT2_REGEX, r"\p{N}+", r"[0-9][0-9][0-9]"))
-_LLAMA3 = PreTokenizer((LLAMA3_REGEX,), ignore_merges=True, add_bos=True)
-_LLAMA3_PLAIN = PreTokenizer((LLAMA3_REGEX,))
-_QWEN2 = PreTokenizer((QWEN2_REGEX,))
-_SMOLLM = PreTokenizer((r"\p{N}", GPT2_REGEX))
-_GPT2 = PreTokenizer((GPT2_REGEX,))
-
-PRE_TOKENIZERS: dict[str, PreTokenizer] = {
-    "default": _DEFAULT,
-    **dict.fromkeys(("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0",
-                     "lfm2", "jina-v5-nano"), _LLAMA3),
-    **dict.fromkeys(("dbrx", "smaug-bpe"), _LLAMA3_PLAIN),
-    **dict.fromkeys(("qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez", "stablelm2", "hunyuan",
-                     "solar-open"), _QWEN2),
-    **dict.fromkeys(("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b",
-                     "mellum2"), _SMOLLM),
-    **dict.fromkeys(("gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de",
-                     "a.x-4.0", "mellum", "modern-bert", "jina-v1-en", "jina-v2-code", "roberta-bpe", "mpt",
-                     "olmo", "jais", "exaone4", "trillion", "granite-docling"), _GPT2),
-}
-
-
-def _bytes_to_unicode() -> list[str]:
-    """GPT-2's byte -> printable character map: printable Latin-1 bytes map to themselves,
-    the other 68 (controls, space, 0x7F-0xA0, 0xAD) to U+0100, U+0101, ... in byte order."""
-    keep = set(range(0x21, 0x7F)) | set(range(0xA1, 0xAD)) | set(range(0xAE, 0x100))
-    chars, n = [], 0
-    for b in range(256):
-        if b in keep:
-            chars.append(chr(b))
-        else:
-            chars.append(chr(0x100 + n))
-            n += 1
-    return chars
-
-
-BYTE_TO_CHAR = _bytes_to_unicode()                          # byte -> mapped character
-CHAR_TO_BYTE = {c: b for b, c in enumerate(BYTE_TO_CHAR)}   # and back
-_LATIN1_TO_MAPPED = dict(enumerate(BYTE_TO_CHAR))           # str.translate table over latin-1
 C_SPACES = " \t\n\v\f\r"                                    # C isspace(): the lstrip/rstrip set
 BIG_BUCKET = 64   # special tokens sharing their first 3 characters, beyond which a text is scanned
 
-
-# -------------------------------------------------------------------------------------------------
-# Reading the metadata
-# -------------------------------------------------------------------------------------------------
-
-def _get(meta: dict, key: str, kind: type, default: Any = None) -> Any:
-    """``meta[key]`` checked to be a ``kind`` (bool is no int); ``default`` when absent."""
-    if key not in meta:
-        return default
-    value = meta[key]
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise TokenizerError(f"{key}: expected {kind.__name__}, got {type(value).__name__}")
-    return value
-
-
-def _get_list(meta: dict, key: str, item: type | tuple, n: int | None) -> list | None:
-    """``meta[key]`` checked to be a list of ``item`` (bool is no int) of length ``n`` (any if None)."""
-    value = _get(meta, key, list)
-    if value is None:
-        return None
-    if n is not None and len(value) != n:
-        raise TokenizerError(f"{key}: {len(value)} entries, but {KEY_TOKENS} has {n} tokens")
-    for kind in set(map(type, value)):   # one pass in C; the loop sees each distinct type once
-        if not issubclass(kind, item) or issubclass(kind, bool):
-            i = next(i for i, x in enumerate(value) if type(x) is kind)
-            raise TokenizerError(f"{key}: entry {i} is a {kind.__name__}")
-    return value
-
-
-def _read_tokens(meta: dict) -> list[str]:
-    tokens = _get_list(meta, KEY_TOKENS, str, None)
-    if not tokens:
-        raise TokenizerError(f"{KEY_TOKENS}: missing or empty")
-    if "" in tokens:   # llama.cpp renames empty tokens so that every text is unique and non-empty
-        tokens = [t or f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
-    return tokens
-
-
-def _read_attrs(meta: dict, n: int) -> list[int]:
-    """Attribute bits per token from ``tokenizer.ggml.token_type`` (all normal if absent;
-    an unknown type is undefined, as in llama.cpp)."""
-    types = _get_list(meta, KEY_TOKEN_TYPE, int, n)
-    if types is None:
-        return [ATTR_NORMAL] * n
-    if min(types) < 0 or max(types) >= len(TYPE_ATTRS):
-        return [TYPE_ATTRS[t] if 0 <= t < len(TYPE_ATTRS) else 0 for t in types]
-    return list(map(TYPE_ATTRS.__getitem__, types))
-
-
-def _read_special_ids(meta: dict, n: int, defaults: dict[str, int]) -> dict[str, int | None]:
-    ids: dict[str, int | None] = {}
-    for name, key in SPECIAL_ID_KEYS.items():
-        default = defaults.get(name)
-        value = _get(meta, key, int, default if default is not None and default < n else None)
-        if value is not None and not 0 <= value < n:
-            raise TokenizerError(f"{key} = {value} is outside the vocab (0..{n - 1})")
-        ids[name] = value
-    return ids
-
-
-def _read_merges(meta: dict) -> dict[str, int]:
-    """``tokenizer.ggml.merges`` as ``{"left right": rank}`` (the first of duplicates wins).
-
-    llama.cpp splits each merge at its first space after the first character and
-    looks up (left, right); byte-mapped token texts hold no spaces, so looking up
-    ``left + " " + right`` finds the same rank."""
-    merges = _get_list(meta, KEY_MERGES, str, None)
-    if merges is None:
-        raise TokenizerError(f"{KEY_MERGES}: missing (a gpt2 tokenizer needs its merges)")
-    return dict(zip(reversed(merges), range(len(merges) - 1, -1, -1)))
-
-
-def _pre_tokenizer(meta: dict) -> tuple[str, PreTokenizer]:
-    name = _get(meta, KEY_PRE, str, "") or "default"    # llama.cpp: missing -> default (with a warning)
-    if name not in PRE_TOKENIZERS:
-        raise TokenizerError(f"{KEY_PRE} = {name!r} is not supported; supported: {', '.join(sorted(PRE_TOKENIZERS))}")
-    return name, PRE_TOKENIZERS[name]
-
-
-# -------------------------------------------------------------------------------------------------
-# The tokenizer
-# -------------------------------------------------------------------------------------------------
 
 class Tokenizer:
     """A vocab from GGUF metadata and the llama.cpp algorithm its ``tokenizer.ggml.model`` names.
@@ -292,30 +83,30 @@ class Tokenizer:
     """
 
     def __init__(self, meta: dict):
-        model = _get(meta, KEY_MODEL, str)
+        model = get(meta, KEY_MODEL, str)
         if model not in MODELS:
             raise TokenizerError(f"{KEY_MODEL} = {model!r} is not supported; supported: {', '.join(MODELS)}")
         kind, default_ids, add_bos, add_space_prefix = MODELS[model]
         self.model, self.kind = model, kind
-        self.tokens = _read_tokens(meta)
+        self.tokens = read_tokens(meta)
         self.n_vocab = n = len(self.tokens)
         self.token_to_id: dict[str, int] = dict(zip(self.tokens, range(n)))   # the last of duplicates wins
-        self.attrs = _read_attrs(meta, n)
-        self.pre, self.merges, self.pre_patterns, self.ignore_merges = _get(meta, KEY_PRE, str, ""), {}, (), False
+        self.attrs = read_attrs(meta, n)
+        self.pre, self.merges, self.pre_patterns, self.ignore_merges = get(meta, KEY_PRE, str, ""), {}, (), False
         if kind == "spm":
-            self.scores = _get_list(meta, KEY_SCORES, (float, int), n) or [0.0] * n
-            self._byte_ids = [self.token_to_id.get("<0x%02X>" % b, self.token_to_id.get(_raw_byte(b)))
+            self.scores = get_list(meta, KEY_SCORES, (float, int), n) or [0.0] * n
+            self._byte_ids = [self.token_to_id.get("<0x%02X>" % b, self.token_to_id.get(raw_byte(b)))
                               for b in range(256)]
         else:
-            self.pre, pre = _pre_tokenizer(meta)
-            self.merges = _read_merges(meta)
+            self.pre, pre = pre_tokenizer(meta)
+            self.merges = read_merges(meta)
             self.pre_patterns, self.ignore_merges, add_bos = pre.regexes, pre.ignore_merges, pre.add_bos
         self._compiled: list | None = None            # pre-tokenizer regexes, compiled on first use
         self._word_cache: dict[str, tuple[int, ...]] = {}
-        self.add_space_prefix = _get(meta, KEY_ADD_SPACE_PREFIX, bool, add_space_prefix)
-        self.add_bos = _get(meta, KEY_ADD_BOS, bool, add_bos)
-        self.add_eos = _get(meta, KEY_ADD_EOS, bool, False)
-        ids = _read_special_ids(meta, n, default_ids)
+        self.add_space_prefix = get(meta, KEY_ADD_SPACE_PREFIX, bool, add_space_prefix)
+        self.add_bos = get(meta, KEY_ADD_BOS, bool, add_bos)
+        self.add_eos = get(meta, KEY_ADD_EOS, bool, False)
+        ids = read_special_ids(meta, n, default_ids)
         self._find_by_text(ids)
         self.special_ids = ids
         self.bos_id, self.eos_id, self.eot_id = ids["bos"], ids["eos"], ids["eot"]
@@ -515,7 +306,7 @@ class Tokenizer:
             self._compiled = [compile_pattern(p) for p in self.pre_patterns]
         cache = self._word_cache
         for word in regex_split(text, self._compiled):
-            mapped = word.encode("utf-8").decode("latin-1").translate(_LATIN1_TO_MAPPED)
+            mapped = word.encode("utf-8").decode("latin-1").translate(LATIN1_TO_MAPPED)
             ids = cache.get(mapped)
             if ids is None:
                 ids = self._bpe_word(mapped)
@@ -541,7 +332,7 @@ class Tokenizer:
             if tid is not None:
                 ids.append(tid)
             else:   # llama.cpp looks up each byte of the piece's UTF-8 text
-                ids.extend(vocab[_raw_byte(b)] for b in piece.encode("utf-8") if _raw_byte(b) in vocab)
+                ids.extend(vocab[raw_byte(b)] for b in piece.encode("utf-8") if raw_byte(b) in vocab)
         return tuple(ids)
 
     # --- decoding -----------------------------------------------------------------------------
@@ -571,9 +362,9 @@ class Tokenizer:
         if attr & ATTR_NORMAL:
             if self.kind == "spm":
                 return text.replace("\u2581", " ").encode("utf-8", "surrogateescape")
-            return _unmap_bytes(text)
+            return unmap_bytes(text)
         if attr & ATTR_BYTE:
-            return bytes([_hex_prefix(text[3:5])])
+            return bytes([hex_prefix(text[3:5])])
         return b""
 
     def decode(self, ids: list[int], special: bool = False) -> str:
@@ -638,12 +429,6 @@ def merge_pairs(text: str, priority: Callable[[str, int], float | None]) -> list
     return pieces
 
 
-def _raw_byte(b: int) -> str:
-    """The text of a token made of the single byte ``b``, as the GGUF reader decodes it
-    (UTF-8 with surrogateescape: bytes >= 0x80 alone become U+DC80..U+DCFF)."""
-    return chr(b) if b < 0x80 else chr(0xDC00 + b)
-
-
 def _clean(text: str) -> str:
     """``text`` with lone surrogates (not encodable as UTF-8) replaced by U+FFFD."""
     if text.isascii():
@@ -654,66 +439,3 @@ def _clean(text: str) -> str:
     except UnicodeEncodeError:
         return "".join("\ufffd" if 0xD800 <= ord(c) < 0xE000 else c for c in text)
 
-
-def _hex_prefix(s: str) -> int:
-    """C ``strtol(s, NULL, 16)`` of a byte token's two hex digits: the leading hex digits' value."""
-    value = 0
-    for c in s:
-        if c not in "0123456789abcdefABCDEF":
-            break
-        value = value * 16 + int(c, 16)
-    return value & 0xFF
-
-
-def _unmap_bytes(text: str) -> bytes:
-    """A byte-level BPE token's bytes (llama.cpp's ``llama_decode_text``): each character maps
-    back to its byte; a character outside the map gives llama.cpp's ``[UNK_BYTE_0x..]`` marker."""
-    try:
-        return bytes([CHAR_TO_BYTE[c] for c in text])
-    except KeyError:
-        out = bytearray()
-        for c in text:
-            b = CHAR_TO_BYTE.get(c)
-            if b is not None:
-                out.append(b)
-            else:
-                utf8 = c.encode("utf-8", "surrogateescape")
-                out += b"[UNK_BYTE_0x" + utf8.hex().encode() + text.encode("utf-8", "surrogateescape") + b"]"
-        return bytes(out)
-
-
-class StreamDecoder:
-    """Text of a stream of token ids, released in whole characters.
-
-    ``push(id)`` returns the new text that is complete: bytes that end inside a
-    UTF-8 sequence are held back until the sequence completes (or proves
-    invalid: then U+FFFD, as ``bytes.decode(errors="replace")``). ``flush()``
-    returns what is held back. Control tokens render as in
-    :meth:`Tokenizer.token_bytes` with ``special``.
-    """
-
-    def __init__(self, tokenizer: Tokenizer, special: bool = False):
-        self.tokenizer, self.special = tokenizer, special
-        self._held = b""
-
-    def push(self, tid: int) -> str:
-        data = self._held + self.tokenizer.token_bytes(tid, self.special)
-        cut = _complete_prefix(data)
-        self._held = data[cut:]
-        return data[:cut].decode("utf-8", "replace")
-
-    def flush(self) -> str:
-        data, self._held = self._held, b""
-        return data.decode("utf-8", "replace")
-
-
-def _complete_prefix(data: bytes) -> int:
-    """Length of ``data`` without a trailing, still incomplete UTF-8 sequence."""
-    for back in range(1, min(4, len(data)) + 1):
-        b = data[-back]
-        if b < 0x80:
-            return len(data)                 # ASCII: nothing pending
-        if b >= 0xC0:                        # a lead byte: does its sequence fit?
-            need = 2 if b < 0xE0 else 3 if b < 0xF0 else 4
-            return len(data) - back if need > back and b < 0xF8 else len(data)
-    return len(data)                          # only continuation bytes: invalid, release them

@@ -30,7 +30,7 @@ from typing import Callable
 import numpy as np
 
 from pyengine.errors import GGUFError
-from pyengine.ggml import GGML_TYPES_BY_NAME, GGMLType
+from pyengine.gguf.ggml_types import GGML_TYPES_BY_NAME, GGMLType
 
 CHUNK_ELEMENTS = 1 << 18  # weights dequantized per step: 1 MiB of float32 output
 

@@ -9,7 +9,7 @@ command        fields                                              replies
 =============  ==================================================  ==============================
 ``load``       ``files``: the ``File`` objects (all parts of a     (``unloaded``), ``progress``...,
                split model, any order); ``weights``: "auto"        ``model``
-               (default), or a key of ``model.WEIGHT_FORMS``
+               (default), or a key of ``WEIGHT_FORMS``
 ``chat``       ``text``, ``system`` (str, may be empty),           ``piece``..., ``done``
                ``settings`` (:data:`SETTINGS` names -> numbers,
                None for a blank field)
@@ -40,7 +40,7 @@ consistent (the next turn reuses the common prefix).
 
 Several workers: when ``worker.js`` has helper workers (``setup``'s ``pool``: the page
 is cross-origin isolated and its "workers" setting is above 1), a load ends by giving
-each helper its rows of the vocabulary matrix (:mod:`pyengine.shard`); ``model``'s
+each helper its rows of the vocabulary matrix (:mod:`pyengine.parallel`); ``model``'s
 ``workers`` field says how many workers compute, the wasm memory of each, the cost of
 one sync point (``sync_us``), or why the model stayed in this one (a helper that could
 not start or load).
@@ -56,144 +56,26 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import itertools
 import sys
 import time
-import traceback
 from typing import Any, Callable
 
-from pyengine import shard
-from pyengine.errors import GGUFError, PyEngineError
-from pyengine.source import ByteSource
+from pyengine.browser.file_source import BrowserFileSource
+from pyengine.browser.page import error_text, inspector, model_card, open_gguf_plainly
+from pyengine.browser.settings import memory_options, sampler_params, setting_rules, weight_cards
+from pyengine.browser.shared_memory import keep_vocab_rows, new_block
+from pyengine.errors import PyEngineError
+from pyengine.generation.chat import ChatSession
+from pyengine.generation.engine import load
+from pyengine.inspect import describe
+from pyengine.model.config import ModelConfig
+from pyengine.parallel.channel import ping, send_exit
+from pyengine.parallel.plan import plan
+from pyengine.parallel.sharded import install
+from pyengine.weights.budget import pick_weights
 
 PROGRESS_EVERY = 0.1  # seconds between two progress messages while loading
 
-MAX_TOKENS = 256      # a reply's default length limit, in tokens
-SHOWN_CHARS = 20_000  # a metadata string longer than this is cut in the inspector (a chat template fits)
-INSPECT_ROWS = 10_000  # metadata keys and tensors sent to the inspector (real models: a few hundred)
-
-# The page's settings, one row each; the page checks its fields against the same rows (sent with
-# the ``model`` message, see :func:`setting_rules`) before it sends a message. Columns: the name in
-# ``chat.settings`` (sampling ones are pyengine.sampling.SamplerParams fields), the page's label,
-# whole number or not, the lowest and highest value allowed (a number, or a limit of the model
-# loaded: "n_vocab" tokens, "n_ctx" the context), whether the lowest itself is excluded, and what a
-# blank field means ("": a blank field is an error).
-SETTINGS: tuple[tuple, ...] = (
-    # name             label             whole  lowest  highest    above  blank
-    ("temperature",    "Temperature",    False, 0,      5,         False, ""),
-    ("top_k",          "Top-k",          True,  0,      "n_vocab", False, ""),
-    ("top_p",          "Top-p",          False, 0,      1,         True,  ""),
-    ("min_p",          "Min-p",          False, 0,      1,         False, ""),
-    ("repeat_penalty", "Repeat penalty", False, 0,      10,        True,  ""),
-    ("max_tokens",     "Max tokens",     True,  1,      "n_ctx",   False, ""),
-    ("seed",           "Seed",           True,  0,      2**32 - 1, False, "a random seed"),
-)
-
-
-# ---------------------------------------------------------------------------
-# The bytes: a browser File as a byte source
-# ---------------------------------------------------------------------------
-
-class BrowserFileSource(ByteSource):
-    """A browser ``File`` (or ``Blob``) as a byte source (see :mod:`pyengine.source`).
-
-    Each read is one ``FileReaderSync().readAsArrayBuffer(file.slice(a, b))``
-    (workers only): ~1-2 ms per call whatever its size, 250-500 MB/s in 16 MiB
-    chunks, so callers read in large chunks. Only the bytes asked for are
-    copied, into the wasm heap. ``reader`` is for tests (anything with
-    ``readAsArrayBuffer(blob)`` returning an object with ``to_bytes()``).
-    """
-
-    def __init__(self, file: Any, reader: Any = None):
-        super().__init__(str(file.name), int(file.size))
-        self.file = file
-        self._reader = reader
-
-    def _read(self, offset: int, length: int) -> bytes:
-        end = min(self.size, offset + length)
-        if end <= offset:
-            return b""
-        if self._reader is None:
-            import js  # Pyodide's window onto the worker's globals
-            self._reader = js.FileReaderSync.new()
-        return self._reader.readAsArrayBuffer(self.file.slice(offset, end)).to_bytes()
-
-
-def open_gguf_plainly(sources: list) -> Any:
-    """:func:`pyengine.gguf.open_gguf`, except that a file that is not a GGUF at all (empty, too
-    short, or not starting with the magic ``GGUF``) is said plainly: "x.gguf is not a GGUF file (it
-    starts with 'hell', a GGUF file starts with 'GGUF')". Raises GGUFError naming the file."""
-    from pyengine.gguf import GGUF_MAGIC, open_gguf
-    try:
-        return open_gguf(sources)
-    except GGUFError:
-        for src in sources:
-            head = src.read(0, len(GGUF_MAGIC))
-            if head == GGUF_MAGIC:
-                continue
-            if not head:
-                raise GGUFError(f"{src.name} is empty (0 bytes): not a GGUF file") from None
-            if len(head) < len(GGUF_MAGIC):
-                raise GGUFError(f"{src.name} is not a GGUF file (it is only {len(head)} bytes long)") from None
-            starts = f"'{head.decode()}'" if head.isascii() and head.decode().isprintable() else \
-                f"the bytes {head.hex(' ')}"
-            raise GGUFError(f"{src.name} is not a GGUF file (it starts with {starts}, "
-                            f"a GGUF file starts with 'GGUF')") from None
-        raise
-
-
-# ---------------------------------------------------------------------------
-# What the page shows: the model card and the inspector
-# ---------------------------------------------------------------------------
-
-def model_card(d: dict, chat_template: str, weights: str = "") -> dict:
-    """The model card from :func:`pyengine.inspect.describe`'s dict: name, architecture, parameters,
-    quant types (most bytes first), context length (tokens), file size (bytes, all parts), and
-    ``weights``: the weight form the model is held in (``Model.weights``, a key of WEIGHT_FORMS)."""
-    meta = d["metadata"]
-    arch = str(meta.get("general.architecture", "?"))
-    return {
-        "name": str(meta.get("general.name") or d["files"][0]),
-        "architecture": arch,
-        "parameters": d["n_params"],
-        "quant_types": ", ".join(t["type"] for t in d["types"]),
-        "context_length": meta.get(f"{arch}.context_length", 0),
-        "file_size": d["file_size"],
-        "files": d["files"],
-        "chat_template": chat_template,
-        "weights": weights,
-    }
-
-
-def inspector(d: dict) -> dict:
-    """The inspector's data from :func:`pyengine.inspect.describe`'s dict: ``header`` (version,
-    counts, alignment, data offset), ``parts`` (each file's name, size and five sections with byte
-    ranges), ``metadata`` (key, type, value as text), ``types`` (per ggml type: count, params,
-    bytes), ``tensors`` (name, shape, type, offset, n_bytes); at most INSPECT_ROWS keys and tensors."""
-    types = d["value_types"]
-    return {
-        "header": {k: d[k] for k in ("version", "n_kv", "n_tensors", "alignment", "data_offset")},
-        "parts": d["parts"],
-        "metadata": [{"key": k, "type": types[k], "value": show_value(v, types[k])}
-                     for k, v in itertools.islice(d["metadata"].items(), INSPECT_ROWS)],
-        "types": d["types"],
-        "tensors": [{k: t[k] for k in ("name", "shape", "type", "offset", "n_bytes")}
-                    for t in d["tensors"][:INSPECT_ROWS]],
-    }
-
-
-def show_value(value: Any, vtype: str) -> str:
-    """A metadata value as the inspector shows it: a string as it is (up to SHOWN_CHARS; a chat
-    template fits), anything else as the CLI prints it (long arrays cut, their length shown)."""
-    from pyengine.inspect import _show
-    if isinstance(value, str):
-        return value if len(value) <= SHOWN_CHARS else f"{value[:SHOWN_CHARS]}... ({len(value):,} characters)"
-    return _show(value, vtype)
-
-
-# ---------------------------------------------------------------------------
-# The session: one model, one conversation
-# ---------------------------------------------------------------------------
 
 class WorkerSession:
     """The model loaded in this worker and its chat; every method posts its replies with ``post``.
@@ -222,12 +104,6 @@ class WorkerSession:
         let go (``unloaded``) before the new weights are read, so two models never share the
         4 GiB of wasm memory.
         """
-        from pyengine import generate
-        from pyengine.config import ModelConfig
-        from pyengine.gguf import open_gguf
-        from pyengine.inspect import describe
-        from pyengine.model import pick_weights
-
         pick_weights(weights, [])  # an unknown form fails before anything changes
         t0 = time.perf_counter()
         sources = [f if hasattr(f, "read") else BrowserFileSource(f) for f in files]
@@ -237,12 +113,12 @@ class WorkerSession:
         n_shards = int(self.pool.size()) if self.pool is not None else 0
         if self.chat is not None:
             if self.shared is not None:
-                shard.send_exit(self.shared)  # the helpers leave their loop and drop their rows
+                send_exit(self.shared)  # the helpers leave their loop and drop their rows
                 self.shared = None
             self.chat = None
             gc.collect()  # a chat and its last reply refer to each other
             self.post({"type": "unloaded"})
-        chat = generate.ChatSession(generate.load(gguf, progress=self._progress(sources), weights=weights))
+        chat = ChatSession(load(gguf, progress=self._progress(sources), weights=weights))
         workers = await self._split(chat.engine.model, gguf, files, n_shards)
         self.chat = chat
         self.rules = setting_rules(chat.engine.model.config.n_vocab, chat.cache.n_ctx)
@@ -260,25 +136,25 @@ class WorkerSession:
         leaves the whole model in this worker (count 1) and says why in ``note``.
         """
         layers = str(getattr(self.pool, "split", "vocab")) == "all"
-        spec = shard.plan(model, gguf.tensors, n_shards + 1, layers) if n_shards else None
+        spec = plan(model, gguf.tensors, n_shards + 1, layers) if n_shards else None
         if spec is None:
             if self.pool is not None and not n_shards:
                 self.pool.resize()  # helpers left from an earlier setting go
             note = "running in 1 worker (the output layer cannot be split)" if n_shards else ""
             return {"count": 1, "heap": self._heap(), "note": note}
-        block = shard.new_block(spec)
+        block = new_block(spec)
         self.post({"type": "stage", "stage": f"loading {n_shards} more worker{'s' * (n_shards > 1)}"})
         results = await self.pool.load(_to_js(files), _to_js(spec), getattr(block, "sab", block))
         results = results.to_py() if hasattr(results, "to_py") else list(results)
         failed = [i for i, r in enumerate(results) if not r["ok"]]
         if not failed:
-            shard.install(model, spec, block)
+            install(model, spec, block, keep_vocab_rows)
             self.shared = block
             gc.collect()  # the rows given away
             return {"count": len(results) + 1, "heap": self._heap() + [int(r["heap"]) for r in results], "note": "",
-                    "sync_us": round(1e6 * shard.ping(block, len(results)), 1),
+                    "sync_us": round(1e6 * ping(block, len(results)), 1),
                     "split": "all" if layers else "vocab"}
-        shard.send_exit(block)  # the helpers that did load leave their loop
+        send_exit(block)  # the helpers that did load leave their loop
         self.pool.drop(_to_js(failed))
         why = f"worker {failed[0] + 2} failed: {results[failed[0]]['message']}"
         return {"count": 1, "heap": self._heap(), "note": f"running in 1 worker ({why})"}
@@ -342,60 +218,6 @@ class WorkerSession:
         self.post({"type": "cleared"})
 
 
-def setting_rules(n_vocab: int | None = None, n_ctx: int | None = None) -> list[dict]:
-    """The rows of :data:`SETTINGS` for a model of ``n_vocab`` tokens and a context of ``n_ctx``
-    tokens (None: no upper bound), as the page reads them: ``{name, label, whole, min, max (None:
-    none), above, blank, rule}``, where ``rule`` says in words what the field takes ("a whole number
-    from 0 to 49152")."""
-    limits = {"n_vocab": n_vocab, "n_ctx": n_ctx}
-    rules = []
-    for name, label, whole, lo, hi, above, blank in SETTINGS:
-        hi = limits[hi] if isinstance(hi, str) else hi
-        kind = "a whole number" if whole else "a number"
-        if above:
-            span = f"above {lo}" + (f" and at most {hi}" if hi is not None else "")
-        else:
-            span = f"from {lo} to {hi}" if hi is not None else f"of {lo} or more"
-        rule = f"{kind} {span}" + (f", or blank for {blank}" if blank else "")
-        rules.append({"name": name, "label": label, "whole": whole, "min": lo, "max": hi, "above": above,
-                      "blank": blank, "rule": rule})
-    return rules
-
-
-def check_setting(rule: dict, value: Any) -> Any:
-    """``value`` (a number, or None for a blank field) checked against one of :func:`setting_rules`'
-    rows: returns it as an int or float (None for an allowed blank). Raises PyEngineError naming the
-    field by its label and what it takes: "Top-k must be a whole number from 0 to 49152 (it is -5)"."""
-    if value is None and rule["blank"]:
-        return None
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    ok = number and value == value and abs(value) != float("inf")
-    if ok and rule["whole"]:
-        ok = float(value).is_integer()
-        value = int(value) if ok else value
-    if ok:
-        lo, hi = rule["min"], rule["max"]
-        ok = (value > lo if rule["above"] else value >= lo) and (hi is None or value <= hi)
-    if not ok:
-        shown = "blank" if value is None else repr(value) if number else "not a number"
-        raise PyEngineError(f"{rule['label']} must be {rule['rule']} (it is {shown})")
-    return value if rule["whole"] else float(value)
-
-
-def sampler_params(settings: dict, rules: list[dict] | None = None) -> tuple[Any, int]:
-    """The page's settings as (SamplerParams, max_tokens), each checked against ``rules``
-    (:func:`setting_rules`, default: with no model limits). A field missing from ``settings`` takes
-    its default (SamplerParams', MAX_TOKENS); a field sent blank (None) is an error unless its rule
-    allows it (the seed: random).
-
-    Raises PyEngineError naming the first bad field by the page's label, with its allowed range.
-    """
-    from pyengine.sampling import SamplerParams
-    values = {r["name"]: check_setting(r, settings[r["name"]])
-              for r in rules or setting_rules() if r["name"] in settings}
-    max_tokens = values.pop("max_tokens", MAX_TOKENS)
-    return SamplerParams(**values).check(), max_tokens
-
 
 # ---------------------------------------------------------------------------
 # The entry points worker.js calls
@@ -418,6 +240,13 @@ def setup(post: Callable[[Any], None], should_stop: Callable[[], bool] = lambda:
     if sys.platform == "emscripten":
         post = _js_post(post)
     _session = WorkerSession(post, should_stop, interruptible, pool, heap)
+
+
+def page_data() -> Any:
+    """What the page builds its settings from before any model is loaded (worker.js sends it with
+    ``booted``): ``settings`` (:func:`setting_rules` with no model limits), ``memory`` (the Memory
+    options) and ``cards`` (the model card's line per weight policy)."""
+    return _to_js({"settings": setting_rules(), "memory": memory_options(), "cards": weight_cards()})
 
 
 def _to_js(value: Any) -> Any:
@@ -453,12 +282,3 @@ async def handle(msg: Any) -> None:
         if kind == "chat":
             _session.post({"type": "done", "stopped": True, "stats": None})  # the page waits for one
 
-
-def error_text(e: BaseException) -> str:
-    """What the page shows for an exception: the PyEngineError's own text, else 'internal error: ...'."""
-    if isinstance(e, PyEngineError):
-        return str(e)
-    if isinstance(e, MemoryError):
-        return "out of memory: the model does not fit in the browser's 4 GiB of WebAssembly memory"
-    traceback.print_exception(e, file=sys.stderr)  # the console keeps the traceback for a bug report
-    return f"internal error: {type(e).__name__}: {e}"

@@ -1,0 +1,33 @@
+"""A browser ``File`` as a byte source: what a worker reads a dropped GGUF through."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyengine.gguf.source import ByteSource
+
+
+class BrowserFileSource(ByteSource):
+    """A browser ``File`` (or ``Blob``) as a byte source (see :mod:`pyengine.source`).
+
+    Each read is one ``FileReaderSync().readAsArrayBuffer(file.slice(a, b))``
+    (workers only): ~1-2 ms per call whatever its size, 250-500 MB/s in 16 MiB
+    chunks, so callers read in large chunks. Only the bytes asked for are
+    copied, into the wasm heap. ``reader`` is for tests (anything with
+    ``readAsArrayBuffer(blob)`` returning an object with ``to_bytes()``).
+    """
+
+    def __init__(self, file: Any, reader: Any = None):
+        super().__init__(str(file.name), int(file.size))
+        self.file = file
+        self._reader = reader
+
+    def _read(self, offset: int, length: int) -> bytes:
+        end = min(self.size, offset + length)
+        if end <= offset:
+            return b""
+        if self._reader is None:
+            import js  # Pyodide's window onto the worker's globals
+            self._reader = js.FileReaderSync.new()
+        return self._reader.readAsArrayBuffer(self.file.slice(offset, end)).to_bytes()
+

@@ -1,0 +1,92 @@
+"""What the page shows of a model: its card, the inspector's tables, and errors in words."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import traceback
+from typing import Any
+
+from pyengine.errors import GGUFError, PyEngineError
+
+SHOWN_CHARS = 20_000  # a metadata string longer than this is cut in the inspector (a chat template fits)
+INSPECT_ROWS = 10_000  # metadata keys and tensors sent to the inspector (real models: a few hundred)
+
+
+def open_gguf_plainly(sources: list) -> Any:
+    """:func:`pyengine.gguf.open_gguf`, except that a file that is not a GGUF at all (empty, too
+    short, or not starting with the magic ``GGUF``) is said plainly: "x.gguf is not a GGUF file (it
+    starts with 'hell', a GGUF file starts with 'GGUF')". Raises GGUFError naming the file."""
+    from pyengine.gguf import GGUF_MAGIC, open_gguf
+    try:
+        return open_gguf(sources)
+    except GGUFError:
+        for src in sources:
+            head = src.read(0, len(GGUF_MAGIC))
+            if head == GGUF_MAGIC:
+                continue
+            if not head:
+                raise GGUFError(f"{src.name} is empty (0 bytes): not a GGUF file") from None
+            if len(head) < len(GGUF_MAGIC):
+                raise GGUFError(f"{src.name} is not a GGUF file (it is only {len(head)} bytes long)") from None
+            starts = f"'{head.decode()}'" if head.isascii() and head.decode().isprintable() else \
+                f"the bytes {head.hex(' ')}"
+            raise GGUFError(f"{src.name} is not a GGUF file (it starts with {starts}, "
+                            f"a GGUF file starts with 'GGUF')") from None
+        raise
+
+
+
+def model_card(d: dict, chat_template: str, weights: str = "") -> dict:
+    """The model card from :func:`pyengine.inspect.describe`'s dict: name, architecture, parameters,
+    quant types (most bytes first), context length (tokens), file size (bytes, all parts), and
+    ``weights``: the weight form the model is held in (``Model.weights``, a key of WEIGHT_FORMS)."""
+    meta = d["metadata"]
+    arch = str(meta.get("general.architecture", "?"))
+    return {
+        "name": str(meta.get("general.name") or d["files"][0]),
+        "architecture": arch,
+        "parameters": d["n_params"],
+        "quant_types": ", ".join(t["type"] for t in d["types"]),
+        "context_length": meta.get(f"{arch}.context_length", 0),
+        "file_size": d["file_size"],
+        "files": d["files"],
+        "chat_template": chat_template,
+        "weights": weights,
+    }
+
+
+def inspector(d: dict) -> dict:
+    """The inspector's data from :func:`pyengine.inspect.describe`'s dict: ``header`` (version,
+    counts, alignment, data offset), ``parts`` (each file's name, size and five sections with byte
+    ranges), ``metadata`` (key, type, value as text), ``types`` (per ggml type: count, params,
+    bytes), ``tensors`` (name, shape, type, offset, n_bytes); at most INSPECT_ROWS keys and tensors."""
+    types = d["value_types"]
+    return {
+        "header": {k: d[k] for k in ("version", "n_kv", "n_tensors", "alignment", "data_offset")},
+        "parts": d["parts"],
+        "metadata": [{"key": k, "type": types[k], "value": show_value(v, types[k])}
+                     for k, v in itertools.islice(d["metadata"].items(), INSPECT_ROWS)],
+        "types": d["types"],
+        "tensors": [{k: t[k] for k in ("name", "shape", "type", "offset", "n_bytes")}
+                    for t in d["tensors"][:INSPECT_ROWS]],
+    }
+
+
+def show_value(value: Any, vtype: str) -> str:
+    """A metadata value as the inspector shows it: a string as it is (up to SHOWN_CHARS; a chat
+    template fits), anything else as the CLI prints it (long arrays cut, their length shown)."""
+    from pyengine.inspect import _show
+    if isinstance(value, str):
+        return value if len(value) <= SHOWN_CHARS else f"{value[:SHOWN_CHARS]}... ({len(value):,} characters)"
+    return _show(value, vtype)
+
+
+def error_text(e: BaseException) -> str:
+    """What the page shows for an exception: the PyEngineError's own text, else 'internal error: ...'."""
+    if isinstance(e, PyEngineError):
+        return str(e)
+    if isinstance(e, MemoryError):
+        return "out of memory: the model does not fit in the browser's 4 GiB of WebAssembly memory"
+    traceback.print_exception(e, file=sys.stderr)  # the console keeps the traceback for a bug report
+    return f"internal error: {type(e).__name__}: {e}"

@@ -1,0 +1,222 @@
+"""The generation loop: a prompt turned into streamed text, one token at a time.
+
+:class:`Generation` is one reply. Each :meth:`Generation.step` runs one forward
+pass (the first one is the prefill of the whole prompt), samples one token and
+returns the text it completes (``""`` while a UTF-8 character or a possible
+stop string is held back), or ``None`` when the reply is over. It is also an
+iterator of those pieces, so ``for piece in gen`` streams, and the consumer may
+stop between any two tokens (``gen.close()``, a ``should_stop()`` callback, or
+just not asking for more). Stops: an end-of-generation token
+(``tokenizer.eog_ids``; not part of the text), a stop string (the text before
+it is emitted, it is not), ``max_tokens``, the context limit (``n_ctx``).
+Statistics per reply: :class:`TurnStats`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+from pyengine.errors import PyEngineError
+from pyengine.generation.sampling import Sampler, SamplerParams
+
+STOP_REASONS = ("eog", "stop_string", "max_tokens", "context", "stopped", "error")
+
+class StopStrings:
+    """Finds stop strings in streamed text. ``push(text)`` returns ``(emit, hit)``: the text that
+    can be shown now, and whether a stop string occurred (``emit`` then ends before it). Text that
+    could still become the start of a stop string is held back; ``flush()`` releases it."""
+
+    def __init__(self, stops: Iterable[str]):
+        self.stops = [s for s in stops if s]
+        self.held = ""
+
+    def push(self, text: str) -> tuple[str, bool]:
+        if not self.stops:
+            return text, False
+        buf = self.held + text
+        hits = [i for i in (buf.find(s) for s in self.stops) if i >= 0]
+        if hits:
+            self.held = ""
+            return buf[:min(hits)], True
+        keep = max(self._partial(buf, s) for s in self.stops)
+        self.held = buf[len(buf) - keep:] if keep else ""
+        return buf[:len(buf) - keep], False
+
+    @staticmethod
+    def _partial(buf: str, stop: str) -> int:
+        """Length of the longest end of ``buf`` that is a proper start of ``stop``."""
+        for k in range(min(len(stop) - 1, len(buf)), 0, -1):
+            if buf.endswith(stop[:k]):
+                return k
+        return 0
+
+    def flush(self) -> str:
+        out, self.held = self.held, ""
+        return out
+
+
+# ----------------------------------------------------------------------------
+# one reply
+
+@dataclass
+class TurnStats:
+    """One reply's numbers. Tokens are counts; seconds are wall time inside :meth:`Generation.step`
+    (time the consumer spends between steps is not counted)."""
+    prompt_tokens: int = 0          # the prompt, as tokenized
+    cached_tokens: int = 0          # of which the KV cache already held (prefix reuse)
+    prefill_tokens: int = 0         # run through the model in the prefill (prompt - cached)
+    generated_tokens: int = 0       # ids of the reply (an end-of-generation id is not counted)
+    decode_tokens: int = 0          # one-token forward passes after the prefill
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0     # those passes plus sampling after the first token
+    ttft_seconds: float = 0.0       # first step: prefill + sampling the first token
+    stop_reason: str = ""           # one of STOP_REASONS
+
+    @property
+    def prefill_tok_s(self) -> float:
+        return self.prefill_tokens / self.prefill_seconds if self.prefill_seconds > 0 else 0.0
+
+    @property
+    def decode_tok_s(self) -> float:
+        return self.decode_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "prefill_tok_s": self.prefill_tok_s, "decode_tok_s": self.decode_tok_s}
+
+    def summary(self) -> str:
+        return (f"prompt {self.prompt_tokens} tok ({self.cached_tokens} cached), "
+                f"prefill {self.prefill_tokens} tok in {self.prefill_seconds:.2f} s ({self.prefill_tok_s:.1f} tok/s), "
+                f"decode {self.decode_tokens} tok in {self.decode_seconds:.2f} s ({self.decode_tok_s:.1f} tok/s), "
+                f"first token after {self.ttft_seconds:.2f} s, {self.generated_tokens} generated, "
+                f"stop: {self.stop_reason}")
+
+
+class Generation:
+    """One reply to ``prompt_ids``, produced a token at a time (see the module doc).
+
+    ``cache``: a KV cache whose first ``cache.n`` positions already hold ``prompt_ids[:cache.n]``
+    (the caller's promise); only the rest is prefilled. At least the last prompt token is always
+    run, for its logits. ``on_finish(gen)`` is called once when the reply ends, however it ends.
+
+    Attributes: ``prompt_ids``, ``ids`` (generated), ``text`` (emitted so far), ``tokens`` (the
+    ids whose keys and values the cache holds), ``stats``, ``done``.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, prompt_ids: Sequence[int], sampler: Sampler,
+                 max_tokens: int, stop_strings: Iterable[str] = (), cache: Any = None,
+                 should_stop: Callable[[], bool] | None = None,
+                 on_finish: Callable[["Generation"], None] | None = None, n_ctx: int | None = None):
+        from pyengine.text.stream import StreamDecoder
+        self.model, self.tokenizer, self.sampler = model, tokenizer, sampler
+        self.prompt_ids = [int(t) for t in prompt_ids]
+        self.cache = model.new_cache(n_ctx) if cache is None else cache
+        if not self.prompt_ids:
+            raise PyEngineError("the prompt is empty: there is nothing to continue")
+        if len(self.prompt_ids) > self.cache.n_ctx:
+            raise PyEngineError(f"the prompt has {len(self.prompt_ids)} tokens, more than the context "
+                                f"of {self.cache.n_ctx} tokens")
+        if self.cache.n >= len(self.prompt_ids):
+            self.cache.truncate(len(self.prompt_ids) - 1)
+        self.max_tokens, self.should_stop, self.on_finish = max_tokens, should_stop, on_finish
+        self.tokens = self.prompt_ids[:self.cache.n]
+        self.ids: list[int] = []
+        self.text = ""
+        self.done = False
+        self.stats = TurnStats(prompt_tokens=len(self.prompt_ids), cached_tokens=self.cache.n,
+                               prefill_tokens=len(self.prompt_ids) - self.cache.n)
+        self._history = list(self.prompt_ids)       # the repetition penalty's window: prompt + reply
+        self._decoder = StreamDecoder(tokenizer)
+        self._stops = StopStrings(stop_strings)
+        self._eog = tokenizer.eog_ids
+
+    # --- the iterator protocol, for `for piece in gen`
+    def __iter__(self) -> "Generation":
+        return self
+
+    def __next__(self) -> str:
+        piece = self.step()
+        if piece is None:
+            raise StopIteration
+        return piece
+
+    def close(self) -> None:
+        """Stop here (between tokens); the reply keeps the text emitted so far."""
+        if not self.done:
+            self._finish("stopped")
+
+    def step(self) -> str | None:
+        """Run one token: returns the text it completes ("" if none yet), None when the reply is over."""
+        if self.done:
+            return None
+        t0 = time.perf_counter()
+        try:
+            if len(self.tokens) < len(self.prompt_ids):                       # first step: the prefill
+                if self.max_tokens <= 0:
+                    return self._finish("max_tokens")
+                logits = self._forward(self.prompt_ids[len(self.tokens):])     # (n_vocab,)
+                self.stats.prefill_seconds = time.perf_counter() - t0
+            else:
+                if self.should_stop is not None and self.should_stop():
+                    return self._finish("stopped")
+                if self.cache.n >= self.cache.n_ctx:
+                    return self._finish("context")
+                logits = self._forward([self.ids[-1]])                          # (n_vocab,)
+                self.stats.decode_tokens += 1
+            tok = self.sampler.sample(logits, self._history)
+            self._time(t0)
+            if tok in self._eog:
+                return self._finish("eog")
+            self.ids.append(tok)
+            self._history.append(tok)
+            piece, hit = self._stops.push(self._decoder.push(tok))
+            self.text += piece
+            if hit:
+                return self._finish("stop_string", piece)
+            if len(self.ids) >= self.max_tokens:
+                return self._finish("max_tokens", piece)
+            return piece
+        except KeyboardInterrupt:
+            self._finish("stopped")
+            raise
+        except BaseException:
+            self._finish("error")
+            raise
+
+    def _forward(self, tokens: list[int]):
+        logits = self.model.forward(tokens, self.cache, logits="last")
+        self.tokens.extend(tokens)
+        return logits
+
+    def _time(self, t0: float) -> None:
+        dt = time.perf_counter() - t0
+        if self.stats.decode_tokens == 0:
+            self.stats.ttft_seconds = dt
+        else:
+            self.stats.decode_seconds += dt
+
+    def _finish(self, reason: str, piece: str = "") -> str:
+        """End the reply: release held-back text (unless stopped early or at a stop string)."""
+        if reason in ("eog", "max_tokens", "context"):
+            tail, hit = self._stops.push(self._decoder.flush())
+            tail += "" if hit else self._stops.flush()
+            self.text += tail
+            piece += tail
+        self.done = True
+        self.stats.stop_reason = reason
+        self.stats.generated_tokens = len(self.ids)
+        if self.on_finish is not None:
+            self.on_finish(self)
+        return piece
+
+
+def generate(model: Any, tokenizer: Any, prompt_ids: Sequence[int], params: SamplerParams | None = None,
+             max_tokens: int = 128, stop_strings: Iterable[str] = (), cache: Any = None,
+             should_stop: Callable[[], bool] | None = None, n_ctx: int | None = None) -> Generation:
+    """Continue ``prompt_ids``: a :class:`Generation` to iterate for text pieces (see its doc).
+    ``params`` default to llama.cpp's sampling defaults; ``n_ctx`` sizes a new cache (default: the
+    model's training context). Raises PyEngineError for an empty prompt or one longer than the context."""
+    return Generation(model, tokenizer, prompt_ids, Sampler(params), max_tokens, stop_strings, cache,
+                      should_stop, n_ctx=n_ctx)
+

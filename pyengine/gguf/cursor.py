@@ -1,0 +1,139 @@
+"""Checked front-to-back reads of a GGUF header from one growing buffer.
+
+Every count and length in the header comes from a stranger: the cursor checks
+each against the bytes left in the file before anything is read or allocated,
+and names the file, the byte offset and what was being read in its errors.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import numpy as np
+
+from pyengine.errors import GGUFError
+
+FIRST_CHUNK = 1 << 20      # bytes of the first header read; each next read doubles
+MAX_CHUNK = 64 << 20       # ... up to this
+
+U32 = struct.Struct("<I")
+U64 = struct.Struct("<Q")
+
+
+class Cursor:
+    """Reads a source from byte 0 through a buffer refilled in doubling chunks.
+
+    ``where`` names what is being read (``"header"``, ``"key 'x'"``,
+    ``"tensor 'y'"``) for error messages.
+    """
+
+    def __init__(self, source: Any):
+        self.src = source
+        self.buf = b""
+        self.base = 0            # file offset of buf[0]
+        self.p = 0               # read position in buf
+        self.chunk = FIRST_CHUNK
+        self.where = "header"
+
+    @property
+    def offset(self) -> int:
+        return self.base + self.p
+
+    @property
+    def left(self) -> int:
+        """Bytes of the file after the read position."""
+        return self.src.size - self.offset
+
+    def error(self, msg: str, offset: int | None = None) -> GGUFError:
+        at = self.offset if offset is None else offset
+        return GGUFError(f"{self.src.name}: byte {at}: {self.where}: {msg}")
+
+    def need(self, n: int, what: str) -> None:
+        """Make ``buf[p:p+n]`` available, checking ``n`` against the file first."""
+        have = len(self.buf) - self.p
+        if n <= have:
+            return
+        if n > self.left:
+            raise self.error(f"{what} needs {n} bytes but only {self.left} are left in the file "
+                             f"of {self.src.size} bytes (truncated?)")
+        end = self.base + len(self.buf)
+        want = min(max(n - have, self.chunk), self.src.size - end)
+        self.chunk = min(2 * self.chunk, MAX_CHUNK)
+        more = self.src.read(end, want)
+        if len(more) < n - have:
+            raise self.error(f"{what}: the file ended early (read {len(more)} of {want} bytes at {end})")
+        self.buf = self.buf[self.p:] + more
+        self.base += self.p
+        self.p = 0
+
+    def check_count(self, count: int, item_bytes: int, what: str) -> None:
+        """Reject ``count`` items of at least ``item_bytes`` each that cannot fit in the file."""
+        if count * item_bytes > self.left:
+            raise self.error(f"{what}: {count} items of at least {item_bytes} bytes cannot fit "
+                             f"in the {self.left} bytes left in the file")
+
+    def unpack(self, st: struct.Struct, what: str) -> tuple:
+        self.need(st.size, what)
+        out = st.unpack_from(self.buf, self.p)
+        self.p += st.size
+        return out
+
+    def u32(self, what: str) -> int:
+        return self.unpack(U32, what)[0]
+
+    def u64(self, what: str) -> int:
+        return self.unpack(U64, what)[0]
+
+    def raw(self, n: int, what: str) -> bytes:
+        self.need(n, what)
+        out = self.buf[self.p:self.p + n]
+        self.p += n
+        return out
+
+    def string(self, what: str = "string") -> str:
+        return self.string_bytes(what).decode("utf-8", "surrogateescape")
+
+    def string_bytes(self, what: str = "string") -> bytes:
+        n = self.u64(f"{what} length")
+        return self.raw(n, what)
+
+    def strings(self, count: int) -> list[str]:
+        """``count`` strings: the hot loop of header parsing (262,144 vocab entries).
+
+        Strings wholly inside the buffer are cut straight out of it; one that
+        runs past the buffer's end goes through :meth:`string_bytes`, which
+        refills. All are decoded at the end.
+        """
+        self.check_count(count, 8, "array of strings")
+        raw: list[bytes] = [b""] * count
+        unpack = U64.unpack_from
+        i = 0
+        while i < count:
+            buf, p = self.buf, self.p
+            last = len(buf) - 8  # the last position a length can start at
+            for i in range(i, count):  # the hot loop
+                if p > last:
+                    break
+                q = p + 8
+                r = q + unpack(buf, p)[0]
+                if r > last + 8:
+                    break
+                raw[i] = buf[q:r]
+                p = r
+            else:
+                i = count
+            self.p = p
+            if i < count:
+                raw[i] = self.string_bytes()
+                i += 1
+        return [b.decode("utf-8", "surrogateescape") for b in raw]
+
+    def numbers(self, dtype: str, count: int, what: str) -> np.ndarray:
+        """``count`` fixed-size items: a 1-D numpy view of the buffer."""
+        size = np.dtype(dtype).itemsize
+        self.check_count(count, size, what)
+        self.need(count * size, what)
+        out = np.frombuffer(self.buf, dtype=dtype, count=count, offset=self.p)
+        self.p += count * size
+        return out

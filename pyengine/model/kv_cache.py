@@ -1,0 +1,55 @@
+"""The KV cache: every layer's keys and values for the positions seen so far.
+
+It adds ``2 · n_layer · n_ctx · n_head_kv · head_dim · 4`` bytes (gemma-3-270m:
+36 KiB per token; SmolLM2: 45 KiB per token) and grows with the conversation up
+to ``n_ctx``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pyengine.errors import PyEngineError
+
+
+class KVCache:
+    """Keys and values of every layer for the positions seen so far.
+
+    ``k[il]`` is (n_head_kv, capacity, Dk) float32 and ``v[il]`` (n_head_kv,
+    capacity, Dv): one head's positions are contiguous rows, so attention reads
+    ``k[il][:, :n]`` without a copy. Capacity doubles as needed up to ``n_ctx``.
+    ``n`` is the number of positions filled; ``truncate(n)`` forgets the rest
+    (a chat reuses the common prefix of the previous turn).
+    """
+
+    def __init__(self, n_layer: int, n_head_kv: int, head_dim_k: int, head_dim_v: int, n_ctx: int):
+        self.n_ctx, self.n = n_ctx, 0
+        cap = min(n_ctx, 256)
+        self.k = [np.zeros((n_head_kv, cap, head_dim_k), np.float32) for _ in range(n_layer)]
+        self.v = [np.zeros((n_head_kv, cap, head_dim_v), np.float32) for _ in range(n_layer)]
+
+    @property
+    def capacity(self) -> int:
+        return self.k[0].shape[1]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.k + self.v)
+
+    def reserve(self, n: int) -> None:
+        """Make room for positions 0..n-1 (n <= n_ctx), keeping what is stored."""
+        if n <= self.capacity:
+            return
+        cap = min(self.n_ctx, max(n, 2 * self.capacity))
+        for arrs in (self.k, self.v):
+            for il, a in enumerate(arrs):
+                b = np.zeros((a.shape[0], cap, a.shape[2]), np.float32)
+                b[:, :self.n] = a[:, :self.n]
+                arrs[il] = b
+
+    def truncate(self, n: int) -> None:
+        """Keep the first ``n`` positions (0 <= n <= self.n)."""
+        if not 0 <= n <= self.n:
+            raise PyEngineError(f"cannot truncate the KV cache to {n} positions: it holds {self.n}")
+        self.n = n
+

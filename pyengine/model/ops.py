@@ -1,0 +1,164 @@
+"""The network's operations in numpy: RMSNorm, the gated FFN activations, rope, attention.
+
+Each is the math of the ggml CPU op named in its docstring. Shapes: ``T``
+tokens in the batch, ``S`` positions of the KV cache attended to, ``H`` query
+heads, ``Hkv`` key/value heads, ``G = H / Hkv`` query heads per key/value head
+(GQA), ``D`` head size. Activations are float32. The products with weights
+live in :mod:`pyengine.weights`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+# ----------------------------------------------------------------------------
+# normalization and activations
+
+def rmsnorm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """ggml ``rms_norm`` then ``mul``: ``x * (1 / sqrt(mean(x²) + eps)) * weight`` over the last axis.
+
+    x (..., n) float32, weight (n,) -> (..., n). Used on the residual stream
+    (n = n_embd) and per head on q and k (n = head size).
+    """
+    ms = np.add.reduce(x * x, axis=-1, keepdims=True)                    # (..., 1)
+    ms /= np.float32(x.shape[-1])
+    ms += np.float32(eps)
+    return x * (np.float32(1.0) / np.sqrt(ms)) * weight
+
+
+def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """ggml ``swiglu``: ``silu(gate) * up`` with ``silu(g) = g / (1 + exp(-g))``; (..., n_ff) each."""
+    with np.errstate(over="ignore"):
+        return gate / (1.0 + np.exp(-gate)) * up
+
+
+def geglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """ggml ``geglu`` on the CPU: ``gelu_tanh(gate) * up``, gelu looked up in float16 as ggml does.
+
+    ``gelu(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g³)))``. ggml-cpu
+    (``GGML_GELU_FP16``) rounds ``gate`` to float16, reads ``gelu(gate)`` from
+    a float16 table, and passes ``gate`` through unchanged at or beyond 10 (0
+    at or below -10). Rounding the same way keeps greedy choices identical to
+    llama.cpp's when two logits are close. (..., n_ff) each.
+    """
+    g = gate.astype(np.float16).astype(np.float32)
+    t = g * g                                                             # in place from here on
+    t *= np.float32(0.044715)
+    t += np.float32(1.0)
+    t *= g
+    t *= np.float32(0.7978845608028654)                                   # sqrt(2/pi)
+    np.tanh(t, out=t)
+    t += np.float32(1.0)
+    t *= g
+    t *= np.float32(0.5)
+    t = t.astype(np.float16).astype(np.float32)
+    big = np.abs(gate) >= 10.0
+    if big.any():
+        t[big] = np.where(gate[big] > 0, gate[big], np.float32(0.0))
+    t *= up
+    return t
+
+
+def softcap(x: np.ndarray, cap: float) -> np.ndarray:
+    """Gemma's logit soft-capping: ``cap * tanh(x / cap)``."""
+    return np.float32(cap) * np.tanh(x / np.float32(cap))
+
+
+# ----------------------------------------------------------------------------
+# rope
+
+class Rope:
+    """Rotary position embedding tables for one frequency base (ggml ``rope_ext``, no YaRN).
+
+    Dimension pair ``i`` (``0 <= i < n_rot/2``) of a head at position ``p`` is
+    turned by ``theta = freq_scale * p * base^(-2i/n_rot) / freq_factor[i]``.
+    NEOX pairs dims ``(i, i + n_rot/2)``; NORM pairs ``(2i, 2i + 1)``. As in
+    ggml's ``ggml_rope_cache_init``, ``p * base^(-2i/n_rot)`` is built by
+    repeated float32 multiplication, so the angles match llama.cpp's bit for bit.
+    Tables grow on demand: cos/sin ``(n_pos, n_rot/2)``.
+    """
+
+    def __init__(self, n_rot: int, base: float, freq_scale: float = 1.0, neox: bool = True,
+                 freq_factors: np.ndarray | None = None):
+        self.n_rot, self.base, self.freq_scale, self.neox = n_rot, base, freq_scale, neox
+        self.freq_factors = freq_factors   # (n_rot/2,) or None (llama 3's rope_freqs)
+        self.cos = self.sin = np.zeros((0, n_rot // 2), np.float32)
+
+    def _grow(self, n_pos: int) -> None:
+        n = max(n_pos, 2 * len(self.cos), 64)
+        theta_scale = np.float32(self.base) ** np.float32(-2.0 / self.n_rot)
+        theta = np.empty((n, self.n_rot // 2), np.float32)             # (n_pos, n_rot/2)
+        t = np.arange(n, dtype=np.float32)
+        for i in range(self.n_rot // 2):
+            theta[:, i] = t
+            t = t * theta_scale
+        if self.freq_factors is not None:
+            theta /= self.freq_factors
+        theta *= np.float32(self.freq_scale)
+        self.cos, self.sin = np.cos(theta), np.sin(theta)
+
+    def __call__(self, x: np.ndarray, pos: int) -> np.ndarray:
+        """Rotate x (T, n_heads, D) at positions pos..pos+T-1 in place; returns x."""
+        t = x.shape[0]
+        if pos + t > len(self.cos):
+            self._grow(pos + t)
+        c = self.cos[pos:pos + t, None, :]                               # (T, 1, n_rot/2)
+        s = self.sin[pos:pos + t, None, :]
+        h = self.n_rot // 2
+        if self.neox:
+            x0, x1 = x[..., :h].copy(), x[..., h:self.n_rot].copy()      # (T, n_heads, n_rot/2)
+            x[..., :h] = x0 * c - x1 * s
+            x[..., h:self.n_rot] = x0 * s + x1 * c
+        else:
+            x0, x1 = x[..., 0:self.n_rot:2].copy(), x[..., 1:self.n_rot:2].copy()
+            x[..., 0:self.n_rot:2] = x0 * c - x1 * s
+            x[..., 1:self.n_rot:2] = x0 * s + x1 * c
+        return x
+
+
+# ----------------------------------------------------------------------------
+# attention
+
+SCORES_MAX = 1 << 20     # attention scores held at once during prefill (float32 elements: 4 MiB)
+
+
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: int, window: int) -> np.ndarray:
+    """Causal (optionally sliding-window) softmax attention with GQA, as ggml ``soft_max_ext`` + ``mul_mat``.
+
+    q (Hkv, G, T, D) already scaled, for queries at positions pos..pos+T-1;
+    k (Hkv, pos+T, D), v (Hkv, pos+T, Dv): the cache, position s in row s.
+    A query at p sees the keys at s <= p, and with ``window > 0`` only those
+    with p - s < window (llama.cpp ``is_masked_swa``, LLAMA_SWA_TYPE_STANDARD).
+    Query head h uses key/value head h // G. Returns (Hkv, G, T, Dv).
+    Long prompts are cut into query chunks of at most ``SCORES_MAX`` scores.
+    """
+    hkv, g, t, _ = q.shape
+    step = max(1, SCORES_MAX // (hkv * g * (pos + t)))
+    if step >= t:                                                         # one chunk (decode, short prompts)
+        s0 = max(0, pos - window + 1) if window else 0
+        return _attend(q, k[:, s0:], v[:, s0:], pos, s0, window)
+    out = np.empty((hkv, g, t, v.shape[2]), np.float32)
+    for t0 in range(0, t, step):
+        t1 = min(t, t0 + step)
+        p0, p1 = pos + t0, pos + t1                                       # queries' positions
+        s0 = max(0, p0 - window + 1) if window else 0                     # first key any of them sees
+        out[:, :, t0:t1] = _attend(q[:, :, t0:t1], k[:, s0:p1], v[:, s0:p1], p0, s0, window)
+    return out
+
+
+def _attend(q, k, v, p0: int, s0: int, window: int) -> np.ndarray:
+    """One chunk: q (Hkv, G, Tc, D) at positions p0.., keys k (Hkv, S, D) at s0.. -> (Hkv, G, Tc, Dv)."""
+    scores = np.einsum("hgtd,hsd->hgts", q, k)                            # (Hkv, G, Tc, S)
+    tc, s = q.shape[2], k.shape[1]
+    if tc > 1 or (window and s > window):
+        qp = np.arange(p0, p0 + tc)[:, None]                              # (Tc, 1)
+        kp = np.arange(s0, s0 + s)[None, :]                               # (1, S)
+        masked = kp > qp
+        if window:
+            masked |= qp - kp >= window
+        scores[..., masked] = -np.inf
+    scores -= scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
+    scores /= scores.sum(axis=-1, keepdims=True)
+    return np.einsum("hgts,hsd->hgtd", scores, v)                        # (Hkv, G, Tc, Dv)

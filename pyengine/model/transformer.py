@@ -1,0 +1,188 @@
+"""The transformer: one forward pass for llama, qwen2, qwen3 and gemma3, filling a KV cache.
+
+The forward pass follows llama.cpp's graphs (``src/models/llama.cpp``,
+``qwen2.cpp``, ``qwen3.cpp``, ``gemma3.cpp``); what differs between them is
+data in :data:`pyengine.model.config.ARCHITECTURES`, not code::
+
+    x = token_embd[tokens]                      (* sqrt(n_embd) for gemma3)
+    for each layer:
+        h = attn_norm(x)
+        q, k, v = split(wqkv · h)               (+ biases: qwen2)
+        q, k = q_norm(q), k_norm(k)             (qwen3, gemma3: RMSNorm per head)
+        q, k = rope(q), rope(k)                 (NORM pairs for llama, NEOX halves otherwise)
+        h = wo · attention(q, K, V)             (causal; sliding window on gemma3's local layers)
+        x = x + post_attention_norm(h)          (post-norm: gemma3 only)
+        h = w_down · act(w_gate · ffn_norm(x)) * (w_up · ffn_norm(x))   (SiLU, or GELU for gemma3)
+        x = x + post_ffw_norm(h)
+    logits = output · output_norm(x)            (output = token_embd when tied)
+
+The weights are ``(n_out, n_in)`` matrices in one of the forms of
+:mod:`pyengine.weights`, with q/k/v stacked into one ``wqkv`` and gate/up into
+one ``w_gate_up`` so each stage is one product; :mod:`pyengine.model.load`
+builds them from the file.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pyengine.errors import PyEngineError
+from pyengine.model.config import ModelConfig
+from pyengine.model.kv_cache import KVCache
+from pyengine.model.ops import Rope, attention, geglu, rmsnorm, softcap, swiglu
+from pyengine.weights.forms import add_bias
+
+UBATCH = 512                         # tokens per forward step of a long prompt (llama.cpp's n_ubatch)
+LOGITS_MODES = ("last", "all", "none")
+
+
+@dataclass
+class Layer:
+    """One transformer block's weights (names as in the GGUF, ``blk.N.*``); matrices are weight forms."""
+    attn_norm: np.ndarray           # (n_embd,)
+    wqkv: Any                       # (n_head*Dk + n_head_kv*Dk + n_head_kv*Dv, n_embd): attn_q, attn_k, attn_v
+    bqkv: np.ndarray | None         # (n_head*Dk + n_head_kv*Dk + n_head_kv*Dv,) attn_q/k/v.bias (qwen2)
+    q_norm: np.ndarray | None       # (Dk,) attn_q_norm
+    k_norm: np.ndarray | None       # (Dk,) attn_k_norm
+    wo: Any                         # (n_embd, n_head*Dv) attn_output
+    bo: np.ndarray | None           # (n_embd,) attn_output.bias
+    post_attn_norm: np.ndarray | None  # (n_embd,) post_attention_norm
+    ffn_norm: np.ndarray            # (n_embd,)
+    w_gate_up: Any                  # (2*n_ff, n_embd): ffn_gate then ffn_up
+    b_gate_up: np.ndarray | None    # (2*n_ff,) ffn_gate/up.bias
+    w_down: Any                     # (n_embd, n_ff) ffn_down
+    b_down: np.ndarray | None       # (n_embd,) ffn_down.bias
+    post_ffn_norm: np.ndarray | None  # (n_embd,) post_ffw_norm
+    swa: bool                       # sliding-window layer (local rope base, windowed mask)
+
+
+class Model:
+    """A loaded model: ``forward`` turns token ids into logits, using and filling a :class:`KVCache`."""
+
+    def __init__(self, config: ModelConfig, token_embd: Any, layers: list[Layer],
+                 output_norm: np.ndarray, output: Any, rope_freqs: np.ndarray | None = None):
+        self.config = config
+        self.weights = "f32"            # the weight policy, a key of weights.budget.WEIGHT_FORMS (set by the loader)
+        self.token_embd = token_embd    # (n_vocab, n_embd)
+        self.layers = layers
+        self.output_norm = output_norm  # (n_embd,)
+        self.output = output            # (n_vocab, n_embd); the same object as token_embd when tied
+        c = config
+        self.rope = Rope(c.rope_dim, c.rope_freq_base, c.rope_freq_scale, c.spec.rope_neox, rope_freqs)
+        self.rope_swa = Rope(c.rope_dim, c.rope_freq_base_swa, 1.0, c.spec.rope_neox, rope_freqs)
+
+    @property
+    def weights_nbytes(self) -> int:
+        """Bytes held by the weights (a tied output counted once)."""
+        held = [self.token_embd, self.output_norm] + ([] if self.output is self.token_embd else [self.output])
+        for layer in self.layers:
+            held += [a for a in vars(layer).values() if hasattr(a, "nbytes")]
+        return sum(a.nbytes for a in held)
+
+    def new_cache(self, n_ctx: int | None = None) -> KVCache:
+        """An empty KV cache for ``n_ctx`` positions (default: the training context)."""
+        c = self.config
+        n_ctx = c.n_ctx_train if n_ctx is None else n_ctx
+        if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx <= 0:
+            raise PyEngineError(f"context size must be a positive number of tokens, got {n_ctx!r}")
+        return KVCache(c.n_layer, c.n_head_kv, c.head_dim_k, c.head_dim_v, n_ctx)
+
+    # ------------------------------------------------------------------------
+    # the forward pass: the hot loop
+
+    def forward(self, tokens: list[int], cache: KVCache, logits: str = "last") -> np.ndarray:
+        """Run ``tokens`` at the cache's next positions; return their logits.
+
+        logits="last": (n_vocab,) float32 for the last token; "all": (T,
+        n_vocab); "none": (0, n_vocab) (prefill only). The cache advances by
+        ``len(tokens)``. A prompt longer than ``UBATCH`` runs in steps of
+        ``UBATCH`` tokens. Raises PyEngineError when the tokens would pass the
+        cache's ``n_ctx`` or an id is outside the vocabulary.
+        """
+        tokens = self._check_tokens(tokens, cache, logits)
+        outs = []
+        for i in range(0, len(tokens), UBATCH):
+            step = tokens[i:i + UBATCH]
+            last = i + UBATCH >= len(tokens)
+            mode = logits if logits == "all" or last else "none"
+            outs.append(self._forward(step, cache, mode))
+        if logits == "last":
+            return outs[-1][0]
+        return outs[0] if len(outs) == 1 else np.concatenate(outs)
+
+    def _forward(self, tokens: np.ndarray, cache: KVCache, logits: str) -> np.ndarray:
+        c = self.config
+        t, pos = len(tokens), cache.n
+        cache.reserve(pos + t)
+        rows = {"last": slice(t - 1, t), "all": slice(0, t), "none": slice(0, 0)}[logits]
+        x = self.token_embd.rows(tokens)                                 # (T, n_embd)
+        if c.spec.embd_scale:
+            x *= np.float32(math.sqrt(c.n_embd))
+        for il, layer in enumerate(self.layers):
+            h = self.attention(layer, rmsnorm(x, layer.attn_norm, c.rms_eps), cache, il, pos)  # (T, n_embd)
+            if il == c.n_layer - 1:                      # past the last attention only the output rows matter
+                x, h = x[rows], h[rows]
+            x = x + self.post_norm(h, layer.post_attn_norm)
+            h = self.ffn(layer, rmsnorm(x, layer.ffn_norm, c.rms_eps))   # (R, n_embd)
+            x = x + self.post_norm(h, layer.post_ffn_norm)
+        cache.n = pos + t
+        if logits == "none":
+            return np.empty((0, c.n_vocab), np.float32)
+        out = self.output(rmsnorm(x, self.output_norm, c.rms_eps))      # (R, n_vocab)
+        if c.final_logit_softcap:
+            out = softcap(out, c.final_logit_softcap)
+        return out
+
+    def attention(self, layer: Layer, x: np.ndarray, cache: KVCache, il: int, pos: int) -> np.ndarray:
+        """Self-attention of x (T, n_embd), already normed, at positions pos.. -> (T, n_embd); fills the cache."""
+        c = self.config
+        t, hkv, dk, dv = x.shape[0], c.n_head_kv, c.head_dim_k, c.head_dim_v
+        nq, nk = c.n_head * dk, hkv * dk
+        qkv = add_bias(layer.wqkv(x), layer.bqkv)                        # (T, nq + nk + nv)
+        q = qkv[:, :nq].reshape(t, c.n_head, dk)                         # (T, H, Dk)
+        k = qkv[:, nq:nq + nk].reshape(t, hkv, dk)                       # (T, Hkv, Dk)
+        v = qkv[:, nq + nk:].reshape(t, hkv, dv)                         # (T, Hkv, Dv)
+        if layer.q_norm is not None:
+            q = rmsnorm(q, layer.q_norm, c.rms_eps)
+            k = rmsnorm(k, layer.k_norm, c.rms_eps)
+        rope = self.rope_swa if layer.swa else self.rope
+        q, k = rope(q, pos), rope(k, pos)
+        cache.k[il][:, pos:pos + t] = k.transpose(1, 0, 2)               # (Hkv, T, Dk)
+        cache.v[il][:, pos:pos + t] = v.transpose(1, 0, 2)               # (Hkv, T, Dv)
+        q = (q * np.float32(c.attn_scale)).reshape(t, hkv, -1, dk).transpose(1, 2, 0, 3)  # (Hkv, G, T, Dk)
+        o = attention(q, cache.k[il][:, :pos + t], cache.v[il][:, :pos + t], pos,
+                      c.sliding_window if layer.swa else 0)             # (Hkv, G, T, Dv)
+        return add_bias(layer.wo(o.transpose(2, 0, 1, 3).reshape(t, c.n_head * dv)), layer.bo)
+
+    def ffn(self, layer: Layer, x: np.ndarray) -> np.ndarray:
+        """Gated feed-forward of x (R, n_embd), already normed -> (R, n_embd)."""
+        n_ff = self.config.n_ff
+        gate_up = add_bias(layer.w_gate_up(x), layer.b_gate_up)          # (R, 2*n_ff)
+        act = geglu if self.config.spec.ffn_gelu else swiglu
+        return add_bias(layer.w_down(act(gate_up[:, :n_ff], gate_up[:, n_ff:])), layer.b_down)  # (R, n_embd)
+
+    def post_norm(self, h: np.ndarray, weight: np.ndarray | None) -> np.ndarray:
+        """gemma3's post-attention / post-FFN RMSNorm; the identity for the other architectures."""
+        return h if weight is None else rmsnorm(h, weight, self.config.rms_eps)
+
+    def _check_tokens(self, tokens, cache: KVCache, logits: str) -> np.ndarray:
+        if logits not in LOGITS_MODES:
+            raise PyEngineError(f"logits must be one of {', '.join(LOGITS_MODES)}, got {logits!r}")
+        try:
+            ids = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        except (TypeError, ValueError, OverflowError):
+            raise PyEngineError(f"tokens must be a list of integer ids, got {str(tokens)[:80]}") from None
+        if len(ids) == 0:
+            raise PyEngineError("forward needs at least one token")
+        if ids.min() < 0 or ids.max() >= self.config.n_vocab:
+            bad = int(ids[(ids < 0) | (ids >= self.config.n_vocab)][0])
+            raise PyEngineError(f"token id {bad} is outside the vocabulary (0..{self.config.n_vocab - 1})")
+        if cache.n + len(ids) > cache.n_ctx:
+            raise PyEngineError(f"context full: {cache.n} tokens in the cache + {len(ids)} new "
+                                f"> n_ctx = {cache.n_ctx}")
+        return ids
+

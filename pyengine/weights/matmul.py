@@ -1,0 +1,159 @@
+"""Products with weights, in numpy without BLAS: float32 and int8 matrices times activations.
+
+Every product with a weight is an ``np.einsum`` over the weight as the GGUF
+stores it, ``W`` of shape ``(n_out, n_in)`` with rows contiguous: ``x @ W``
+with ``W`` as ``(n_in, n_out)`` runs 5-10x slower in Pyodide and appears
+nowhere (``shared/RUNTIME.md``); only CPython's prefill hands ``X @ W.T`` to
+BLAS (:func:`matmul`). This is where nearly all the time goes.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+EINSUM_MAX = 1 << 30    # elements one einsum may iterate over: wasm32 numpy fails past 2**31
+USE_BLAS = sys.platform != "emscripten"   # CPython's numpy wheels link OpenBLAS (prefill); Pyodide's has none
+BLAS_MIN_TOKENS = 64    # smaller batches stay einsum: OpenBLAS's threads cost ~20 ms a call when cores are busy
+TMP_ELEMENTS = 1 << 18  # elements of a product's work arrays held at once (2 MiB of int64)
+
+
+# ggml's CPU matmul first converts the activations to the weight type's "vec_dot_type"
+# (ggml-cpu.c type_traits_cpu): 8-bit blocks for the quantized types. With
+# Model.from_gguf(..., ggml_rounding=True) pyengine rounds the same way, and the tiny
+# Q4_K_M fixture's logits then equal llama.cpp's to float rounding.
+VEC_DOT_TYPE = {
+    "F32": None, "F16": "F16", "BF16": "BF16",
+    "Q4_0": "Q8_0", "Q5_0": "Q8_0", "Q8_0": "Q8_0", "IQ4_NL": "Q8_0", "MXFP4": "Q8_0",
+    "Q4_1": "Q8_1", "Q5_1": "Q8_1",
+    "Q2_K": "Q8_K", "Q3_K": "Q8_K", "Q4_K": "Q8_K", "Q5_K": "Q8_K", "Q6_K": "Q8_K",
+    "IQ2_XXS": "Q8_K", "IQ2_XS": "Q8_K", "IQ2_S": "Q8_K", "IQ3_XXS": "Q8_K", "IQ3_S": "Q8_K",
+    "IQ1_S": "Q8_K", "IQ1_M": "Q8_K", "IQ4_XS": "Q8_K", "TQ1_0": "Q8_K", "TQ2_0": "Q8_K",
+}
+
+
+def round_activations(x: np.ndarray, vec_dot_type: str | None) -> np.ndarray:
+    """x (..., K) as ggml's matmul sees it after converting it to ``vec_dot_type`` (float32 out).
+
+    Q8_0 / Q8_1 (ggml-cpu x86 ``quantize_row_q8_0``): blocks of 32,
+    ``q = round(x * 127 / amax)`` half to even, scale ``fp16(amax / 127)``.
+    Q8_K (``quantize_row_q8_K_ref``): blocks of 256, ``q = min(127, round(-127 / max * x))``
+    where ``max`` is the signed value of largest magnitude, scale ``max / -127``.
+    F16 / BF16: x rounded to that float type. None: x unchanged.
+    """
+    if vec_dot_type is None:
+        return x
+    if vec_dot_type == "F16":
+        return x.astype(np.float16).astype(np.float32)
+    if vec_dot_type == "BF16":   # round to nearest even on the top 16 bits
+        b = x.astype(np.float32).view(np.uint32)
+        b = (b + 0x7FFF + ((b >> 16) & 1)) & np.uint32(0xFFFF0000)
+        return b.view(np.float32)
+    block = 256 if vec_dot_type == "Q8_K" else 32
+    xb = x.reshape(*x.shape[:-1], -1, block)                              # (..., K/block, block)
+    if vec_dot_type == "Q8_K":
+        i = np.abs(xb).argmax(axis=-1)[..., None]
+        mx = np.take_along_axis(xb, i, axis=-1)                           # (..., K/256, 1) signed
+        with np.errstate(divide="ignore", invalid="ignore"):
+            iscale = np.float32(-127.0) / mx
+            q = np.minimum(np.rint(xb * iscale), 127)
+            xq = np.where(mx != 0, q * (np.float32(1.0) / iscale), np.float32(0.0))
+    else:
+        amax = np.abs(xb).max(axis=-1, keepdims=True)                     # (..., K/32, 1)
+        d = (amax / np.float32(127.0)).astype(np.float16).astype(np.float32)
+        with np.errstate(divide="ignore"):
+            inv = np.where(amax > 0, np.float32(127.0) / amax, np.float32(0.0))
+        xq = np.rint(xb * inv) * d
+    return xq.reshape(x.shape)
+
+
+def matmul(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``W (N, K)`` times ``x (K,)`` -> ``(N,)``, or times each row of ``X (T, K)`` -> ``(T, N)``.
+
+    One einsum per call (the decode mat-vec runs 2.3-3 GFLOP/s in Pyodide,
+    ``x @ W.T`` 0.2-0.6), split over rows of W or tokens when N·K·T would
+    pass ``EINSUM_MAX``. In CPython a batch of at least ``BLAS_MIN_TOKENS``
+    tokens (prefill) with float32 weights goes to BLAS, ``X @ W.T`` without a
+    copy: 5-10x faster on one thread. Smaller batches and the decode mat-vec
+    stay einsums: memory-bound either way, and OpenBLAS's threads, when the
+    cores are busy with other work, cost more than the product itself.
+    """
+    if x.ndim == 2 and x.shape[0] == 1:                  # one token: the mat-vec
+        return matmul(w, x[0])[None]
+    if USE_BLAS and x.ndim == 2 and len(x) >= BLAS_MIN_TOKENS and w.dtype == np.float32:
+        return x @ w.T
+    n, k = w.shape
+    if x.ndim == 1:
+        if n * k <= EINSUM_MAX:
+            return np.einsum("nk,k->n", w, x)
+        step = max(1, EINSUM_MAX // k)
+        return np.concatenate([np.einsum("nk,k->n", w[i:i + step], x) for i in range(0, n, step)])
+    t = x.shape[0]
+    if n * k * t <= EINSUM_MAX:
+        return np.einsum("nk,tk->tn", w, x)
+    step = EINSUM_MAX // (n * k)                          # tokens per einsum
+    if step == 0:                                         # one token is already too much: rows per token
+        return np.stack([matmul(w, xi) for xi in x])
+    return np.concatenate([np.einsum("nk,tk->tn", w, x[j:j + step]) for j in range(0, t, step)])
+
+
+def matmul_int8(q: np.ndarray, scale: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``W x`` for ``W = q * scale`` in blocks: q (N, K) int8, scale (N, B) float32, x (K,) or (T, K).
+
+    Each row's K weights form B blocks of K/B, each with its own scale: an
+    einsum gives the B partial dot products per row, in float32 (numpy casts
+    the int8 codes chunk by chunk), and a second weighs them by the scales.
+    In Pyodide this runs nearly as fast as int8 with one scale per row (blocks
+    of 64: 1.6 ms against 1.1-1.5 for 2048 x 640; float32 0.5 ms) and moves
+    the real models' logits 2-3x less.
+    """
+    n, k = q.shape
+    nb = scale.shape[1]
+    if nb == 1:                                  # a scale per row: one einsum over the int8 rows, then scale
+        y = matmul(q, x)                         # gemma3's 262144 x 640 output: 1.3x faster than blocks of 128
+        y *= scale[:, 0]                         # in place: the logits are the only vocabulary-sized array
+        return y
+    qb = q.reshape(n, nb, k // nb)                                        # (N, B, K/B)
+    if x.ndim == 1:
+        part = np.einsum("nbk,bk->nb", qb, x.reshape(nb, -1))             # (N, B)
+        return np.einsum("nb,nb->n", part, scale)
+    step = max(1, TMP_ELEMENTS // (n * nb))                                   # tokens per einsum: few MiB of parts
+    out = []
+    for j in range(0, x.shape[0], step):
+        part = np.einsum("nbk,tbk->tnb", qb, x[j:j + step].reshape(-1, nb, k // nb))  # (T, N, B)
+        out.append(np.einsum("tnb,nb->tn", part, scale))
+    return out[0] if len(out) == 1 else np.concatenate(out)
+
+
+def absmax(x: np.ndarray) -> np.ndarray:
+    """``max |x|`` over the last axis: float32 (..., n) -> (...,).
+
+    Taken on the bit patterns as int32 with the sign bit cleared, which order
+    non-negative floats as their values do (a NaN stays a NaN): Pyodide's
+    float max reduction costs ~9 ns an element, its int32 one ~1.3.
+    """
+    bits = np.ascontiguousarray(x, np.float32).view(np.int32) & np.int32(0x7FFFFFFF)   # (..., n)
+    return bits.max(axis=-1).view(np.float32)
+
+
+def quantize_int8(w: np.ndarray, block: int, out: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """float32 ``W (N, K)`` -> (``q (N, K)`` int8, ``scale (N, K/block)`` float32), ``W ≈ q * scale`` per block.
+
+    ``scale = absmax / 127`` of each block of ``block`` weights of a row
+    (one block per row when ``block`` does not divide K), ``q = rint(W / scale)``.
+    With ``out = (q, scale)`` the result is written there and ``w`` is used
+    as scratch (overwritten): no temporaries of W's size, the same bits.
+    """
+    n, k = w.shape
+    block = block if k % block == 0 else k
+    wb = w.reshape(n, k // block, block)                                  # (N, B, block)
+    amax = absmax(wb)                                                     # (N, B)
+    scale = np.divide(amax, np.float32(127.0), out=None if out is None else out[1])   # (N, B)
+    inv = np.divide(np.float32(1.0), scale, out=np.zeros_like(scale), where=scale > 0)
+    if out is None:
+        return np.rint(wb * inv[:, :, None]).astype(np.int8).reshape(n, k), scale
+    wb *= inv[:, :, None]
+    np.rint(wb, out=wb)
+    out[0][...] = w                                                       # float32 -> int8, exact integers
+    return out

@@ -1,0 +1,71 @@
+"""Reading a weight's rows from the file, a chunk at a time, never a whole tensor.
+
+A weight of ggml shape ``ne = (n_in, n_out)`` stores its ``n_out`` rows one
+after the other, each ``type.n_bytes(n_in)`` bytes, so rows ``a..b-1`` are one
+contiguous range of the tensor's bytes: one read of the file. Several weights
+stacked by rows (``attn_q``, ``attn_k``, ``attn_v`` as one ``wqkv``) are read
+as consecutive row ranges of their tensors (:func:`stacked_chunks`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pyengine.errors import GGUFError
+from pyengine.gguf import quants
+
+LOAD_CHUNK_BYTES = 8 * 2**20        # float32 bytes of rows read and dequantized at once while loading
+
+
+def raw_rows(gguf_file, name: str, a: int, b: int) -> np.ndarray:
+    """The stored blocks of rows ``a..b-1`` of weight ``name``: uint8 (bytes,), one read of the file.
+
+    An object without ``parts`` (a test's stand-in) is sliced from its
+    ``tensor_bytes``. Raises GGUFError on a short read.
+    """
+    info = gguf_file.tensors[name]
+    row_bytes = info.type.n_bytes(info.shape[0])
+    if not hasattr(gguf_file, "parts"):
+        return gguf_file.tensor_bytes(name)[a * row_bytes:b * row_bytes]
+    src = gguf_file.parts[info.part].source
+    at, n = info.offset + a * row_bytes, (b - a) * row_bytes
+    data = src.read(at, n)
+    if len(data) != n:
+        raise GGUFError(f"{src.name}: byte {at}: tensor {name!r}: read {len(data)} of {n} bytes "
+                        f"(the file changed or was truncated)")
+    return np.frombuffer(data, dtype=np.uint8)
+
+
+def dequantized_rows(gguf_file, name: str, a: int, b: int, out: np.ndarray | None = None) -> np.ndarray:
+    """Rows ``a..b-1`` of weight ``name`` as float32 ``(b - a, n_in)`` (written into ``out``, a float32
+    buffer of at least that many elements, when given). Raises GGUFError."""
+    info = gguf_file.tensors[name]
+    n = (b - a) * info.shape[0]
+    rows = quants.dequantize(raw_rows(gguf_file, name, a, b), info.type, n, name=name,
+                             out=None if out is None else out.reshape(-1)[:n])
+    return rows.reshape(b - a, info.shape[0])
+
+
+def chunk_rows(n_in: int) -> int:
+    """Rows of ``n_in`` weights read at once: ``LOAD_CHUNK_BYTES`` of float32, at least one."""
+    return max(1, LOAD_CHUNK_BYTES // (4 * n_in))
+
+
+def stacked_chunks(gguf_file, names: list[str], lo: int, hi: int):
+    """Rows ``lo..hi-1`` of the weights ``names`` stacked by rows, a chunk at a time: yields
+    ``(name, a, b, r)``, rows ``a..b-1`` of tensor ``name``, which are rows ``r..r+b-a-1`` of the
+    stack counted from ``lo``."""
+    r0 = 0
+    for name in names:
+        n_in, n_rows = gguf_file.tensors[name].shape
+        first, end = max(lo, r0), min(hi, r0 + n_rows)
+        for a in range(first, end, chunk_rows(n_in)):
+            b = min(end, a + chunk_rows(n_in))
+            yield name, a - r0, b - r0, a - lo
+        r0 += n_rows
+
+
+def stack_shape(gguf_file, names: list[str]) -> tuple[int, int]:
+    """(rows, n_in) of the weights ``names`` stacked by rows."""
+    infos = [gguf_file.tensors[n] for n in names]
+    return sum(i.shape[1] for i in infos), infos[0].shape[0]
