@@ -45,18 +45,17 @@ def check_static() -> None:
     """static/ must exist and hold the page and the pyengine package as web/ and pyengine/ are now."""
     if not (STATIC / "index.html").is_file():
         pytest.fail("static/ is not built: run `make build`")
-    stale = [f"web/{p.name}" for p in (ROOT / "web").iterdir()
-             if p.is_file() and (not (STATIC / p.name).is_file() or (STATIC / p.name).read_bytes() != p.read_bytes())]
+    page = [p.relative_to(ROOT / "web") for p in (ROOT / "web").rglob("*") if p.is_file()]
+    stale = [f"web/{p}" for p in page if not (STATIC / p).is_file() or (STATIC / p).read_bytes() != (ROOT / "web" / p).read_bytes()]
     wheels = list((STATIC / "wheels").glob("pyengine-*.whl"))
     if len(wheels) != 1:
         pytest.fail("static/wheels/ has no pyengine wheel: run `make build`")
-    sources = sorted((ROOT / "pyengine").glob("*.py"))
+    sources = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "pyengine").rglob("*.py"))
     with zipfile.ZipFile(wheels[0]) as z:
         if "pyengine/__init__.py" in z.namelist():  # a source wheel: compare the bytes
-            stale += [f"pyengine/{p.name}" for p in sources
-                      if f"pyengine/{p.name}" not in z.namelist() or z.read(f"pyengine/{p.name}") != p.read_bytes()]
+            stale += [p for p in sources if p not in z.namelist() or z.read(p) != (ROOT / p).read_bytes()]
         else:                                        # compiled (.pyc only): compare the times
-            stale += [f"pyengine/{p.name}" for p in sources if p.stat().st_mtime > wheels[0].stat().st_mtime]
+            stale += [p for p in sources if (ROOT / p).stat().st_mtime > wheels[0].stat().st_mtime]
     if stale:
         pytest.fail(f"static/ is older than {', '.join(stale)}: run `make build`")
 
