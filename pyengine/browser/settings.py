@@ -1,14 +1,18 @@
-"""The page's settings: one table of the sampling fields, with their labels and ranges, checked on both sides.
+"""The page's settings: one table of the sampling fields, with their labels and ranges, checked here only.
 
-The page reads the rows of :data:`SETTINGS` for the model loaded
-(:func:`setting_rules`, sent with the ``model`` message) and checks its fields
-against them before it sends a message; the worker checks them again
-(:func:`sampler_params`). The Memory options come from
-:data:`pyengine.weights.budget.WEIGHT_FORMS` (:func:`memory_options`).
+The page draws its sampling fields from the rows of :data:`SETTINGS`
+(:func:`setting_rules`: sent with ``booted``, and again with ``model`` for the
+model's limits). Before a message goes, it sends the fields as typed and Python
+reads and checks them (:func:`check_fields`, the worker's ``check`` command);
+``chat`` checks the numbers again (:func:`sampler_params`). The Memory options
+and the model card's weights line come from
+:data:`pyengine.weights.budget.WEIGHT_FORMS` (:func:`memory_options`,
+:func:`weight_cards`).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pyengine.errors import PyEngineError
@@ -16,33 +20,39 @@ from pyengine.weights.budget import AUTO_OPTION, WEIGHT_FORMS
 
 MAX_TOKENS = 256      # a reply's default length limit, in tokens
 
-# The page's settings, one row each; the page checks its fields against the same rows (sent with
-# the ``model`` message, see :func:`setting_rules`) before it sends a message. Columns: the name in
-# ``chat.settings`` (sampling ones are pyengine.sampling.SamplerParams fields), the page's label,
-# whole number or not, the lowest and highest value allowed (a number, or a limit of the model
-# loaded: "n_vocab" tokens, "n_ctx" the context), whether the lowest itself is excluded, and what a
-# blank field means ("": a blank field is an error).
+# The page's settings, one row each, in the order the page shows them (its fields are drawn from
+# these rows, see :func:`setting_rules`). Columns: the name in ``chat.settings`` (sampling ones are
+# pyengine.generation.sampling.SamplerParams fields, whose defaults the fields start with), the
+# page's label, whole number or not, the lowest and highest value allowed (a number, or a limit of
+# the model loaded: "n_vocab" tokens, "n_ctx" the context), whether the lowest itself is excluded,
+# the step of the field's arrows, what a blank field means ("": a blank field is an error) and the
+# word a blank field shows (its placeholder).
 SETTINGS: tuple[tuple, ...] = (
-    # name             label             whole  lowest  highest    above  blank
-    ("temperature",    "Temperature",    False, 0,      5,         False, ""),
-    ("top_k",          "Top-k",          True,  0,      "n_vocab", False, ""),
-    ("top_p",          "Top-p",          False, 0,      1,         True,  ""),
-    ("min_p",          "Min-p",          False, 0,      1,         False, ""),
-    ("repeat_penalty", "Repeat penalty", False, 0,      10,        True,  ""),
-    ("max_tokens",     "Max tokens",     True,  1,      "n_ctx",   False, ""),
-    ("seed",           "Seed",           True,  0,      2**32 - 1, False, "a random seed"),
+    # name             label             whole  lowest  highest    above  step  blank            placeholder
+    ("temperature",    "Temperature",    False, 0,      5,         False, 0.05, "",              ""),
+    ("top_k",          "Top-k",          True,  0,      "n_vocab", False, 1,    "",              ""),
+    ("top_p",          "Top-p",          False, 0,      1,         True,  0.01, "",              ""),
+    ("min_p",          "Min-p",          False, 0,      1,         False, 0.01, "",              ""),
+    ("repeat_penalty", "Repeat penalty", False, 0,      10,        True,  0.05, "",              ""),
+    ("max_tokens",     "Max tokens",     True,  1,      "n_ctx",   False, 1,    "",              ""),
+    ("seed",           "Seed",           True,  0,      2**32 - 1, False, 1,    "a random seed", "random"),
 )
 
+# A number as the page's number fields take it: "-5", "0.95", ".5", "1e3" (not "nan", "inf" or "1_000").
+NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
 def setting_rules(n_vocab: int | None = None, n_ctx: int | None = None) -> list[dict]:
     """The rows of :data:`SETTINGS` for a model of ``n_vocab`` tokens and a context of ``n_ctx``
     tokens (None: no upper bound), as the page reads them: ``{name, label, whole, min, max (None:
-    none), above, blank, rule}``, where ``rule`` says in words what the field takes ("a whole number
-    from 0 to 49152")."""
+    none), above, step, blank, placeholder, default, rule}``, where ``default`` is the text the
+    field starts with ("0.8"; "" for blank) and ``rule`` says in words what the field takes ("a
+    whole number from 0 to 49152")."""
+    from pyengine.generation.sampling import SamplerParams
+    defaults = {**vars(SamplerParams()), "max_tokens": MAX_TOKENS}
     limits = {"n_vocab": n_vocab, "n_ctx": n_ctx}
     rules = []
-    for name, label, whole, lo, hi, above, blank in SETTINGS:
+    for name, label, whole, lo, hi, above, step, blank, placeholder in SETTINGS:
         hi = limits[hi] if isinstance(hi, str) else hi
         kind = "a whole number" if whole else "a number"
         if above:
@@ -50,9 +60,16 @@ def setting_rules(n_vocab: int | None = None, n_ctx: int | None = None) -> list[
         else:
             span = f"from {lo} to {hi}" if hi is not None else f"of {lo} or more"
         rule = f"{kind} {span}" + (f", or blank for {blank}" if blank else "")
+        default = "" if defaults[name] is None else str(defaults[name])
         rules.append({"name": name, "label": label, "whole": whole, "min": lo, "max": hi, "above": above,
-                      "blank": blank, "rule": rule})
+                      "step": step, "blank": blank, "placeholder": placeholder, "default": default, "rule": rule})
     return rules
+
+
+def setting_error(rule: dict, shown: str) -> PyEngineError:
+    """The error of a bad field, named by its label with what it takes: "Top-k must be a whole number
+    from 0 to 49152 (it is -5)"; ``shown`` is what the field holds ("-5", "blank", "not a number")."""
+    return PyEngineError(f"{rule['label']} must be {rule['rule']} (it is {shown})")
 
 
 def check_setting(rule: dict, value: Any) -> Any:
@@ -70,9 +87,42 @@ def check_setting(rule: dict, value: Any) -> Any:
         lo, hi = rule["min"], rule["max"]
         ok = (value > lo if rule["above"] else value >= lo) and (hi is None or value <= hi)
     if not ok:
-        shown = "blank" if value is None else repr(value) if number else "not a number"
-        raise PyEngineError(f"{rule['label']} must be {rule['rule']} (it is {shown})")
+        raise setting_error(rule, "blank" if value is None else repr(value) if number else "not a number")
     return value if rule["whole"] else float(value)
+
+
+def read_setting(rule: dict, text: str, bad_input: bool = False) -> Any:
+    """A field as typed on the page, read and checked against its rule: the number (as
+    :func:`check_setting` returns it), or None for an allowed blank. ``bad_input``: the browser
+    found no number in the field (a number input then reports "" for "1e" or "-"). Raises the
+    :func:`setting_error`, which shows the text as typed: "(it is 2.5)", "(it is blank)", "(it is
+    not a number)"."""
+    text = text.strip()
+    if bad_input or (text and not NUMBER.fullmatch(text)):
+        raise setting_error(rule, "not a number")
+    if not text:
+        return check_setting(rule, None)
+    try:
+        return check_setting(rule, float(text))
+    except PyEngineError:
+        raise setting_error(rule, text) from None
+
+
+def check_fields(fields: dict, bad_input: list | tuple = (), rules: list[dict] | None = None) -> tuple[dict, list]:
+    """The page's fields as typed (name -> text), each read against ``rules`` (:func:`setting_rules`,
+    default: with no model limits) by :func:`read_setting`; ``bad_input``: the names of the fields in
+    which the browser found no number. Returns (name -> number or None for the fields that are right,
+    ``[{name, message}]`` for the others, in the page's order); a name with no rule is left out."""
+    values, errors = {}, []
+    for rule in rules or setting_rules():
+        name = rule["name"]
+        if name not in fields:
+            continue
+        try:
+            values[name] = read_setting(rule, str(fields[name] or ""), name in bad_input)
+        except PyEngineError as e:
+            errors.append({"name": name, "message": str(e)})
+    return values, errors
 
 
 def sampler_params(settings: dict, rules: list[dict] | None = None) -> tuple[Any, int]:

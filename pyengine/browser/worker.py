@@ -10,15 +10,23 @@ command        fields                                              replies
 ``load``       ``files``: the ``File`` objects (all parts of a     (``unloaded``), ``progress``...,
                split model, any order); ``weights``: "auto"        ``model``
                (default), or a key of ``WEIGHT_FORMS``
+``check``      ``settings`` (:data:`SETTINGS` names -> the text    ``checked``
+               typed in the field), ``bad_input`` (the names of
+               the fields in which the browser found no number)
 ``chat``       ``text``, ``system`` (str, may be empty),           ``piece``..., ``done``
                ``settings`` (:data:`SETTINGS` names -> numbers,
                None for a blank field)
 ``new-chat``   --                                                  ``cleared``
 =============  ==================================================  ==============================
 
-``model`` carries ``settings``: the rows of :data:`SETTINGS` for the model loaded
-(:func:`setting_rules`: label, range in numbers and in words), which the page checks
-its fields against before it sends a message; the worker checks them again.
+The page draws its sampling fields from the rows of :data:`SETTINGS`
+(:func:`setting_rules`: label, range in numbers and in words, default), sent with
+``booted`` (:func:`page_data`) and again with ``model`` for the limits of the model
+loaded. Before a message goes, the page sends ``check``, and only when
+``checked {settings, errors}`` lists no error (``errors``: ``[{name, message}]``,
+"Top-k must be a whole number from 0 to 49152 (it is -5)"; ``settings``: name ->
+number, None for a blank seed) does it send ``chat`` with those numbers, which the
+worker checks again. A ``check`` waits behind a running reply.
 
 Any failure is an ``error`` message (``{"type": "error", "during", "message"}``):
 the :class:`~pyengine.errors.PyEngineError` text for bad input (a setting named by
@@ -62,7 +70,7 @@ from typing import Any, Callable
 
 from pyengine.browser.file_source import BrowserFileSource
 from pyengine.browser.page import error_text, inspector, model_card, open_gguf_plainly
-from pyengine.browser.settings import memory_options, sampler_params, setting_rules, weight_cards
+from pyengine.browser.settings import check_fields, memory_options, sampler_params, setting_rules, weight_cards
 from pyengine.browser.shared_memory import keep_vocab_rows, new_block
 from pyengine.errors import PyEngineError
 from pyengine.generation.chat import ChatSession
@@ -178,6 +186,13 @@ class WorkerSession:
         return progress
 
     # --- chat
+    def check(self, fields: dict, bad_input: list) -> None:
+        """Read the page's fields as typed against the rules of the model loaded (:func:`check_fields`)
+        and post ``checked``: ``settings`` (name -> number, for the fields that are right) and
+        ``errors`` (``[{name, message}]``)."""
+        values, errors = check_fields(fields, bad_input, self.rules)
+        self.post({"type": "checked", "settings": values, "errors": errors})
+
     async def reply(self, text: str, system: str, settings: dict) -> None:
         """Add the user's message and stream the reply: a ``piece`` message per piece of text, then
         ``done`` (``stopped``, ``stats``). A stopped reply keeps the text the page has shown; a failed
@@ -270,6 +285,8 @@ async def handle(msg: Any) -> None:
     try:
         if kind == "load":
             await _session.load(list(msg["files"]), str(msg.get("weights") or "auto"))
+        elif kind == "check":
+            _session.check(msg.get("settings") or {}, list(msg.get("bad_input") or []))
         elif kind == "chat":
             await _session.reply(str(msg["text"]), str(msg.get("system") or ""), msg.get("settings") or {})
         elif kind == "new-chat":

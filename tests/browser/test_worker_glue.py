@@ -88,6 +88,63 @@ def test_setting_rules_name_the_page_labels_and_the_model_limits():
     assert page_settings.setting_rules()[1]["rule"] == "a whole number of 0 or more"  # no model: no upper bound
 
 
+def test_the_fields_start_with_the_sampler_defaults():
+    rules = page_settings.setting_rules()
+    assert [r["default"] for r in rules] == ["0.8", "40", "0.95", "0.05", "1.0", "256", ""]
+    assert [r["placeholder"] for r in rules if r["placeholder"]] == ["random"]  # only the seed may be blank
+
+
+# A field's rule, the text typed in it, and what it reads as (the tiny llama: 328 tokens, a context of 256).
+READ = [
+    ("temperature", "0.8", 0.8),
+    ("temperature", " 0 ", 0.0),
+    ("top_k", "40", 40),
+    ("top_k", "1e2", 100),
+    ("top_p", ".5", 0.5),
+    ("max_tokens", "+12", 12),
+    ("seed", "", None),
+    ("seed", "4294967295", 4294967295),
+]
+
+
+@pytest.mark.parametrize("name, text, value", READ)
+def test_a_field_as_typed_reads_as_its_number(name, text, value):
+    rules = {r["name"]: r for r in page_settings.setting_rules(n_vocab=328, n_ctx=256)}
+    got = page_settings.read_setting(rules[name], text)
+    assert got == value and type(got) is type(value)
+
+
+# A field, the text typed in it (None: the browser found no number), and why it is not sent.
+BAD_TEXT = [
+    ("top_k", "-5", "Top-k must be a whole number from 0 to 328 (it is -5)"),
+    ("top_k", "2.5", "Top-k must be a whole number from 0 to 328 (it is 2.5)"),
+    ("top_k", "1e9", "Top-k must be a whole number from 0 to 328 (it is 1e9)"),   # as typed, not 1000000000
+    ("top_k", None, "Top-k must be a whole number from 0 to 328 (it is not a number)"),
+    ("top_k", "nan", "Top-k must be a whole number from 0 to 328 (it is not a number)"),
+    ("top_k", "1_000", "Top-k must be a whole number from 0 to 328 (it is not a number)"),
+    ("temperature", "  ", "Temperature must be a number from 0 to 5 (it is blank)"),
+    ("top_p", "0", "Top-p must be a number above 0 and at most 1 (it is 0)"),
+    ("max_tokens", "257", "Max tokens must be a whole number from 1 to 256 (it is 257)"),
+    ("seed", "1.5", "Seed must be a whole number from 0 to 4294967295, or blank for a random seed (it is 1.5)"),
+]
+
+
+@pytest.mark.parametrize("name, text, message", BAD_TEXT)
+def test_a_bad_field_as_typed_is_named_by_its_label_and_range(name, text, message):
+    rules = {r["name"]: r for r in page_settings.setting_rules(n_vocab=328, n_ctx=256)}
+    with pytest.raises(PyEngineError) as e:
+        page_settings.read_setting(rules[name], text or "", bad_input=text is None)
+    assert str(e.value) == message
+
+
+def test_check_fields_keeps_the_right_ones_and_names_every_bad_one():
+    values, errors = page_settings.check_fields(
+        {"seed": "", "top_k": "-5", "temperature": "0.5", "min_p": "", "top_p": "", "unknown": "1"}, ["top_p"])
+    assert values == {"temperature": 0.5, "seed": None}
+    assert [e["name"] for e in errors] == ["top_k", "top_p", "min_p"]   # in the page's order
+    assert errors[1]["message"] == "Top-p must be a number above 0 and at most 1 (it is not a number)"
+
+
 @pytest.mark.parametrize("settings, message", [
     ({"top_k": -5}, "Top-k must be a whole number from 0 to 328 (it is -5)"),
     ({"top_k": 329}, "Top-k must be a whole number from 0 to 328 (it is 329)"),
@@ -150,6 +207,19 @@ def test_the_part_that_is_not_a_gguf_is_named(posted):
     good = BytesSource(TINY["llama"].read_bytes(), "good.gguf")
     run({"type": "load", "files": [good, BytesSource(b"hello world", "notes.txt")]})
     assert posted[-1]["message"] == "notes.txt is not a GGUF file (it starts with 'hell', a GGUF file starts with 'GGUF')"
+
+
+def test_check_answers_with_the_rules_of_the_model_loaded(posted):
+    run({"type": "check", "settings": {"top_k": "1000", "seed": ""}})
+    assert posted == [{"type": "checked", "settings": {"top_k": 1000, "seed": None}, "errors": []}]  # no model: no limit
+    load_tiny(posted)
+    start = len(posted)
+    run({"type": "check", "settings": {"top_k": "1000", "max_tokens": "", "seed": "7"}, "bad_input": ["seed"]})
+    assert posted[start:] == [{"type": "checked", "settings": {}, "errors": [
+        {"name": "top_k", "message": "Top-k must be a whole number from 0 to 328 (it is 1000)"},
+        {"name": "max_tokens", "message": "Max tokens must be a whole number from 1 to 256 (it is blank)"},
+        {"name": "seed", "message": "Seed must be a whole number from 0 to 4294967295, or blank for a random seed "
+                                    "(it is not a number)"}]}]
 
 
 def test_chat_without_a_model_and_unknown_commands_are_errors(posted):
