@@ -4,7 +4,7 @@
 PYTHON ?= python3
 PORT ?= 8000
 
-.PHONY: run build models test test-deps unit bench clean
+.PHONY: run build models test test-deps unit lint bench clean
 
 models:
 	$(PYTHON) build_scripts/fetch_models.py
@@ -19,8 +19,11 @@ run: build
 test-deps:
 	PYTHON=$(PYTHON) bash build_scripts/install_test_deps.sh
 
-test: test-deps models build
+test: test-deps models build lint
 	$(PYTHON) -m pytest
+
+lint:
+	$(PYTHON) -m ruff check .
 
 unit:
 	$(PYTHON) -m pytest -m "not node and not browser"

@@ -28,9 +28,9 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from pyengine.gguf import open_gguf  # noqa: E402
+from pyengine.gguf import open_gguf
 from pyengine.model import load_model
-from pyengine.weights.budget import WEIGHT_FORMS  # noqa: E402
+from pyengine.weights.budget import WEIGHT_FORMS
 
 DEFAULT_MODELS = ["models/gemma-3-270m-q4_k_m.gguf", "models/SmolLM2-135M-Instruct.Q4_1.gguf"]
 

@@ -22,8 +22,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from pyengine.gguf import quants  # noqa: E402
-from pyengine.gguf.ggml_types import GGML_TYPES_BY_NAME  # noqa: E402
+from pyengine.gguf import quants
+from pyengine.gguf.ggml_types import GGML_TYPES_BY_NAME
 
 
 def random_blocks(type_name: str, n_elements: int, rng: np.random.Generator) -> np.ndarray:

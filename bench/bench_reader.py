@@ -16,8 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pyengine.gguf import open_gguf  # noqa: E402
-from pyengine.gguf.source import FileSource  # noqa: E402
+from pyengine.gguf import open_gguf
+from pyengine.gguf.source import FileSource
 
 MODELS = [ROOT / "models" / "gemma-3-270m-q4_k_m.gguf", ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"]
 

@@ -11,8 +11,9 @@ disturbs them alike; medians and the spread (min-max) over the runs are printed 
 written to bench/workers.json. Requests to any host other than 127.0.0.1 are aborted.
 
 A setting ``N`` shares the vocabulary matrix over N workers, ``N:all`` every matrix (the page's
-``?split=all``); ``@form`` loads with that Memory setting (pyengine.weights.budget.WEIGHT_FORMS) instead of "auto". Before each round, two processes spin side by side (``cpu_parallel``: the speed-up two busy
-processes get over one, 2.0 when both cores are free, 1.0 when other work holds one): workers can
+``?split=all``); ``@form`` loads with that Memory setting (pyengine.weights.budget.WEIGHT_FORMS)
+instead of "auto". Before each round, two processes spin side by side (``cpu_parallel``: the
+speed-up two busy processes get over one, 2.0 when both cores are free, 1.0 when other work holds one): workers can
 only be faster when it is near 2.
 """
 
@@ -27,9 +28,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-from browser.conftest import CHROMIUM, CHROMIUM_ARGS, STATIC, NetworkGuard, start_server, stop_server  # noqa: E402
-from browser.pages import BOOT_MS, error_text, pick_files, send, set_settings, wait_loaded, wait_reply, \
-    wait_status  # noqa: E402
+from browser.conftest import CHROMIUM, CHROMIUM_ARGS, STATIC, NetworkGuard, start_server, stop_server
+from browser.pages import BOOT_MS, error_text, pick_files, send, set_settings, wait_loaded, wait_reply, wait_status
 
 # ~128 prompt tokens for Gemma 3 with its chat template (the run records the exact count)
 PROMPT = ("Here is a short history of the printing press. Around 1440 Johannes Gutenberg, a goldsmith in Mainz, "
@@ -154,7 +154,8 @@ def main() -> None:
                     par = cpu_parallel()
                     r = {**one_run(pw, url, args.model, n), "cpu_parallel": par}
                     runs.append(r)
-                    print(f"run {i + 1}/{args.runs}, {n} worker(s), cpu_parallel {par:.2f}: decode {r['decode_ms_per_token']:.1f} ms/token, "
+                    print(f"run {i + 1}/{args.runs}, {n} worker(s), cpu_parallel {par:.2f}: "
+                          f"decode {r['decode_ms_per_token']:.1f} ms/token, "
                           f"prefill {r['prefill_tok_s']:.1f} tok/s ({r['prompt_tokens']} tokens), "
                           f"load {r['load_s']:.1f} s", flush=True)
     finally:

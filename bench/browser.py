@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "build_scripts"))
-import serve  # noqa: E402
+import serve
 
 CHROMIUM = "/usr/bin/chromium"
 # The network guard is in the resolver: every host but 127.0.0.1 fails to resolve. (Playwright's request
@@ -75,7 +75,8 @@ def evaluate(page, step: str, expression: str, arg=None):
     return page.evaluate(f"""async (arg) => {{
         let timer;
         const late = new Promise((_, reject) => {{
-          timer = setTimeout(() => reject(new Error("{step}: no answer in {TIMEOUTS[step]} s")), {1000 * TIMEOUTS[step]});
+          const why = new Error("{step}: no answer in {TIMEOUTS[step]} s");
+          timer = setTimeout(() => reject(why), {1000 * TIMEOUTS[step]});
         }});
         try {{ return await Promise.race([{expression}, late]); }} finally {{ clearTimeout(timer); }}
     }}""", arg)
@@ -91,7 +92,7 @@ class ChromiumBench:
         self.url = f"http://{serve.HOST}:{self.server.server_address[1]}"
         self.blocked: list[str] = []
 
-    def __enter__(self) -> "ChromiumBench":
+    def __enter__(self) -> ChromiumBench:
         from playwright.sync_api import sync_playwright
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self._pw = sync_playwright().start()

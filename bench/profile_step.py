@@ -26,9 +26,11 @@ ROOT = BENCH.parent
 
 
 def instrument(model) -> tuple[dict, dict]:
-    """Wrap the kernels model.py calls with timers; returns (seconds, calls), both by label."""
-    import pyengine.model as M
-    from pyengine.kernels import Linear, Rope
+    """Wrap the kernels the forward pass calls with timers; returns (seconds, calls), both by label."""
+    import pyengine.model.transformer as transformer
+    from pyengine.model.ops import Rope
+    from pyengine.weights import forms
+
     seconds, calls = defaultdict(float), defaultdict(int)
 
     def timed(label_of, fn):
@@ -45,25 +47,28 @@ def instrument(model) -> tuple[dict, dict]:
     out = model.output
     roles = {id(out): f"matmul output {out.shape[0]}x{out.shape[1]}"}
     for part, a, b in zip(getattr(out, "parts", []), getattr(out, "starts", [])[:-1], getattr(out, "starts", [])[1:]):
-        roles[id(part)] = f"matmul output rows {a}-{b} ({'packed' if part.packed else 'int8'})"
+        roles[id(part)] = f"matmul output rows {a}-{b} ({part.form.name.lower()})"
     for layer in model.layers:
         for name, value in vars(layer).items():
-            if isinstance(value, Linear):
+            if hasattr(value, "form"):
                 roles.setdefault(id(value), f"matmul {name}")
-    Linear.__call__ = timed(lambda a: roles.get(id(a[0]), "matmul ?"), Linear.__call__)
+    for cls in (forms.F32, forms.Int8Blocks, forms.Int8Rows, forms.Packed, forms.RowSplit):
+        if "__call__" in vars(cls):
+            cls.__call__ = timed(lambda a: roles.get(id(a[0]), "matmul ?"), cls.__call__)
     Rope.__call__ = timed(lambda a: "rope", Rope.__call__)
     for name in ("attention", "rmsnorm", "geglu", "swiglu", "softcap"):
-        setattr(M, name, timed(lambda a, n=name: n, getattr(M, name)))
-    M.Model.forward = timed(lambda a: "forward (total)", M.Model.forward)
+        setattr(transformer, name, timed(lambda a, n=name: n, getattr(transformer, name)))
+    transformer.Model.forward = timed(lambda a: "forward (total)", transformer.Model.forward)
     return seconds, calls
 
 
 def profile(path: str, prompt_ids: list[int], n_decode: int, cprofile: bool = False, weights: str = "auto") -> dict:
     """{"prefill": {label: ms per token}, "decode": {label: ms per token}, ...} for one model file."""
     import numpy as np
+
+    from pyengine.generation.sampling import Sampler, SamplerParams
     from pyengine.gguf import open_gguf
     from pyengine.model import load_model
-    from pyengine.generation.sampling import Sampler, SamplerParams
     model = load_model(open_gguf(path), weights=weights)
     seconds, calls = instrument(model)
     sampler = Sampler(SamplerParams(temperature=0.0))
@@ -110,7 +115,8 @@ def profile(path: str, prompt_ids: list[int], n_decode: int, cprofile: bool = Fa
 def table(result: dict) -> str:
     lines = [f"{result['model']} ({result['runtime']}): ms per token, prefill of {result['n_prompt']} tokens "
              f"and {result['n_decode']} decode steps", "",
-             "| step | prefill ms/token | decode ms/token | decode share | decode calls/token |", "|---|---|---|---|---|"]
+             "| step | prefill ms/token | decode ms/token | decode share | decode calls/token |",
+             "|---|---|---|---|---|"]
     total = result["decode"]["forward (total)"] + result["decode"].get("sampler (argmax)", 0.0)
     for label in result["decode"]:
         d, p = result["decode"][label], result["prefill"].get(label, 0.0)

@@ -20,7 +20,8 @@ import inspect
 import json
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 async def load(sources: list) -> tuple[Any, float]:

@@ -41,9 +41,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
@@ -111,12 +111,12 @@ def run_process(cmd: list[str], env: dict | None = None) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def run_cpython(bench: "Bench", model: Path, prompt: Prompt, n_gen: int, threads: int) -> dict:
+def run_cpython(bench: Bench, model: Path, prompt: Prompt, n_gen: int, threads: int) -> dict:
     return run_process([sys.executable, str(BENCH / "pyengine_bench.py"), str(model),
                         "--ids", json.dumps(prompt.ids), "--gen", str(n_gen)], ONE_THREAD)
 
 
-def run_node(bench: "Bench", model: Path, prompt: Prompt, n_gen: int, threads: int) -> dict:
+def run_node(bench: Bench, model: Path, prompt: Prompt, n_gen: int, threads: int) -> dict:
     bench.ensure_static()
     code = (f"import sys; sys.path.insert(0, '/bench')\nimport pyengine_bench\n"
             f"from pyengine.gguf.source import FileSource\n"
@@ -125,21 +125,21 @@ def run_node(bench: "Bench", model: Path, prompt: Prompt, n_gen: int, threads: i
                         "--mount", f"{BENCH}:/bench", "--mount", f"{model.parent}:/models", "--code", code])
 
 
-def run_llamacpp(bench: "Bench", model: Path, prompt: Prompt, n_gen: int, threads: int) -> dict:
+def run_llamacpp(bench: Bench, model: Path, prompt: Prompt, n_gen: int, threads: int) -> dict:
     return run_process([sys.executable, str(BENCH / "llamacpp_bench.py"), str(model), "--ids",
                         json.dumps(prompt.ids), "--gen", str(n_gen), "--threads", str(threads)])
 
 
-def run_chromium_pyengine(bench: "Bench", model: Path, prompt: Prompt, n_gen: int, threads: int) -> dict:
+def run_chromium_pyengine(bench: Bench, model: Path, prompt: Prompt, n_gen: int, threads: int) -> dict:
     bench.ensure_static()
     return bench.chromium().run("pyengine", threads, model, prompt.ids, n_gen)
 
 
-def run_wllama(bench: "Bench", model: Path, prompt: Prompt, n_gen: int, threads: int) -> dict:
+def run_wllama(bench: Bench, model: Path, prompt: Prompt, n_gen: int, threads: int) -> dict:
     return bench.chromium().run("wllama", threads, model, prompt.text, n_gen)
 
 
-def run_page(bench: "Bench", model: Path, prompt: Prompt, n_gen: int, threads: int) -> dict:
+def run_page(bench: Bench, model: Path, prompt: Prompt, n_gen: int, threads: int) -> dict:
     """The app itself (web/, as a person uses it) with ``threads`` Pyodide workers and the Memory
     setting "packed", measured by bench/bench_workers.py in its own Chromium: its chat prompt (~120
     tokens once the template is applied), not the 128 ids; memory is every worker's heap together."""
@@ -483,7 +483,7 @@ def main() -> None:
         if skipped:
             notes.append(f"skipped {', '.join(skipped)}: llama_cpp is not importable (pip install llama-cpp-python)")
             print(f"note: {notes[-1]}", file=sys.stderr)
-    meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    meta = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "machine": machine(), "n_runs": args.runs, "n_gen": args.gen, "n_prompt": N_PROMPT,
             "engines": {e: ENGINES[e].where for e in args.engines},
             "models": {m: str(p.relative_to(ROOT) if p.is_relative_to(ROOT) else p) for m, p in args.models.items()},

@@ -21,8 +21,8 @@ import json
 import time
 from pathlib import Path
 
-from buildlib import ROOT, STATIC, install_bytes, install_file, link_file, prune, sha256_of
 from build_wheels import build_wheels
+from buildlib import ROOT, STATIC, install_bytes, install_file, link_file, prune, sha256_of
 from fetch_models import MODELS, fetch
 from fetch_runtime import build_runtime
 

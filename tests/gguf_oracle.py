@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import gguf
 
 
-@lru_cache(maxsize=None)
+@cache
 def reader(path: Path) -> gguf.GGUFReader:
     """The oracle's view of ``path`` (Gemma 3 takes ~15 s: build it once)."""
     return gguf.GGUFReader(path)

@@ -20,10 +20,11 @@ from pathlib import Path
 if __name__ == "__main__":  # run as a script: find pyengine and gguf_write
     sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 
-from gguf_write import gguf_bytes  # noqa: E402
-from pyengine.gguf import open_gguf  # noqa: E402
-from pyengine.gguf.header import DEFAULT_ALIGNMENT  # noqa: E402
-from pyengine.gguf.split import KEY_SPLIT_COUNT, KEY_SPLIT_NO, KEY_SPLIT_TENSORS_COUNT  # noqa: E402
+from gguf_write import gguf_bytes
+
+from pyengine.gguf import open_gguf
+from pyengine.gguf.header import DEFAULT_ALIGNMENT
+from pyengine.gguf.split import KEY_SPLIT_COUNT, KEY_SPLIT_NO, KEY_SPLIT_TENSORS_COUNT
 
 
 def split_gguf(path: str | Path, n_parts: int, out_dir: str | Path) -> list[Path]:

@@ -15,15 +15,13 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 from static_build import current_static, offline
 
 sys.path.insert(0, str(ROOT / "build_scripts"))
-from buildlib import install_bytes, link_file, prune  # noqa: E402
 from build_wheels import PYENGINE_SOURCES, sources_digest  # noqa: E402
+from buildlib import install_bytes, link_file, prune  # noqa: E402
 from fetch_runtime import LOCK_PACKAGES, PYODIDE_FILES, lock_closure  # noqa: E402
-
 
 
 def sha256(path: Path) -> str:

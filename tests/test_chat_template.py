@@ -6,12 +6,12 @@ import json
 import re
 
 import pytest
-
 from conftest import GOLDEN
+
+from pyengine.errors import TemplateError
 from pyengine.text.builtin_templates import BUILTIN_BY_NAME, BUILTIN_TEMPLATES, detect_builtin
 from pyengine.text.chat_template import ChatTemplate, check_messages
 from pyengine.text.jinja_sandbox import render_jinja
-from pyengine.errors import TemplateError
 
 CHAT = [
     {"role": "system", "content": "Be brief. "},
@@ -86,7 +86,8 @@ def test_detect_builtin_by_markers_and_names(text, name):
 def test_no_template_gemma3_uses_gemma_llama_uses_chatml():
     assert ChatTemplate.from_metadata({"general.architecture": "gemma3"}).name == "gemma"
     assert ChatTemplate.from_metadata({"general.architecture": "llama"}).name == "chatml"
-    assert ChatTemplate.from_metadata({"general.architecture": "qwen3", "tokenizer.chat_template": " "}).name == "chatml"
+    blank = {"general.architecture": "qwen3", "tokenizer.chat_template": " "}
+    assert ChatTemplate.from_metadata(blank).name == "chatml"
 
 
 def test_jinja_template_is_rendered_by_jinja_unless_unavailable():
@@ -103,7 +104,8 @@ def test_jinja_template_is_rendered_by_jinja_unless_unavailable():
 
 
 def test_bos_is_never_doubled():
-    md = {"tokenizer.chat_template": "{{ bos_token }}{% for m in messages %}[{{ m.content }}]{% endfor %}{{ eos_token }}"}
+    md = {"tokenizer.chat_template":
+          "{{ bos_token }}{% for m in messages %}[{{ m.content }}]{% endfor %}{{ eos_token }}"}
     msgs = [{"role": "user", "content": "a"}]
     assert ChatTemplate.from_metadata(md, "<s>", "</s>", add_bos=True).render(msgs) == "[a]</s>"
     assert ChatTemplate.from_metadata(md, "<s>", "</s>", add_bos=False).render(msgs) == "<s>[a]</s>"
@@ -155,7 +157,8 @@ RICH_TEMPLATE = """{{ bos_token }}
     {%- if m['content'] == 'skip' %}{% continue %}{% endif %}
     {%- set ns.turns = ns.turns + 1 %}
 <|{{ m.role }}|>
-{% if m.role == 'assistant' %}{% generation %}{{ m.content.strip() }}{% endgeneration %}{% else %}{{ m.content }}{% endif %}
+{% if m.role == 'assistant' %}{% generation %}{{ m.content.strip() }}{% endgeneration %}
+{%- else %}{{ m.content }}{% endif %}
 {{ '<|end|>' if not loop.last else '<|last|>' }}
     {%- if m['content'] == 'stop' %}{% break %}{% endif %}
 {% endfor %}

@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import GOLDEN, ROOT, TINY
+
 from pyengine.cli import main
 from pyengine.generation import ChatSession, generate, load
 from pyengine.generation.sampling import SamplerParams

@@ -10,11 +10,11 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from conftest import TINY
-from pyengine.model.config import ARCHITECTURES, ModelConfig
+
 from pyengine.errors import ModelError
 from pyengine.gguf import open_gguf
+from pyengine.model.config import ARCHITECTURES, ModelConfig
 
 FIXTURES = ["llama", "llama-q4km", "qwen2", "qwen3", "gemma3"]
 

@@ -6,14 +6,14 @@ import json
 
 import numpy as np
 import pytest
-
 from conftest import GOLDEN, TINY
-from pyengine.text.chat_template import ChatTemplate
+
 from pyengine.errors import PyEngineError, TemplateError
 from pyengine.generation import ChatSession, Engine, Generation, chat_prompt, generate, load
 from pyengine.generation.chat import common_prefix
 from pyengine.generation.loop import StopStrings
 from pyengine.generation.sampling import Sampler, SamplerParams
+from pyengine.text.chat_template import ChatTemplate
 
 GREEDY = SamplerParams(temperature=0.0)
 

@@ -7,12 +7,12 @@ import math
 import gguf
 import numpy as np
 import pytest
-
 from gguf_write import gguf_bytes, kv, u32
+
 from pyengine.errors import GGUFError
-from pyengine.gguf.ggml_types import GGML_TYPES_BY_NAME
 from pyengine.gguf import open_gguf
 from pyengine.gguf.cursor import FIRST_CHUNK
+from pyengine.gguf.ggml_types import GGML_TYPES_BY_NAME
 from pyengine.gguf.source import BytesSource, FileSource
 
 F32, F16 = GGML_TYPES_BY_NAME["F32"].id, GGML_TYPES_BY_NAME["F16"].id

@@ -6,9 +6,9 @@ import random
 import re
 
 import pytest
-
-from gguf_corpus import BROKEN, nested, assemble, small_file
+from gguf_corpus import BROKEN, assemble, nested, small_file
 from gguf_write import kv, tensor_info
+
 from pyengine.errors import GGUFError
 from pyengine.gguf import open_gguf
 from pyengine.gguf.source import BytesSource
@@ -46,7 +46,8 @@ def test_small_file_is_valid():
 def test_every_truncation_point(n):
     msg = _error(SMALL[:n])
     assert re.match(r"bad\.gguf: byte \d+: (header|key|tensor)", msg), msg
-    assert re.search(r"(needs \d+ bytes but only \d+ are left|cannot fit in the \d+ bytes left|runs past the end of the file)", msg), msg
+    short = r"(needs \d+ bytes but only \d+ are left|cannot fit in the \d+ bytes left|runs past the end of the file)"
+    assert re.search(short, msg), msg
 
 
 def test_arrays_nested_8_deep_are_read():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import gguf
 import numpy as np
 import pytest
-
 from gguf_oracle import fields, reader, value_type
+
 from pyengine.gguf import open_gguf
 from pyengine.gguf.source import FileSource
 

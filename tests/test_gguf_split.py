@@ -10,10 +10,10 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
-
 from conftest import GOLDEN, TINY
 from gguf_split import split_gguf
 from gguf_write import gguf_bytes
+
 from pyengine.errors import GGUFError
 from pyengine.gguf import open_gguf
 from pyengine.gguf.source import BytesSource, FileSource

@@ -12,7 +12,6 @@ import json
 
 import numpy as np
 import pytest
-
 from conftest import GEMMA3, GOLDEN, SMOLLM2
 
 MODELS = (GEMMA3.name, SMOLLM2.name)
@@ -145,11 +144,13 @@ def test_chat_gemma_builtin_template():
     entries = golden("chat.json")[GEMMA3.name]
     for e in entries:
         assert e["template"] == "gemma" and e["prompt"].endswith("<start_of_turn>model\n")
-        assert e["prompt_ids"][:3] == [2, 105, 2364] and e["prompt_ids"].count(2) == 1   # one BOS, then <start_of_turn>user
+        assert e["prompt_ids"][:3] == [2, 105, 2364]             # BOS, then <start_of_turn>user
+        assert e["prompt_ids"].count(2) == 1                     # one BOS
         assert e["prompt"].count("<start_of_turn>") == e["prompt_ids"].count(105)
         assert len(e["ids"]) <= 64
     system, user = entries[0]["messages"]
-    assert entries[0]["prompt"] == f"<start_of_turn>user\n{system['content']}\n\n{user['content']}<end_of_turn>\n<start_of_turn>model\n"
+    turn = f"<start_of_turn>user\n{system['content']}\n\n{user['content']}<end_of_turn>\n"
+    assert entries[0]["prompt"] == turn + "<start_of_turn>model\n"
 
 
 def test_meta_names_the_version():

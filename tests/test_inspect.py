@@ -7,15 +7,15 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT, TINY
 from gguf_corpus import BROKEN
 from gguf_oracle import fields, reader, value_type
 from gguf_split import split_gguf
 from gguf_write import gguf_bytes
+
 from pyengine.cli import main
-from pyengine.inspect import ARRAY_HEAD, describe
 from pyengine.gguf import open_gguf
+from pyengine.inspect import ARRAY_HEAD, describe
 
 LLAMA = TINY["llama"]
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import TINY
 
 import pyengine.model.transformer as transformer
 import pyengine.weights.budget as budget
 import pyengine.weights.build as build
 import pyengine.weights.matmul as matmul
 import pyengine.weights.rows as weight_rows
-from conftest import TINY
 from pyengine.errors import ModelError, PyEngineError
 from pyengine.gguf import open_gguf
 from pyengine.model import load_model
@@ -266,7 +266,7 @@ def test_progress_reports_every_tensor(files):
 
 
 def test_int8_weights_take_a_quarter_and_stay_close(files, models, monkeypatch):
-    monkeypatch.setattr(weight_rows, "LOAD_CHUNK_BYTES", 100 * 4 * 64)   # several reads per tensor (token_embd: 328 rows)
+    monkeypatch.setattr(weight_rows, "LOAD_CHUNK_BYTES", 100 * 4 * 64)   # several reads per tensor (328 rows)
     m8 = load_model(files["llama"], weights="int8")
     m32 = models["llama"]
     assert m8.layers[0].wqkv.q.dtype == np.int8 and m32.layers[0].wqkv.w.dtype == np.float32

@@ -48,7 +48,8 @@ def test_rope_freq_factors_divide_the_angle():
         for i in range(4):
             th = (3 + t) * 500000.0 ** (-2 * i / 8) / ff[i]
             x0, x1 = x[t, 0, 2 * i], x[t, 0, 2 * i + 1]
-            want[t, 0, 2 * i], want[t, 0, 2 * i + 1] = x0 * math.cos(th) - x1 * math.sin(th), x0 * math.sin(th) + x1 * math.cos(th)
+            want[t, 0, 2 * i] = x0 * math.cos(th) - x1 * math.sin(th)
+            want[t, 0, 2 * i + 1] = x0 * math.sin(th) + x1 * math.cos(th)
     np.testing.assert_allclose(got, want, atol=2e-5)
 
 

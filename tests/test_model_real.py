@@ -15,8 +15,8 @@ import json
 
 import numpy as np
 import pytest
-
 from conftest import GOLDEN
+
 from pyengine.gguf import open_gguf
 from pyengine.model import load_model
 

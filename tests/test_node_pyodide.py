@@ -27,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import FIXTURES, MODELS, SMOLLM2, TINY
 from static_build import STATIC, current_static, offline
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import TINY
 
 from pyengine import generation
 from pyengine.browser import worker
@@ -16,8 +17,6 @@ from pyengine.parallel import channel, plan, server, sharded
 from pyengine.weights import budget
 from pyengine.weights.forms import F32, RowSplit
 from pyengine.weights.lanes import pack_block
-
-from conftest import TINY
 
 
 def test_row_ranges_cover_the_rows_in_order():

@@ -11,10 +11,10 @@ import tracemalloc
 import gguf
 import numpy as np
 import pytest
-
 from gguf_oracle import reader
-from pyengine.gguf import quants
+
 from pyengine.errors import GGUFError
+from pyengine.gguf import quants
 from pyengine.gguf.ggml_types import GGML_TYPES_BY_NAME
 
 QUANTIZED = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"]
@@ -183,7 +183,8 @@ def test_partial_block_is_an_error():
 def test_unsupported_type_is_named(type_name):
     t = GGML_TYPES_BY_NAME[type_name]
     raw = np.zeros(t.type_size, np.uint8)
-    with pytest.raises(GGUFError, match=rf"tensor 'output.weight': cannot dequantize ggml type {type_name} \(id {t.id}\)"):
+    cannot = rf"tensor 'output.weight': cannot dequantize ggml type {type_name} \(id {t.id}\)"
+    with pytest.raises(GGUFError, match=cannot):
         quants.dequantize(raw, t, t.block_size, name="output.weight")
     with pytest.raises(GGUFError, match=rf"^cannot dequantize ggml type {type_name}"):
         quants.dequantize(raw, t, t.block_size)

@@ -9,8 +9,8 @@ import zlib
 
 import numpy as np
 import pytest
-
 from conftest import GOLDEN
+
 from pyengine.errors import PyEngineError
 from pyengine.generation.sampling import Sampler, SamplerParams, apply_penalties, min_p, top_k, top_p
 
@@ -59,7 +59,8 @@ def test_top_k_on_a_wide_vocab_equals_a_full_sort(k, scale, ties):
     assert len(set(ids.tolist())) == k and logits[ids].tolist() == vals.tolist()
 
 
-@pytest.mark.parametrize("p, kept", [(0.4, [2]), (0.75, [2, 0]), (0.9, [2, 0, 3]), (0.99, [2, 0, 3, 1]), (1.0, [0, 1, 2, 3])])
+@pytest.mark.parametrize("p, kept", [(0.4, [2]), (0.75, [2, 0]), (0.9, [2, 0, 3]), (0.99, [2, 0, 3, 1]),
+                                     (1.0, [0, 1, 2, 3])])
 def test_top_p_keeps_the_shortest_prefix_reaching_p(p, kept):
     assert top_p(*all_candidates(LOGITS), p)[0].tolist() == kept
 

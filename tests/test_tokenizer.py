@@ -16,8 +16,8 @@ import json
 import sys
 
 import pytest
-
 from conftest import FIXTURES, GEMMA3, GOLDEN, SMOLLM2, TINY
+
 from pyengine.errors import TokenizerError
 from pyengine.gguf import open_gguf
 from pyengine.text.bpe import PRE_TOKENIZERS

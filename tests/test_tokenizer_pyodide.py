@@ -14,7 +14,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import FIXTURES, GOLDEN, MODELS
 from static_build import current_static
 

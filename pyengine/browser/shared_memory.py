@@ -30,7 +30,7 @@ class JsBlock:
         self.data = js.Float32Array.new(sab, 4 * CTL_WORDS)
 
     @classmethod
-    def new(cls, n_floats: int) -> "JsBlock":
+    def new(cls, n_floats: int) -> JsBlock:
         import js
         return cls(js.SharedArrayBuffer.new(4 * (CTL_WORDS + n_floats)))
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import re
 import weakref
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from pyengine.errors import PyEngineError, TemplateError
 from pyengine.generation.engine import Engine
@@ -34,7 +35,7 @@ def chat_prompt(template: ChatTemplate, tokenizer: Any, messages: list[dict]) ->
     return "".join(text for text, _ in parts), ids
 
 
-_TYPED_SPECIALS: "weakref.WeakKeyDictionary[Any, re.Pattern | None]" = weakref.WeakKeyDictionary()
+_TYPED_SPECIALS: weakref.WeakKeyDictionary[Any, re.Pattern | None] = weakref.WeakKeyDictionary()
 
 
 def typed_specials(tokenizer: Any) -> re.Pattern | None:
@@ -66,7 +67,8 @@ class ChatSession:
     ends (however: end of turn, limit, stop, error) its emitted text becomes the assistant message,
     so the conversation always reads as the user saw it. ``respond()`` answers the conversation as
     it stands (``messages`` may be set directly). ``params`` is a :class:`SamplerParams` or a ready
-    :class:`Sampler`. Only one reply runs at a time: a new one closes the last. ``system`` is sent as a first ``system`` message (the template decides what it does).
+    :class:`Sampler`. Only one reply runs at a time: a new one closes the last. ``system`` is sent
+    as a first ``system`` message (the template decides what it does).
     """
     engine: Engine
     system: str | None = None

@@ -7,8 +7,9 @@ slow part.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from pyengine.errors import TemplateError
 from pyengine.text.chat_template import ChatTemplate

@@ -15,8 +15,9 @@ Statistics per reply: :class:`TurnStats`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from pyengine.errors import PyEngineError
 from pyengine.generation.sampling import Sampler, SamplerParams
@@ -107,7 +108,7 @@ class Generation:
     def __init__(self, model: Any, tokenizer: Any, prompt_ids: Sequence[int], sampler: Sampler,
                  max_tokens: int, stop_strings: Iterable[str] = (), cache: Any = None,
                  should_stop: Callable[[], bool] | None = None,
-                 on_finish: Callable[["Generation"], None] | None = None, n_ctx: int | None = None):
+                 on_finish: Callable[[Generation], None] | None = None, n_ctx: int | None = None):
         from pyengine.text.stream import StreamDecoder
         self.model, self.tokenizer, self.sampler = model, tokenizer, sampler
         self.prompt_ids = [int(t) for t in prompt_ids]
@@ -132,7 +133,7 @@ class Generation:
         self._eog = tokenizer.eog_ids
 
     # --- the iterator protocol, for `for piece in gen`
-    def __iter__(self) -> "Generation":
+    def __iter__(self) -> Generation:
         return self
 
     def __next__(self) -> str:

@@ -30,15 +30,15 @@ penalties' window as in llama-cli, which accepts the prompt tokens into its samp
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
 from pyengine.errors import PyEngineError
 
 TOP_K_STRIDE = 16         # top-k on a wide vocabulary first bounds the k-th largest from every 16th logit
-TOP_P_FIRST_TRY = 256     # top-p without top-k sorts the 256 most likely tokens first (llama.cpp's heuristic), then 8x more
+TOP_P_FIRST_TRY = 256     # top-p without top-k first sorts the 256 likeliest (llama.cpp's heuristic), then 8x more
 
 
 @dataclass
@@ -57,7 +57,7 @@ class SamplerParams:
     repeat_last_n: int = 64
     seed: int | None = None
 
-    def check(self) -> "SamplerParams":
+    def check(self) -> SamplerParams:
         """Raise PyEngineError naming the first setting out of range; return self."""
         bad = [("temperature", self.temperature >= 0), ("top_k", self.top_k >= 0),
                ("top_p", 0 < self.top_p <= 1), ("min_p", 0 <= self.min_p <= 1),

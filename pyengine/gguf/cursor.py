@@ -112,17 +112,18 @@ class Cursor:
         while i < count:
             buf, p = self.buf, self.p
             last = len(buf) - 8  # the last position a length can start at
-            for i in range(i, count):  # the hot loop
+            for j in range(i, count):  # the hot loop
                 if p > last:
                     break
                 q = p + 8
                 r = q + unpack(buf, p)[0]
                 if r > last + 8:
                     break
-                raw[i] = buf[q:r]
+                raw[j] = buf[q:r]
                 p = r
             else:
-                i = count
+                j = count
+            i = j                  # the first string not cut out of this buffer
             self.p = p
             if i < count:
                 raw[i] = self.string_bytes()

@@ -8,8 +8,9 @@ model) into a :class:`GGUFPart`; the rules for hostile input are listed in
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable, NamedTuple
+from typing import Any, NamedTuple
 
 from pyengine.gguf.cursor import Cursor
 from pyengine.gguf.ggml_types import GGML_TYPES, GGMLType

@@ -25,7 +25,7 @@ files are little-endian, and big-endian files are byte-swapped by the reader.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -111,7 +111,7 @@ class ModelConfig:
         return 1.0 if self.rope_scaling_factor == 0.0 else 1.0 / self.rope_scaling_factor
 
     @classmethod
-    def from_metadata(cls, metadata: dict, tensor_names=None) -> "ModelConfig":
+    def from_metadata(cls, metadata: dict, tensor_names=None) -> ModelConfig:
         """Read the config of ``general.architecture`` from GGUF ``metadata`` (a dict of key -> value).
 
         ``tensor_names`` (optional) lets the config say whether the output is tied
@@ -196,7 +196,7 @@ def _derive(cfg: ModelConfig, metadata: dict) -> None:
     if cfg.rope_scaling_factor == 0.0:
         cfg.rope_scaling_factor = cfg.rope_scale_linear
     if cfg.rope_freq_base <= 0 or cfg.rope_scaling_factor < 0 or cfg.rms_eps < 0:
-        raise ModelError(f"metadata: rope.freq_base, rope.scaling.factor and the rms epsilon must be positive")
+        raise ModelError("metadata: rope.freq_base, rope.scaling.factor and the rms epsilon must be positive")
     if cfg.rope_scaling_type not in ROPE_SCALING_TYPES:
         raise ModelError(f"metadata key '{a}.rope.scaling.type' = {cfg.rope_scaling_type!r} is not "
                          f"supported (supported: {', '.join(ROPE_SCALING_TYPES)})")

@@ -15,8 +15,15 @@ import numpy as np
 from pyengine.errors import ModelError
 from pyengine.model.config import ModelConfig
 from pyengine.model.transformer import Layer, Model
-from pyengine.weights.budget import (HEAP_HEADROOM, WEIGHT_FORMS, form_nbytes, mixed_rows_for, pick_weights,
-                                     reserve_heap, vocab_forms)
+from pyengine.weights.budget import (
+    HEAP_HEADROOM,
+    WEIGHT_FORMS,
+    form_nbytes,
+    mixed_rows_for,
+    pick_weights,
+    reserve_heap,
+    vocab_forms,
+)
 from pyengine.weights.build import Builder
 from pyengine.weights.forms import Form
 

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from pyengine.gguf import open_gguf
-from pyengine.parallel.channel import DONE, EXIT, FAIL, MATVEC, MAT, NROWS, CMD, ROWS, SEQ
+from pyengine.parallel.channel import CMD, DONE, EXIT, FAIL, MAT, MATVEC, NROWS, ROWS, SEQ
 from pyengine.weights.build import Builder
 from pyengine.weights.forms import Form, row_split
 

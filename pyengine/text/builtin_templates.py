@@ -7,9 +7,9 @@ order; a GGUF without a Jinja template gets the row its architecture names
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable
 
 
 def _trim(s: str) -> str:

@@ -69,7 +69,7 @@ class ChatTemplate:
 
     @classmethod
     def from_metadata(cls, metadata: dict, bos_token: str = "", eos_token: str = "", add_bos: bool = False,
-                      add_eos: bool = False, use_jinja: bool | None = None) -> "ChatTemplate":
+                      add_eos: bool = False, use_jinja: bool | None = None) -> ChatTemplate:
         """Choose the template for a GGUF as llama.cpp does.
 
         ``tokenizer.chat_template`` if present (rendered by Jinja; if it only names a built-in

@@ -16,9 +16,10 @@ import json
 import re
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from functools import lru_cache, wraps
-from typing import Any, Callable
+from typing import Any
 
 from pyengine.errors import TemplateError
 

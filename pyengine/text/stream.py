@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+
 class StreamDecoder:
     """Text of a stream of token ids, released in whole characters.
 

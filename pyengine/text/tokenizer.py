@@ -57,17 +57,45 @@ Where this differs from llama.cpp, on purpose:
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from itertools import compress
-from typing import Callable
 
 from pyengine.errors import TokenizerError
 from pyengine.text.bpe import LATIN1_TO_MAPPED, unmap_bytes
 from pyengine.text.unicode_classes import compile_pattern, regex_split
-from pyengine.text.vocab import (ATTR_BYTE, ATTR_CONTROL, ATTR_HIDDEN, ATTR_LSTRIP, ATTR_NORMAL, ATTR_RSTRIP,
-                                 ATTR_SPECIAL, ATTR_USER_DEFINED, EOG_TEXTS, EOM_TEXTS, EOT_TEXTS, FIM_TEXTS,
-                                 KEY_ADD_BOS, KEY_ADD_EOS, KEY_ADD_SPACE_PREFIX, KEY_GENERAL_NAME, KEY_MODEL, KEY_PRE,
-                                 KEY_SCORES, KEY_TOKENS, MODELS, SPECIAL_ID_KEYS, get, get_list, hex_prefix,
-                                 pre_tokenizer, raw_byte, read_attrs, read_merges, read_special_ids, read_tokens)
+from pyengine.text.vocab import (
+    ATTR_BYTE,
+    ATTR_CONTROL,
+    ATTR_HIDDEN,
+    ATTR_LSTRIP,
+    ATTR_NORMAL,
+    ATTR_RSTRIP,
+    ATTR_SPECIAL,
+    ATTR_USER_DEFINED,
+    EOG_TEXTS,
+    EOM_TEXTS,
+    EOT_TEXTS,
+    FIM_TEXTS,
+    KEY_ADD_BOS,
+    KEY_ADD_EOS,
+    KEY_ADD_SPACE_PREFIX,
+    KEY_GENERAL_NAME,
+    KEY_MODEL,
+    KEY_PRE,
+    KEY_SCORES,
+    KEY_TOKENS,
+    MODELS,
+    SPECIAL_ID_KEYS,
+    get,
+    get_list,
+    hex_prefix,
+    pre_tokenizer,
+    raw_byte,
+    read_attrs,
+    read_merges,
+    read_special_ids,
+    read_tokens,
+)
 
 C_SPACES = " \t\n\v\f\r"                                    # C isspace(): the lstrip/rstrip set
 BIG_BUCKET = 64   # special tokens sharing their first 3 characters, beyond which a text is scanned
@@ -95,7 +123,7 @@ class Tokenizer:
         self.pre, self.merges, self.pre_patterns, self.ignore_merges = get(meta, KEY_PRE, str, ""), {}, (), False
         if kind == "spm":
             self.scores = get_list(meta, KEY_SCORES, (float, int), n) or [0.0] * n
-            self._byte_ids = [self.token_to_id.get("<0x%02X>" % b, self.token_to_id.get(raw_byte(b)))
+            self._byte_ids = [self.token_to_id.get(f"<0x{b:02X}>", self.token_to_id.get(raw_byte(b)))
                               for b in range(256)]
         else:
             self.pre, pre = pre_tokenizer(meta)

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from functools import lru_cache
+from functools import cache
 
 # Unicode's White_Space property: llama.cpp's ``unicode_set_whitespace``.
 WHITESPACE = (
@@ -63,7 +63,7 @@ UNICODE_15_ADDITIONS = {
 
 
 def _escape(cp: int) -> str:
-    return "\\U%08x" % cp
+    return f"\\U{cp:08x}"
 
 
 def _body(ranges: list[tuple[int, int]]) -> str:
@@ -71,7 +71,7 @@ def _body(ranges: list[tuple[int, int]]) -> str:
     return "".join(_escape(a) if a == b else _escape(a) + "-" + _escape(b) for a, b in ranges)
 
 
-@lru_cache(maxsize=None)
+@cache
 def category_ranges() -> dict[str, list[tuple[int, int]]]:
     """Inclusive code point ranges of each major general category in ``CATEGORIES``.
 
@@ -107,7 +107,7 @@ def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def class_body(name: str) -> str:
     """The ``re`` class body for ``\\p{name}`` (``name`` in ``CATEGORIES``) or ``"s"`` for ``\\s``.
 
@@ -162,7 +162,7 @@ def translate(pattern: str) -> str:
     return "".join(out)
 
 
-@lru_cache(maxsize=None)
+@cache
 def compile_pattern(pattern: str) -> re.Pattern:
     """``re.compile(translate(pattern))``, cached per pattern."""
     return re.compile(translate(pattern))

@@ -41,7 +41,8 @@ WEIGHT_FORMS = {
     "f32": Weights(Form.F32, Form.F32, "fastest, most memory", "f32: float32, the fastest, the most memory"),
     "packed": Weights(Form.PACKED, Form.PACKED, "fast, two thirds of that",
                       "packed: int8 codes three to an int64, two thirds of f32's memory"),
-    "mixed": Weights(Form.PACKED, Form.ROW_SPLIT, None, "mixed: packed, the vocabulary partly int8 (under 3x the file)"),
+    "mixed": Weights(Form.PACKED, Form.ROW_SPLIT, None,
+                     "mixed: packed, the vocabulary partly int8 (under 3x the file)"),
     "int8": Weights(Form.INT8_BLOCKS, Form.INT8_ROWS, "low memory, slower", "int8: low memory, slower"),
 }
 AUTO_OPTION = "balanced (default)"   # the page's name for weights="auto"

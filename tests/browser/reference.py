@@ -7,9 +7,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from pyengine import generation
+from pyengine.generation.sampling import SamplerParams
 from pyengine.gguf import open_gguf
 from pyengine.weights.budget import F32_BUDGET_PYODIDE, pick_weights
-from pyengine.generation.sampling import SamplerParams
 
 GREEDY = SamplerParams(temperature=0.0)
 

@@ -11,17 +11,17 @@ import json
 
 import numpy as np
 import pytest
+from conftest import TINY
+from test_parallel import FakePool, run, worker_reply
 
 from browser.pages import error_text
 from browser.reference import cpython_reply
 from browser.test_chat import QUESTION
 from browser.test_workers import greedy, load, worker_count
-from conftest import TINY
 from pyengine.browser import worker
 from pyengine.gguf import open_gguf
-from pyengine.weights.budget import WEIGHT_FORMS, is_vocab
 from pyengine.gguf.source import FileSource
-from test_parallel import FakePool, run, worker_reply
+from pyengine.weights.budget import WEIGHT_FORMS, is_vocab
 
 FORMS = {"auto": "balanced (default)", "f32": "fastest, most memory", "packed": "fast, two thirds of that",
          "int8": "low memory, slower"}

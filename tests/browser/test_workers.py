@@ -14,8 +14,18 @@ import shutil
 import pytest
 
 from browser.conftest import STATIC, NetworkGuard, start_server, stop_server
-from browser.pages import BOOT_MS, EXACT, error_text, messages, pick_files, send, set_settings, wait_loaded, wait_reply, \
-    wait_status
+from browser.pages import (
+    BOOT_MS,
+    EXACT,
+    error_text,
+    messages,
+    pick_files,
+    send,
+    set_settings,
+    wait_loaded,
+    wait_reply,
+    wait_status,
+)
 from browser.reference import cpython_reply
 from browser.test_chat import QUESTION, stop_mid_reply_then_ask_again, strip_isolation_headers
 

@@ -34,9 +34,8 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
-
 import llama_cpp
+import numpy as np
 from llama_cpp import Llama
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
@@ -235,7 +234,8 @@ def last_logits(llm: Llama) -> np.ndarray:
     return np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),)).copy()
 
 
-def greedy(llm: Llama, prompt_ids: list[int], n_max: int, stop_ids: set[int]) -> tuple[list[int], list[float], np.ndarray, int | None]:
+def greedy(llm: Llama, prompt_ids: list[int], n_max: int,
+           stop_ids: set[int]) -> tuple[list[int], list[float], np.ndarray, int | None]:
     """Argmax decoding: (ids, top1-top2 margin per step, logits at the last prompt position, stop id)."""
     llm.reset()
     llm.eval(prompt_ids)

@@ -38,14 +38,14 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parent.parent)]
 
-import test_chat_template as tct  # noqa: E402  (tests/: the cases)
-import test_gguf_split as tgs  # noqa: E402
-import test_sampling as ts  # noqa: E402
-from gguf_split import split_gguf  # noqa: E402
-from pyengine.text.builtin_templates import BUILTIN_TEMPLATES  # noqa: E402
+import llama_cpp
+import test_chat_template as tct  # tests/: the cases
+import test_gguf_split as tgs
+import test_sampling as ts
+from gguf_split import split_gguf
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-import llama_cpp  # noqa: E402
-from llama_cpp.llama_chat_format import Jinja2ChatFormatter  # noqa: E402
+from pyengine.text.builtin_templates import BUILTIN_TEMPLATES
 
 
 def builtin(name: str, messages: list[dict], add_ass: bool) -> str:
@@ -129,7 +129,8 @@ def main() -> None:
         "llama_cpp_python": llama_cpp.__version__,
         "chat_builtin": {tct.builtin_key(b.name, a, c): builtin(b.name, chat, a)
                          for b in BUILTIN_TEMPLATES for a in bools for c, chat in tct.CHATS.items()},
-        "chat_jinja": {tct.builtin_key("rich", a, c): jinja(chat, a) for a in bools for c, chat in tct.JINJA_CHATS.items()},
+        "chat_jinja": {tct.builtin_key("rich", a, c): jinja(chat, a)
+                       for a in bools for c, chat in tct.JINJA_CHATS.items()},
         "chat_jinja_error": jinja_error(),
         "sampling": {ts.chain_key(*case): sampling_case(*case) for case in ts.CHAIN_CASES},
         "split": split_case(),

@@ -32,9 +32,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent.parent)]
 
-from conftest import FIXTURES, GEMMA3, SMOLLM2  # noqa: E402  (tests/conftest.py)
-from gguf_write import gguf_bytes  # noqa: E402  (tests/gguf_write.py)
-from pyengine.gguf import open_gguf  # noqa: E402
+from conftest import FIXTURES, GEMMA3, SMOLLM2  # tests/conftest.py
+from gguf_write import gguf_bytes  # tests/gguf_write.py
+
+from pyengine.gguf import open_gguf
 
 # (llama_cpp and make_golden, which imports it, are imported in main(): tests import this module
 # for variant_metadata without llama-cpp-python installed.)
