@@ -66,7 +66,8 @@ import asyncio
 import gc
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pyengine.browser.file_source import BrowserFileSource
 from pyengine.browser.page import error_text, inspector, model_card, open_gguf_plainly

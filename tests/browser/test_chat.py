@@ -9,12 +9,23 @@ from __future__ import annotations
 import pytest
 
 from browser.conftest import NetworkGuard
-from browser.pages import (BOOT_MS, WATCH_REPLY, error_text, messages, pick_files, send, send_error, set_settings,
-                           wait_loaded, wait_reply, wait_status)
+from browser.pages import (
+    BOOT_MS,
+    WATCH_REPLY,
+    error_text,
+    messages,
+    pick_files,
+    send,
+    send_error,
+    set_settings,
+    wait_loaded,
+    wait_reply,
+    wait_status,
+)
 from browser.reference import cpython_reply
-from pyengine.gguf import open_gguf
-from pyengine.generation.sampling import SamplerParams
 from pyengine.browser.settings import setting_rules
+from pyengine.generation.sampling import SamplerParams
+from pyengine.gguf import open_gguf
 
 pytestmark = pytest.mark.browser
 

@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import pytest
-
-from browser.pages import (WATCH_PROGRESS, conversation, drop_files, error_text, messages, messages_with_notes,
-                           pick_files, send, set_settings, wait_loaded, wait_reply, wait_status)
-from browser.reference import cpython_reply
 from conftest import TINY
 from gguf_split import split_gguf
 from gguf_write import gguf_bytes
+
+from browser.pages import (
+    WATCH_PROGRESS,
+    conversation,
+    drop_files,
+    error_text,
+    messages,
+    messages_with_notes,
+    pick_files,
+    send,
+    set_settings,
+    wait_loaded,
+    wait_reply,
+    wait_status,
+)
+from browser.reference import cpython_reply
 from pyengine.gguf import open_gguf
 
 pytestmark = pytest.mark.browser

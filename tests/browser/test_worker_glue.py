@@ -4,15 +4,14 @@ commands' error handling (every failure is an "error" message; nothing escapes h
 from __future__ import annotations
 
 import pytest
+from conftest import TINY
 
 from pyengine.browser import page, worker
 from pyengine.browser import settings as page_settings
 from pyengine.browser.file_source import BrowserFileSource
 from pyengine.errors import PyEngineError
 from pyengine.gguf import open_gguf
-from pyengine.gguf.source import BytesSource, FileSource
-
-from conftest import TINY
+from pyengine.gguf.source import BytesSource
 
 
 class FakeBlob:
@@ -22,7 +21,7 @@ class FakeBlob:
         self.data, self.name, self.size = data, name, len(data)
         self.slices: list[tuple[int, int]] = []
 
-    def slice(self, a: int, b: int) -> "FakeBlob":
+    def slice(self, a: int, b: int) -> FakeBlob:
         self.slices.append((a, b))
         return FakeBlob(self.data[a:b], self.name)
 
@@ -81,7 +80,8 @@ def test_settings_become_sampler_params():
 def test_setting_rules_name_the_page_labels_and_the_model_limits():
     rules = {r["name"]: r for r in page_settings.setting_rules(n_vocab=49152, n_ctx=8192)}
     assert list(rules) == ["temperature", "top_k", "top_p", "min_p", "repeat_penalty", "max_tokens", "seed"]
-    assert f"{rules['top_k']['label']} must be {rules['top_k']['rule']}" == "Top-k must be a whole number from 0 to 49152"
+    top_k = rules["top_k"]
+    assert f"{top_k['label']} must be {top_k['rule']}" == "Top-k must be a whole number from 0 to 49152"
     assert rules["max_tokens"]["rule"] == "a whole number from 1 to 8192"
     assert rules["top_p"]["rule"] == "a number above 0 and at most 1"
     assert rules["seed"]["rule"] == "a whole number from 0 to 4294967295, or blank for a random seed"
@@ -114,6 +114,8 @@ def test_a_field_as_typed_reads_as_its_number(name, text, value):
     assert got == value and type(got) is type(value)
 
 
+SEED_MUST = "Seed must be a whole number from 0 to 4294967295, or blank for a random seed"
+
 # A field, the text typed in it (None: the browser found no number), and why it is not sent.
 BAD_TEXT = [
     ("top_k", "-5", "Top-k must be a whole number from 0 to 328 (it is -5)"),
@@ -125,7 +127,7 @@ BAD_TEXT = [
     ("temperature", "  ", "Temperature must be a number from 0 to 5 (it is blank)"),
     ("top_p", "0", "Top-p must be a number above 0 and at most 1 (it is 0)"),
     ("max_tokens", "257", "Max tokens must be a whole number from 1 to 256 (it is 257)"),
-    ("seed", "1.5", "Seed must be a whole number from 0 to 4294967295, or blank for a random seed (it is 1.5)"),
+    ("seed", "1.5", f"{SEED_MUST} (it is 1.5)"),
 ]
 
 
@@ -156,8 +158,8 @@ def test_check_fields_keeps_the_right_ones_and_names_every_bad_one():
     ({"repeat_penalty": True}, "Repeat penalty must be a number above 0 and at most 10 (it is not a number)"),
     ({"max_tokens": 0}, "Max tokens must be a whole number from 1 to 256 (it is 0)"),
     ({"max_tokens": 257}, "Max tokens must be a whole number from 1 to 256 (it is 257)"),
-    ({"seed": -1}, "Seed must be a whole number from 0 to 4294967295, or blank for a random seed (it is -1)"),
-    ({"seed": float("nan")}, "Seed must be a whole number from 0 to 4294967295, or blank for a random seed (it is nan)"),
+    ({"seed": -1}, f"{SEED_MUST} (it is -1)"),
+    ({"seed": float("nan")}, f"{SEED_MUST} (it is nan)"),
 ])
 def test_a_bad_setting_is_named_by_its_label_and_range(settings, message):
     rules = page_settings.setting_rules(n_vocab=328, n_ctx=256)   # the tiny llama's
@@ -194,7 +196,8 @@ def test_a_broken_file_is_an_error_message(posted, tmp_path):
 
 @pytest.mark.parametrize("data, message", [
     (b"hello world", "x.gguf is not a GGUF file (it starts with 'hell', a GGUF file starts with 'GGUF')"),
-    (b"\x7fELF\x02\x01", "x.gguf is not a GGUF file (it starts with the bytes 7f 45 4c 46, a GGUF file starts with 'GGUF')"),
+    (b"\x7fELF\x02\x01",
+     "x.gguf is not a GGUF file (it starts with the bytes 7f 45 4c 46, a GGUF file starts with 'GGUF')"),
     (b"GG", "x.gguf is not a GGUF file (it is only 2 bytes long)"),
     (b"", "x.gguf is empty (0 bytes): not a GGUF file"),
 ])
@@ -206,20 +209,20 @@ def test_a_file_that_is_not_a_gguf_is_said_plainly(posted, data, message):
 def test_the_part_that_is_not_a_gguf_is_named(posted):
     good = BytesSource(TINY["llama"].read_bytes(), "good.gguf")
     run({"type": "load", "files": [good, BytesSource(b"hello world", "notes.txt")]})
-    assert posted[-1]["message"] == "notes.txt is not a GGUF file (it starts with 'hell', a GGUF file starts with 'GGUF')"
+    assert posted[-1]["message"] == \
+        "notes.txt is not a GGUF file (it starts with 'hell', a GGUF file starts with 'GGUF')"
 
 
 def test_check_answers_with_the_rules_of_the_model_loaded(posted):
     run({"type": "check", "settings": {"top_k": "1000", "seed": ""}})
-    assert posted == [{"type": "checked", "settings": {"top_k": 1000, "seed": None}, "errors": []}]  # no model: no limit
+    assert posted == [{"type": "checked", "settings": {"top_k": 1000, "seed": None}, "errors": []}]  # no model limit
     load_tiny(posted)
     start = len(posted)
     run({"type": "check", "settings": {"top_k": "1000", "max_tokens": "", "seed": "7"}, "bad_input": ["seed"]})
     assert posted[start:] == [{"type": "checked", "settings": {}, "errors": [
         {"name": "top_k", "message": "Top-k must be a whole number from 0 to 328 (it is 1000)"},
         {"name": "max_tokens", "message": "Max tokens must be a whole number from 1 to 256 (it is blank)"},
-        {"name": "seed", "message": "Seed must be a whole number from 0 to 4294967295, or blank for a random seed "
-                                    "(it is not a number)"}]}]
+        {"name": "seed", "message": f"{SEED_MUST} (it is not a number)"}]}]
 
 
 def test_chat_without_a_model_and_unknown_commands_are_errors(posted):
@@ -309,7 +312,8 @@ def test_a_failed_reply_is_not_part_of_the_conversation(posted):
     kinds = [m["type"] for m in posted[start:]]
     assert kinds[-1] == "error" and "done" not in kinds and kinds.count("piece") >= 1  # it failed mid-reply
     assert posted[-1]["message"] == "the model broke"
-    assert worker._session.chat.messages == [{"role": "user", "content": "hello"}, {"role": "assistant", "content": first}]
+    assert worker._session.chat.messages == [{"role": "user", "content": "hello"},
+                                             {"role": "assistant", "content": first}]
     del model.forward
     again, done = chat(posted, "again", max_tokens=4)
     assert again == cpython_reply(TINY["llama"], ["hello", first, "again"], max_tokens=4)
@@ -386,5 +390,6 @@ def test_metadata_values_as_the_inspector_shows_them():
     assert page.show_value("{% for m in messages %}", "STRING") == "{% for m in messages %}"
     long = "x" * (page.SHOWN_CHARS + 5)
     assert page.show_value(long, "STRING") == "x" * page.SHOWN_CHARS + f"... ({len(long):,} characters)"
-    assert page.show_value({"length": 100, "first": [0, 1]}, "ARRAY[INT32]") == "[0, 1, ... ] (100 items)"  # cut by describe()
+    cut = {"length": 100, "first": [0, 1]}  # a long array as describe() cuts it
+    assert page.show_value(cut, "ARRAY[INT32]") == "[0, 1, ... ] (100 items)"
     assert page.show_value(1e-06, "FLOAT32") == "1e-06"
