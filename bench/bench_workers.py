@@ -1,4 +1,4 @@
-"""Decode and prefill speed of the browser app with 1, 2 and 4 Pyodide workers (pyengine/shard.py).
+"""Decode and prefill speed of the browser app with 1, 2 and 4 Pyodide workers (pyengine/parallel).
 
     python bench/bench_workers.py [--model models/gemma-3-270m-q4_k_m.gguf] [--runs 3] [--workers 1 2 2:all 4 2@packed]
 

@@ -1,20 +1,21 @@
 """pyengine: run GGUF language models with Python and numpy, in CPython or in the browser.
 
-The pipeline, one module each:
+The pipeline, a subpackage per stage, in the order the bytes flow:
 
-    source.py        the bytes: a file, in-memory bytes or the browser's File, read at (offset, length)
-    gguf.py          the file: header, metadata, tensor infos, split models
-    ggml.py          the ggml type table (block sizes and byte counts)
-    quants.py        dequantization of each ggml type to float32
-    config.py        the model's hyperparameters, read from GGUF keys through one table
-    model.py         the architectures and the forward pass (prefill, decode, KV cache)
-    tokenizer.py     SentencePiece and byte-level BPE tokenizers from the GGUF vocab
-    unicode_classes.py  \\p{L}-style classes from unicodedata for the BPE pre-tokenizers (no regex module)
-    chat_template.py chat templates (jinja2 sandbox) and the built-in ones
-    sampling.py      greedy, temperature, top-k, top-p, min-p, repetition penalty
-    generate.py      the generation loop and chat sessions
-    cli.py           ``python -m pyengine inspect|generate|chat|tokenize``
-    worker.py        glue for the Pyodide Web Worker
+    gguf/          the file: byte sources, the header and its metadata, tensor infos, split models,
+                   the ggml type table, dequantization
+    weights/       the weights: one class per form a matrix is held in, their products, reading rows
+                   from the file, the memory budget
+    model/         the model: hyperparameters and the architecture table, the network's operations,
+                   the transformer's forward pass, the KV cache, loading it from a GGUF
+    text/          the text: tokenizers (SentencePiece, byte-level BPE), chat templates
+    generation/    generation: sampling, the loop that streams a reply, the chat session
+    parallel/      the model split over several workers (the math, tested in CPython)
+    browser/       the browser: the Web Worker's glue, the File byte source, the page's settings
+
+    cli.py         ``python -m pyengine inspect|generate|chat|tokenize``
+    inspect.py     a GGUF laid out for people (the CLI and the page's inspector)
+    errors.py      the one family of errors for bad input
 """
 
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""pyengine.tokenizer against llama.cpp: token ids, decoded text, special tokens, errors.
+"""pyengine.text.tokenizer against llama.cpp: token ids, decoded text, special tokens, errors.
 
 Reference data (all from llama.cpp through llama-cpp-python 0.3.36):
 - tests/golden/tokenize.json (make_golden.py): Gemma 3 (SPM) and SmolLM2 (BPE, pre ``smollm``) over

@@ -3,7 +3,7 @@
 //
 // Requests from bench.js, one at a time; each answers {type: "reply", value} or {type: "error", message}:
 //   {type: "boot"}                      -> {boot_s, heap_bytes}    (before any file is chosen)
-//   {type: "load", file}                -> {load_s, heap_bytes}    (pyengine.worker's load on a BrowserFileSource)
+//   {type: "load", file}                -> {load_s, heap_bytes}    (pyengine.browser.worker's load on a BrowserFileSource)
 //   {type: "generate", ids, n_gen}      -> TurnStats + ids + wasm_heap_bytes; a {type: "token", i} per token
 import { loadPyodide } from "/pyodide/pyodide.mjs";
 
@@ -27,7 +27,7 @@ async function boot() {
 async function load(file) {
   pyodide.globals.set("_file", file);
   const loadS = await pyodide.runPythonAsync(`
-from pyengine.worker import BrowserFileSource
+from pyengine.browser.file_source import BrowserFileSource
 _engine, _load_s = await pyengine_bench.load([BrowserFileSource(_file)])
 _load_s`);
   return { load_s: loadS, heap_bytes: heapBytes() };

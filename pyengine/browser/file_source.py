@@ -8,11 +8,10 @@ from pyengine.gguf.source import ByteSource
 
 
 class BrowserFileSource(ByteSource):
-    """A browser ``File`` (or ``Blob``) as a byte source (see :mod:`pyengine.source`).
+    """A browser ``File`` (or ``Blob``) as a byte source (see :mod:`pyengine.gguf.source`).
 
     Each read is one ``FileReaderSync().readAsArrayBuffer(file.slice(a, b))``
-    (workers only): ~1-2 ms per call whatever its size, 250-500 MB/s in 16 MiB
-    chunks, so callers read in large chunks. Only the bytes asked for are
+    (workers only), whose cost is mostly per call: callers read in large chunks. Only the bytes asked for are
     copied, into the wasm heap. ``reader`` is for tests (anything with
     ``readAsArrayBuffer(blob)`` returning an object with ``to_bytes()``).
     """

@@ -68,8 +68,8 @@ def keep_vocab_rows(model, lo: int, hi: int):
 
     The kept rows wait in JS memory while the whole matrix is freed, then come
     back into the space it left: the wasm heap (which never shrinks) grows by
-    nothing (a plain copy first would add the kept rows to its peak: +128 MiB
-    for gemma3 with 2 workers). In CPython (the tests), a plain copy.
+    nothing, where a plain copy first would add the kept rows to its peak. In
+    CPython (the tests), a plain copy.
     """
     if sys.platform != "emscripten":
         return model.output.take_rows(lo, hi)

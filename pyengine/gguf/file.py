@@ -69,7 +69,7 @@ class GGUFFile:
         """Tensor ``name`` dequantized to float32, shape ``reversed(ne)``.
 
         A weight of ``ne = (n_in, n_out)`` reads as ``(n_out, n_in)``, rows
-        contiguous. Types :mod:`pyengine.quants` cannot dequantize raise
+        contiguous. Types :mod:`pyengine.gguf.quants` cannot dequantize raise
         :class:`GGUFError` naming the type and tensor.
         """
         from pyengine.gguf import quants
@@ -100,7 +100,7 @@ def _is_source(x: Any) -> bool:
 def open_gguf(paths_or_sources: Any) -> GGUFFile:
     """Open one GGUF file, or every part of a split model given in any order.
 
-    ``paths_or_sources``: a path, a byte source (see :mod:`pyengine.source`),
+    ``paths_or_sources``: a path, a byte source (see :mod:`pyengine.gguf.source`),
     bytes, or a list of those. Only the headers are read here: a few
     large reads per file. Raises :class:`GGUFError` for malformed, hostile or
     mismatched files, naming the file and byte offset; ``OSError`` if a path

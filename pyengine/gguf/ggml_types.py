@@ -7,7 +7,7 @@ as the sum of the block's fields, in the order of ggml's C structs
 documents the layouts. Ids with no row (4, 5, 31-33, 36-38) were removed from
 ggml and are rejected like any unknown id.
 
-Dequantization lives in :mod:`pyengine.quants`; this module only says what the
+Dequantization lives in :mod:`pyengine.gguf.quants`; this module only says what the
 types *are*.
 """
 

@@ -1,6 +1,6 @@
 """Dequantization: the raw blocks of a ggml tensor to float32 weights.
 
-A quantized tensor is a run of blocks (see :mod:`pyengine.ggml`); a block of
+A quantized tensor is a run of blocks (see :mod:`pyengine.gguf.ggml_types`); a block of
 ``type_size`` bytes holds ``block_size`` weights. Each dequantizer below takes
 the blocks as a ``(n_blocks, type_size)`` uint8 array, slices it field by field
 in the order of ggml's C struct (``ggml-common.h``), and writes the weights into
@@ -19,8 +19,8 @@ cast, one multiply and at most one add or subtract per weight. Lookup tables
 are used only where the codes are non-linear (IQ4): fancy indexing is slow in
 Pyodide. ``bench/bench_quants.py`` prints the throughput of each type.
 
-Multi-byte fields are read as little-endian (``'<f2'``, ``'<u2'``, ...): GGUF
-files are little-endian, and big-endian files are byte-swapped by the reader.
+Multi-byte fields are read as little-endian (``'<f2'``, ``'<u2'``, ...): the
+reader accepts little-endian GGUF files only.
 """
 
 from __future__ import annotations
@@ -395,7 +395,7 @@ def dequantize(blocks: np.ndarray | bytes, ggml_type: GGMLType, n_elements: int,
 
     blocks: uint8 array (any shape, read flat) or bytes-like, exactly
         ``n_elements // block_size * type_size`` bytes of ``ggml_type`` blocks.
-    ggml_type: a row of :data:`pyengine.ggml.GGML_TYPES`.
+    ggml_type: a row of :data:`pyengine.gguf.ggml_types.GGML_TYPES`.
     n_elements: weights in the tensor, a multiple of ``ggml_type.block_size``.
     name: the tensor's name, for error messages.
     out: optional float32 C-contiguous array of ``n_elements`` to write into.

@@ -75,7 +75,7 @@ class ChatTemplate:
         ``tokenizer.chat_template`` if present (rendered by Jinja; if it only names a built-in
         format, or jinja2 is missing / ``use_jinja`` is False, the built-in its text looks like),
         else the built-in for ``general.architecture`` (:data:`ARCH_BUILTIN`), else chatml.
-        The token texts and add flags are the tokenizer's (see :func:`pyengine.generate.load`).
+        The token texts and add flags are the tokenizer's (see :func:`pyengine.generation.load`).
         Raises TemplateError when the text matches no built-in and Jinja cannot be used.
         """
         source = metadata.get("tokenizer.chat_template")

@@ -15,7 +15,7 @@ import numpy as np
 
 EINSUM_MAX = 1 << 30    # elements one einsum may iterate over: wasm32 numpy fails past 2**31
 USE_BLAS = sys.platform != "emscripten"   # CPython's numpy wheels link OpenBLAS (prefill); Pyodide's has none
-BLAS_MIN_TOKENS = 64    # smaller batches stay einsum: OpenBLAS's threads cost ~20 ms a call when cores are busy
+BLAS_MIN_TOKENS = 64    # smaller batches stay einsums (OpenBLAS's threads cost more than they save there)
 TMP_ELEMENTS = 1 << 18  # elements of a product's work arrays held at once (2 MiB of int64)
 
 
@@ -71,13 +71,11 @@ def round_activations(x: np.ndarray, vec_dot_type: str | None) -> np.ndarray:
 def matmul(w: np.ndarray, x: np.ndarray) -> np.ndarray:
     """``W (N, K)`` times ``x (K,)`` -> ``(N,)``, or times each row of ``X (T, K)`` -> ``(T, N)``.
 
-    One einsum per call (the decode mat-vec runs 2.3-3 GFLOP/s in Pyodide,
-    ``x @ W.T`` 0.2-0.6), split over rows of W or tokens when N·K·T would
-    pass ``EINSUM_MAX``. In CPython a batch of at least ``BLAS_MIN_TOKENS``
-    tokens (prefill) with float32 weights goes to BLAS, ``X @ W.T`` without a
-    copy: 5-10x faster on one thread. Smaller batches and the decode mat-vec
-    stay einsums: memory-bound either way, and OpenBLAS's threads, when the
-    cores are busy with other work, cost more than the product itself.
+    One einsum per call, split over rows of W or tokens when N·K·T would pass
+    ``EINSUM_MAX``. In CPython a batch of at least ``BLAS_MIN_TOKENS`` tokens
+    (prefill) with float32 weights goes to BLAS, ``X @ W.T`` without a copy.
+    Smaller batches and the decode mat-vec stay einsums: memory-bound either
+    way.
     """
     if x.ndim == 2 and x.shape[0] == 1:                  # one token: the mat-vec
         return matmul(w, x[0])[None]
@@ -104,21 +102,18 @@ def matmul_int8(q: np.ndarray, scale: np.ndarray, x: np.ndarray) -> np.ndarray:
     Each row's K weights form B blocks of K/B, each with its own scale: an
     einsum gives the B partial dot products per row, in float32 (numpy casts
     the int8 codes chunk by chunk), and a second weighs them by the scales.
-    In Pyodide this runs nearly as fast as int8 with one scale per row (blocks
-    of 64: 1.6 ms against 1.1-1.5 for 2048 x 640; float32 0.5 ms) and moves
-    the real models' logits 2-3x less.
     """
     n, k = q.shape
     nb = scale.shape[1]
     if nb == 1:                                  # a scale per row: one einsum over the int8 rows, then scale
-        y = matmul(q, x)                         # gemma3's 262144 x 640 output: 1.3x faster than blocks of 128
+        y = matmul(q, x)                         # (N,) or (T, N)
         y *= scale[:, 0]                         # in place: the logits are the only vocabulary-sized array
         return y
     qb = q.reshape(n, nb, k // nb)                                        # (N, B, K/B)
     if x.ndim == 1:
         part = np.einsum("nbk,bk->nb", qb, x.reshape(nb, -1))             # (N, B)
         return np.einsum("nb,nb->n", part, scale)
-    step = max(1, TMP_ELEMENTS // (n * nb))                                   # tokens per einsum: few MiB of parts
+    step = max(1, TMP_ELEMENTS // (n * nb))                               # tokens per einsum
     out = []
     for j in range(0, x.shape[0], step):
         part = np.einsum("nbk,tbk->tnb", qb, x[j:j + step].reshape(-1, nb, k // nb))  # (T, N, B)

@@ -27,7 +27,7 @@ FORMS = {"auto": "balanced (default)", "f32": "fastest, most memory", "packed": 
          "int8": "low memory, slower"}
 
 
-# --- pyengine.worker in CPython -------------------------------------------------------------------
+# --- pyengine.browser.worker in CPython -------------------------------------------------------------------
 
 def test_the_worker_loads_int8_and_its_helper_holds_int8_rows():
     """Every matrix shared with the helper (split "all": the layers' too) is int8 there as here."""

@@ -1,4 +1,4 @@
-"""The model split over several Pyodide workers (pyengine/shard.py, web/shard_worker.js) in Chromium.
+"""The model split over several Pyodide workers (pyengine/parallel, web/shard_worker.js) in Chromium.
 
 With 2 workers the vocabulary matrix's rows are shared between the main worker and a helper; the
 page's greedy replies must still equal the CPython engine's, Stop must still land while the main
