@@ -60,7 +60,21 @@ class F32:
         return F32(_rows(self.w, lo, hi, copy), self.act)
 
 
-class Int8Blocks:
+class BlockScaled:
+    """Integer codes ``q`` with a float32 scale per block of a row (``scale``: (rows, B)): the part of
+    the int8 and packed forms that is the same."""
+
+    @property
+    def block(self) -> int:
+        """Weights of a row sharing one scale."""
+        return self.q.shape[1] // self.scale.shape[1]
+
+    @property
+    def nbytes(self) -> int:
+        return self.q.nbytes + self.scale.nbytes
+
+
+class Int8Blocks(BlockScaled):
     """``W ≈ q * scale`` per block of a row: q (n_out, n_in) int8 in -127..127, scale (n_out, B) float32
     (B blocks of n_in / B weights; B = 1 is a scale per row). About a quarter of float32's memory,
     converted per use inside the einsum (``matmul.matmul_int8``)."""
@@ -75,15 +89,6 @@ class Int8Blocks:
     @property
     def shape(self) -> tuple[int, int]:
         return self.q.shape
-
-    @property
-    def block(self) -> int:
-        """Weights of a row sharing one scale."""
-        return self.q.shape[1] // self.scale.shape[1]
-
-    @property
-    def nbytes(self) -> int:
-        return self.q.nbytes + self.scale.nbytes
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         return matmul_int8(self.q, self.scale, round_activations(x, self.act))
@@ -123,7 +128,7 @@ class Int8Rows(Int8Blocks):
         return Int8Rows(_rows(self.q, lo, hi, copy), _rows(self.scale, lo, hi, copy), self.col, self.act)
 
 
-class Packed:
+class Packed(BlockScaled):
     """int8 codes three rows to an int64 (``lanes.pack_rows``), a float32 scale per block of a row:
     2.7 bytes a weight. ``W x`` rounds x to integer codes per block, up to ``levels``
     (``lanes.x_levels`` of the codes), and multiplies three rows exactly in one int64 einsum
@@ -131,30 +136,22 @@ class Packed:
     form = Form.PACKED
     align = LANES
 
-    def __init__(self, w: np.ndarray, scale: np.ndarray, n_out: int, levels: int = 127):
-        self.w = w                        # (ceil(n_out / 3), n_in) int64
+    def __init__(self, q: np.ndarray, scale: np.ndarray, n_out: int, levels: int = 127):
+        self.q = q                        # (ceil(n_out / 3), n_in) int64: three rows of codes in each
         self.scale = scale                # (3 ceil(n_out / 3), B) float32; 0 past the n_out real rows
         self.n_out = n_out
         self.levels = levels              # the largest activation code
 
     @property
     def shape(self) -> tuple[int, int]:
-        return (self.n_out, self.w.shape[1])
-
-    @property
-    def block(self) -> int:
-        return self.w.shape[1] // self.scale.shape[1]
-
-    @property
-    def nbytes(self) -> int:
-        return self.w.nbytes + self.scale.nbytes
+        return (self.n_out, self.q.shape[1])
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        return matmul_packed(self.w, self.scale, x, self.levels)[..., :self.n_out]
+        return matmul_packed(self.q, self.scale, x, self.levels)[..., :self.n_out]
 
     def rows(self, ids) -> np.ndarray:
         ids = np.asarray(ids)
-        lanes = unpack_lanes(self.w[ids // LANES][:, None, :])            # (R, 3, n_in): the three rows of each
+        lanes = unpack_lanes(self.q[ids // LANES][:, None, :])            # (R, 3, n_in): the three rows of each
         r = lanes[np.arange(len(ids)), ids % LANES]                       # (R, n_in) codes
         nb = self.scale.shape[1]
         return (r.reshape(len(r), nb, -1) * self.scale[ids, :, None]).reshape(len(r), -1)
@@ -162,7 +159,7 @@ class Packed:
     def take_rows(self, lo: int, hi: int, copy: bool = True) -> Packed:
         """Rows ``lo..hi-1``, ``lo`` a multiple of 3: the int64 rows ``lo/3 .. ceil(hi/3)`` and their scales."""
         a, b = lo // LANES, -(-hi // LANES)
-        return Packed(_rows(self.w, a, b, copy), _rows(self.scale, LANES * a, LANES * b, copy), hi - lo, self.levels)
+        return Packed(_rows(self.q, a, b, copy), _rows(self.scale, LANES * a, LANES * b, copy), hi - lo, self.levels)
 
 
 class RowSplit:
