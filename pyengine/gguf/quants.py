@@ -11,6 +11,11 @@ scales are f16 converted to float32 first, each product or difference is one
 float32 operation in the same order as gguf-py's, and integer codes become
 float32 exactly.
 
+Each quantized type is one ``codes_<type>`` function that slices the blocks
+into their integer codes and per-sub-block scales (:class:`Codes`, the table
+:data:`QUANT_CODES`); dequantizing multiplies them out. The weight forms that
+keep a type's own codes (``pyengine.weights``) start from the same functions.
+
 The work is vectorized over blocks (no Python loop per block) and done
 :data:`CHUNK_ELEMENTS` weights at a time, so the temporaries stay a few MiB
 whatever the tensor: peak memory is the float32 output plus a little. Bit
@@ -26,11 +31,12 @@ reader accepts little-endian GGUF files only.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
 from pyengine.errors import GGUFError
-from pyengine.gguf.ggml_types import GGML_TYPES_BY_NAME, GGMLType
+from pyengine.gguf.ggml_types import GGMLType
 
 CHUNK_ELEMENTS = 1 << 18  # weights dequantized per step: 1 MiB of float32 output
 
@@ -93,6 +99,21 @@ def _put_high(q: np.ndarray, high: np.ndarray, shift: int) -> None:
     np.bitwise_or(q, high, out=q)
 
 
+class Codes(NamedTuple):
+    """A run of blocks as stored, not multiplied out: ``w = q * scale - minus + plus``.
+
+    ``q`` integer codes in weight order (a view, shaped like the blocks' weights
+    with one more axis or more; the last axis runs within one scale's
+    sub-block): int8 for the symmetric types (``q - zero`` already taken),
+    uint8 for the types with a min; ``scale``, ``minus``, ``plus`` float32, one
+    per sub-block, shaped as ``q`` without its last axis (or broadcasting to it).
+    """
+    q: np.ndarray
+    scale: np.ndarray
+    minus: np.ndarray | None = None
+    plus: np.ndarray | None = None
+
+
 def _scale(out: np.ndarray, q: np.ndarray, scale: np.ndarray,
            minus: np.ndarray | None = None, plus: np.ndarray | None = None) -> None:
     """The hot loop: out = q * scale - minus (or + plus), in float32, as gguf-py rounds it.
@@ -148,49 +169,49 @@ def _q5_codes(qh: np.ndarray, qs: np.ndarray) -> np.ndarray:
     return q
 
 
-def dequantize_q4_0(blocks: np.ndarray, out: np.ndarray) -> None:
+def codes_q4_0(blocks: np.ndarray) -> Codes:
     """Q4_0 block (18 bytes): d f16 | qs[16] nibbles.  w = d * (q - 8).
 
     ggml ``dequantize_row_q4_0``.
     """
     d, qs = _fields(blocks, 2, 16)
-    _scale(out.reshape(-1, 2, 16), _offset(_q4_codes(qs), 8), _f16(d)[:, None])
+    return Codes(_offset(_q4_codes(qs), 8), _f16(d)[:, None])
 
 
-def dequantize_q4_1(blocks: np.ndarray, out: np.ndarray) -> None:
+def codes_q4_1(blocks: np.ndarray) -> Codes:
     """Q4_1 block (20 bytes): d f16 | m f16 | qs[16] nibbles.  w = d * q + m.
 
     ggml ``dequantize_row_q4_1``.
     """
     d, m, qs = _fields(blocks, 2, 2, 16)
-    _scale(out.reshape(-1, 2, 16), _q4_codes(qs), _f16(d)[:, None], plus=_f16(m)[:, None])
+    return Codes(_q4_codes(qs), _f16(d)[:, None], plus=_f16(m)[:, None])
 
 
-def dequantize_q5_0(blocks: np.ndarray, out: np.ndarray) -> None:
+def codes_q5_0(blocks: np.ndarray) -> Codes:
     """Q5_0 block (22 bytes): d f16 | qh[4] (bit 4 of each weight) | qs[16] nibbles.  w = d * (q - 16).
 
     ggml ``dequantize_row_q5_0``.
     """
     d, qh, qs = _fields(blocks, 2, 4, 16)
-    _scale(out.reshape(-1, 2, 16), _offset(_q5_codes(qh, qs), 16), _f16(d)[:, None])
+    return Codes(_offset(_q5_codes(qh, qs), 16), _f16(d)[:, None])
 
 
-def dequantize_q5_1(blocks: np.ndarray, out: np.ndarray) -> None:
+def codes_q5_1(blocks: np.ndarray) -> Codes:
     """Q5_1 block (24 bytes): d f16 | m f16 | qh[4] | qs[16] nibbles.  w = d * q + m.
 
     ggml ``dequantize_row_q5_1``.
     """
     d, m, qh, qs = _fields(blocks, 2, 2, 4, 16)
-    _scale(out.reshape(-1, 2, 16), _q5_codes(qh, qs), _f16(d)[:, None], plus=_f16(m)[:, None])
+    return Codes(_q5_codes(qh, qs), _f16(d)[:, None], plus=_f16(m)[:, None])
 
 
-def dequantize_q8_0(blocks: np.ndarray, out: np.ndarray) -> None:
+def codes_q8_0(blocks: np.ndarray) -> Codes:
     """Q8_0 block (34 bytes): d f16 | qs[32] int8.  w = d * q.
 
     ggml ``dequantize_row_q8_0``.
     """
     d, qs = _fields(blocks, 2, 32)
-    _scale(out, qs.view(np.int8), _f16(d))  # (n, 32) * (n,)
+    return Codes(qs.view(np.int8), _f16(d))  # (n, 32) * (n,)
 
 
 # ---------------------------------------------------------------------------
@@ -215,7 +236,7 @@ def _scale_min_k4(scales: np.ndarray) -> np.ndarray:
     return sm
 
 
-def dequantize_q2_k(blocks: np.ndarray, out: np.ndarray) -> None:
+def codes_q2_k(blocks: np.ndarray) -> Codes:
     """Q2_K block (84 bytes): scales[16] | qs[64] | d f16 | dmin f16.
 
     scales[i] = mmmmssss for sub-block i of 16 weights: w = (d * s) * q - (dmin * m).
@@ -228,11 +249,10 @@ def dequantize_q2_k(blocks: np.ndarray, out: np.ndarray) -> None:
     dl = _f16(d) * sm[0]                          # (16, n) float32
     ml = _f16(dmin) * sm[1]                       # (16, n) float32
     q = _planes(qs, 2, 4).reshape(4, n, 2, 2, 16)  # (k, n, h, l // 16, l % 16)
-    _scale(out.reshape(n, 2, 4, 2, 16), q.transpose(1, 2, 0, 3, 4),
-           dl.T.reshape(n, 2, 4, 2), minus=ml.T.reshape(n, 2, 4, 2))
+    return Codes(q.transpose(1, 2, 0, 3, 4), dl.T.reshape(n, 2, 4, 2), minus=ml.T.reshape(n, 2, 4, 2))
 
 
-def dequantize_q3_k(blocks: np.ndarray, out: np.ndarray) -> None:
+def codes_q3_k(blocks: np.ndarray) -> Codes:
     """Q3_K block (110 bytes): hmask[32] | qs[64] | scales[12] | d f16.
 
     Weight 128h + 32k + l (half h, field k, byte l): bits 0-1 are field k of
@@ -254,10 +274,10 @@ def dequantize_q3_k(blocks: np.ndarray, out: np.ndarray) -> None:
     h = _planes(hmask, 1, 8).reshape(2, 4, n, 32)                 # (h, k, n, l) bit 2
     _put_high(q, h.transpose(1, 0, 2, 3), 2)
     q = _offset(q, 4).reshape(4, 2, n, 2, 16)                     # (k, h, n, l // 16, l % 16)
-    _scale(out.reshape(n, 2, 4, 2, 16), q.transpose(2, 1, 0, 3, 4), dl.T.reshape(n, 2, 4, 2))
+    return Codes(q.transpose(2, 1, 0, 3, 4), dl.T.reshape(n, 2, 4, 2))
 
 
-def dequantize_q4_k(blocks: np.ndarray, out: np.ndarray) -> None:
+def codes_q4_k(blocks: np.ndarray) -> Codes:
     """Q4_K block (144 bytes): d f16 | dmin f16 | scales[12] | qs[128].
 
     8 sub-blocks of 32 weights with 6-bit scale s and min m (see ``_scale_min_k4``):
@@ -271,10 +291,10 @@ def dequantize_q4_k(blocks: np.ndarray, out: np.ndarray) -> None:
     dl = _f16(d) * sm[0]                                   # (8, n) float32
     ml = _f16(dmin) * sm[1]                                # (8, n) float32
     q = _planes(qs, 4, 2).reshape(2, n, 4, 32)             # (nibble, n, c, l)
-    _scale(out.reshape(n, 4, 2, 32), q.transpose(1, 2, 0, 3), dl.T.reshape(n, 4, 2), minus=ml.T.reshape(n, 4, 2))
+    return Codes(q.transpose(1, 2, 0, 3), dl.T.reshape(n, 4, 2), minus=ml.T.reshape(n, 4, 2))
 
 
-def dequantize_q5_k(blocks: np.ndarray, out: np.ndarray) -> None:
+def codes_q5_k(blocks: np.ndarray) -> Codes:
     """Q5_K block (176 bytes): d f16 | dmin f16 | scales[12] | qh[32] | qs[128].
 
     As Q4_K, plus bit 4 of weight l of sub-block j is bit j of qh[l].
@@ -288,10 +308,10 @@ def dequantize_q5_k(blocks: np.ndarray, out: np.ndarray) -> None:
     q = _planes(qs.reshape(n, 4, 32).transpose(1, 0, 2), 4, 2)    # (nibble, c, n, l) bits 0-3
     h = _planes(qh, 1, 8).reshape(4, 2, n, 32)                    # (c, nibble, n, l) bit 4
     _put_high(q, h.transpose(1, 0, 2, 3), 4)
-    _scale(out.reshape(n, 4, 2, 32), q.transpose(2, 1, 0, 3), dl.T.reshape(n, 4, 2), minus=ml.T.reshape(n, 4, 2))
+    return Codes(q.transpose(2, 1, 0, 3), dl.T.reshape(n, 4, 2), minus=ml.T.reshape(n, 4, 2))
 
 
-def dequantize_q6_k(blocks: np.ndarray, out: np.ndarray) -> None:
+def codes_q6_k(blocks: np.ndarray) -> Codes:
     """Q6_K block (210 bytes): ql[128] | qh[64] | scales[16] int8 | d f16.
 
     Weight 128h + 32k + l (half h, quarter k = 2i + j, l < 32): bits 0-3 are
@@ -305,7 +325,7 @@ def dequantize_q6_k(blocks: np.ndarray, out: np.ndarray) -> None:
     _put_high(q, _planes(qh, 2, 4).reshape(2, 2, n, 2, 32), 4)        # (i, j, n, h, l) bits 4-5
     dl = _f16(d) * _per_block(scales).view(np.int8)                   # (16, n) float32
     q = _offset(q, 32).reshape(2, 2, n, 2, 2, 16)                     # (i, j, n, h, l // 16, l % 16)
-    _scale(out.reshape(n, 2, 2, 2, 2, 16), q.transpose(2, 3, 0, 1, 4, 5), dl.T.reshape(n, 2, 2, 2, 2))
+    return Codes(q.transpose(2, 3, 0, 1, 4, 5), dl.T.reshape(n, 2, 2, 2, 2))
 
 
 # ---------------------------------------------------------------------------
@@ -335,16 +355,16 @@ def _iq4_values(qs: np.ndarray) -> np.ndarray:
     return pairs.reshape(qs.shape + (2,)).swapaxes(-1, -2)
 
 
-def dequantize_iq4_nl(blocks: np.ndarray, out: np.ndarray) -> None:
+def codes_iq4_nl(blocks: np.ndarray) -> Codes:
     """IQ4_NL block (18 bytes): d f16 | qs[16] nibbles as Q4_0.  w = d * IQ4_VALUES[q].
 
     ggml ``dequantize_row_iq4_nl``.
     """
     d, qs = _fields(blocks, 2, 16)
-    _scale(out.reshape(-1, 2, 16), _iq4_values(qs), _f16(d)[:, None])
+    return Codes(_iq4_values(qs), _f16(d)[:, None])
 
 
-def dequantize_iq4_xs(blocks: np.ndarray, out: np.ndarray) -> None:
+def codes_iq4_xs(blocks: np.ndarray) -> Codes:
     """IQ4_XS block (136 bytes): d f16 | scales_h u16 | scales_l[4] | qs[128].
 
     8 sub-blocks of 32 weights, each laid out as an IQ4_NL block's qs[16].
@@ -358,12 +378,38 @@ def dequantize_iq4_xs(blocks: np.ndarray, out: np.ndarray) -> None:
     hi = _planes(_per_block(scales_h.view("<u2")), 2, 8).reshape(8, n)           # bits 4-5
     _put_high(s, hi.astype(np.uint8), 4)
     dl = _f16(d) * _offset(s, 32)                                                # (8, n) float32
-    _scale(out.reshape(n, 8, 2, 16), _iq4_values(qs.reshape(n, 8, 16)), dl.T[:, :, None])
+    return Codes(_iq4_values(qs.reshape(n, 8, 16)), dl.T[:, :, None])
 
 
 # ---------------------------------------------------------------------------
 # The table, and the entry point
 # ---------------------------------------------------------------------------
+
+# ggml type name: (codes(blocks (n, type_size) uint8) -> Codes, bits of a code)
+QUANT_CODES: dict[str, tuple[Callable[[np.ndarray], Codes], int]] = {
+    "Q4_0": (codes_q4_0, 4),
+    "Q4_1": (codes_q4_1, 4),
+    "Q5_0": (codes_q5_0, 5),
+    "Q5_1": (codes_q5_1, 5),
+    "Q8_0": (codes_q8_0, 8),
+    "Q2_K": (codes_q2_k, 2),
+    "Q3_K": (codes_q3_k, 3),
+    "Q4_K": (codes_q4_k, 4),
+    "Q5_K": (codes_q5_k, 5),
+    "Q6_K": (codes_q6_k, 6),
+    "IQ4_NL": (codes_iq4_nl, 8),     # the table's int8 values, not the 4-bit indices
+    "IQ4_XS": (codes_iq4_xs, 8),
+}
+
+
+def _dequantize_codes(codes: Callable[[np.ndarray], Codes]) -> Callable[[np.ndarray, np.ndarray], None]:
+    """The dequantizer of a quantized type: its codes multiplied out (``_scale``) into ``out``."""
+    def dequantize_codes(blocks: np.ndarray, out: np.ndarray) -> None:
+        c = codes(blocks)
+        _scale(out.reshape(c.q.shape), *c)
+    dequantize_codes.__name__ = codes.__name__.replace("codes_", "dequantize_")
+    return dequantize_codes
+
 
 DEQUANTIZERS: dict[str, Callable[[np.ndarray, np.ndarray], None]] = {
     # ggml type name: fn(blocks (n, type_size) uint8, out (n, block_size) float32)
@@ -374,18 +420,7 @@ DEQUANTIZERS: dict[str, Callable[[np.ndarray, np.ndarray], None]] = {
     "I8": _plain("i1"),
     "I16": _plain("<i2"),
     "I32": _plain("<i4"),
-    "Q4_0": dequantize_q4_0,
-    "Q4_1": dequantize_q4_1,
-    "Q5_0": dequantize_q5_0,
-    "Q5_1": dequantize_q5_1,
-    "Q8_0": dequantize_q8_0,
-    "Q2_K": dequantize_q2_k,
-    "Q3_K": dequantize_q3_k,
-    "Q4_K": dequantize_q4_k,
-    "Q5_K": dequantize_q5_k,
-    "Q6_K": dequantize_q6_k,
-    "IQ4_NL": dequantize_iq4_nl,
-    "IQ4_XS": dequantize_iq4_xs,
+    **{name: _dequantize_codes(fn) for name, (fn, _) in QUANT_CODES.items()},
 }
 
 
@@ -427,11 +462,14 @@ def dequantize(blocks: np.ndarray | bytes, ggml_type: GGMLType, n_elements: int,
     return out.reshape(n_elements)
 
 
-def q8_0_codes(blocks: np.ndarray | bytes, n_elements: int, name: str | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Q8_0's stored codes and scales, not multiplied out: (q (n/32, 32) int8, a view of ``blocks``;
-    d (n/32,) float32), ``w = d * q`` (ggml ``dequantize_row_q8_0``). Raises GGUFError as ``dequantize``."""
-    d, qs = _fields(_blocks(blocks, GGML_TYPES_BY_NAME["Q8_0"], n_elements, name), 2, 32)
-    return qs.view(np.int8), _f16(d)
+def codes(blocks: np.ndarray | bytes, ggml_type: GGMLType, n_elements: int, name: str | None = None) -> Codes:
+    """The stored codes and scales of ``n_elements`` weights of a quantized type (a key of
+    :data:`QUANT_CODES`), not multiplied out: see :class:`Codes`. One pass over the blocks, no
+    chunking (callers pass a chunk of rows). Raises GGUFError as :func:`dequantize`."""
+    if ggml_type.name not in QUANT_CODES:
+        raise GGUFError(f"tensor {name!r}: ggml type {ggml_type.name} has no integer codes")
+    with np.errstate(all="ignore"):
+        return QUANT_CODES[ggml_type.name][0](_blocks(blocks, ggml_type, n_elements, name))
 
 
 def _blocks(blocks: np.ndarray | bytes, ggml_type: GGMLType, n_elements: int, name: str | None) -> np.ndarray:

@@ -67,8 +67,8 @@ def chunk_codes(raw: np.ndarray, info, n_rows: int, block: int, buf: np.ndarray 
     """
     n_in = info.shape[0]
     if info.type.name == "Q8_0" and block == Q8_0_BLOCK:
-        q, d = quants.q8_0_codes(raw, n_rows * n_in, name=info.name)
-        return q.reshape(n_rows, n_in), d.reshape(n_rows, n_in // Q8_0_BLOCK), Q8_0_LEVELS
+        c = quants.codes(raw, info.type, n_rows * n_in, name=info.name)
+        return c.q.reshape(n_rows, n_in), c.scale.reshape(n_rows, n_in // Q8_0_BLOCK), Q8_0_LEVELS
     rows = quants.dequantize(raw, info.type, n_rows * n_in, name=info.name,
                              out=None if buf is None else buf[:n_rows * n_in]).reshape(n_rows, n_in)
     q = np.empty((n_rows, n_in), np.int8) if codes is None else codes[:rows.size].reshape(n_rows, n_in)
