@@ -8,6 +8,7 @@ from pathlib import Path
 BOOT_MS = 120_000   # Python start in the worker: ~8 s alone, much more on a busy machine
 LOAD_MS = 300_000   # a real model: read, dequantize, lay out (Gemma 3 270M is 253 MB)
 REPLY_MS = 300_000  # a reply of a few dozen tokens at a few tokens/s on a busy machine
+CHECK_MS = 60_000   # the worker's check of the settings before a message goes (milliseconds when idle)
 
 # Records every text the newest assistant message shows, so a test can see the reply grow.
 WATCH_REPLY = """() => {
@@ -91,8 +92,15 @@ def set_settings(page, **values) -> None:
         page.get_by_test_id(name.replace("_", "-")).fill("" if value is None else str(value))
 
 
+# True once the page has taken the message (one user message more than ``asked``) or said why not.
+TAKEN = """asked => document.querySelectorAll('[data-testid=message][data-role=user]').length > asked
+  || !document.querySelector('[data-testid=send-error]').hidden"""
+
+
 def send(page, text: str) -> None:
-    """Type ``text`` in the prompt as a person does (Shift+Enter between lines) and press Enter to send."""
+    """Type ``text`` in the prompt as a person does (Shift+Enter between lines) and press Enter to send;
+    return once the message is in the chat or the line under it says why not (the worker checks the
+    settings before a message goes)."""
     prompt = page.get_by_test_id("prompt")
     prompt.fill("")
     prompt.focus()
@@ -101,7 +109,9 @@ def send(page, text: str) -> None:
             prompt.press("Shift+Enter")
         page.keyboard.insert_text(line)  # typed text, without a key event per character
     assert prompt.input_value() == text  # nothing was sent before the last Enter
+    asked = page.locator("[data-testid=message][data-role=user]").count()
     prompt.press("Enter")
+    page.wait_for_function(TAKEN, arg=asked, timeout=CHECK_MS)
 
 
 def wait_reply(page) -> str:
@@ -131,6 +141,11 @@ def send_error(page) -> str | None:
     """The line under the chat that says why a message was not sent (a bad setting), or None when hidden."""
     err = page.get_by_test_id("send-error")
     return err.text_content() if err.is_visible() else None
+
+
+def wait_send_error_gone(page) -> None:
+    """Wait until the line under the chat is hidden (the worker has checked the fields again after an edit)."""
+    page.get_by_test_id("send-error").wait_for(state="hidden", timeout=CHECK_MS)
 
 
 def error_text(page) -> str | None:

@@ -1,0 +1,44 @@
+// The page's elements, looked up once, and a helper that makes new ones. The elements the tests
+// use are found by their data-testid, the others by their class.
+
+export const byId = (id) => document.querySelector(`[data-testid="${id}"]`);
+const byClass = (name) => document.querySelector(`.${name}`);
+
+export const el = {
+  status: byId("status"),
+  error: byId("error"),
+  errorText: byClass("error-text"),
+  errorClose: byClass("error-close"),
+  dropzone: byId("dropzone"),
+  fileInput: byId("file-input"),
+  loadDemo: byId("load-demo"),
+  progress: byId("progress"),
+  progressFill: byClass("progress-fill"),
+  progressText: byClass("progress-text"),
+  modelInfo: byId("model-info"),
+  systemPrompt: byId("system-prompt"),
+  settings: byClass("settings"),
+  workers: byId("workers"),
+  workersNote: byId("workers-note"),
+  weights: byId("weights"),
+  weightsNote: byId("weights-note"),
+  messages: byClass("messages"),
+  stats: byId("stats"),
+  sendError: byId("send-error"),
+  composer: byClass("composer"),
+  prompt: byId("prompt"),
+  send: byId("send"),
+  stop: byId("stop"),
+  newChat: byId("new-chat"),
+  inspector: byId("inspector"),
+  tensorSearch: byClass("tensor-search"),
+};
+
+// A new element with a class and a text. Text from the model or the file is always set as
+// textContent, never parsed as HTML.
+export function make(tag, className = "", text = undefined) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}

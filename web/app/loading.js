@@ -1,0 +1,90 @@
+// A model for the worker: the file picker, the drop zone, and the demo model, a file beside the page
+// (static/models/, described by models/demo.json) that the page downloads first.
+import { el, make } from "./dom.js";
+import { formatBytes } from "./format.js";
+import { canLoad, clearError, hideProgress, setPhase, settle, showError, showProgress } from "./status.js";
+import { memoryChoice } from "./settings_form.js";
+import { worker } from "./worker_client.js";
+
+let demo = null; // models/demo.json: {display_name, file, url, size}
+
+function loadFiles(files) {
+  files = Array.from(files);
+  if (files.length === 0) return;
+  clearError();
+  showProgress(`reading ${files.length > 1 ? `${files.length} files` : files[0].name}`, 0);
+  el.progressText.title = files.map((f) => f.name).join("\n");
+  setPhase("loading");
+  el.weightsNote.textContent = "";
+  worker.load(files, memoryChoice());
+}
+
+// The worker's "progress" message while it reads the tensors.
+export function showReading(msg) {
+  const frac = msg.total_bytes ? msg.bytes / msg.total_bytes : null;
+  const tensors = msg.n_tensors ? ` · ${msg.tensors} / ${msg.n_tensors} tensors` : "";
+  showProgress(`${msg.stage}: ${formatBytes(msg.bytes)} of ${formatBytes(msg.total_bytes)}${tensors}`, frac);
+}
+
+// The demo button shows only when the build put a demo model beside the page (and the page is online).
+export async function findDemo() {
+  try {
+    const r = await fetch("models/demo.json", { cache: "no-store" });
+    if (!r.ok) return;
+    demo = await r.json();
+    const detail = make("small", "", `${demo.display_name || demo.file} · ${formatBytes(demo.size)}`);
+    el.loadDemo.replaceChildren("Load demo model", detail);
+    el.loadDemo.hidden = false;
+  } catch { /* no demo model (or offline): the button stays hidden */ }
+}
+
+async function fetchDemo() {
+  if (!canLoad()) return;
+  clearError();
+  setPhase("loading");
+  try {
+    const url = new URL(demo.url || `models/${demo.file}`, location.href);
+    const r = await fetch(url);
+    if (!r.ok) throw new Error(`HTTP ${r.status} for ${url.pathname}`);
+    const total = Number(r.headers.get("content-length")) || demo.size || 0;
+    const chunks = [];
+    let got = 0;
+    for (const reader = r.body.getReader(); ;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      chunks.push(value);
+      got += value.length;
+      const text = `downloading ${demo.file}: ${formatBytes(got)} of ${formatBytes(total)}`;
+      showProgress(text, total ? got / total : null);
+    }
+    loadFiles([new File(chunks, demo.file, { type: "application/octet-stream" })]);
+  } catch (err) {
+    hideProgress();
+    showError(`could not fetch the demo model: ${err.message}`);
+    settle();
+  }
+}
+
+export function wireLoading() {
+  el.fileInput.addEventListener("change", () => {
+    if (canLoad()) loadFiles(el.fileInput.files);
+    el.fileInput.value = "";
+  });
+  el.dropzone.addEventListener("dragover", (e) => {
+    e.preventDefault();
+    el.dropzone.classList.add("over");
+  });
+  el.dropzone.addEventListener("dragleave", () => el.dropzone.classList.remove("over"));
+  el.dropzone.addEventListener("drop", (e) => {
+    e.preventDefault();
+    el.dropzone.classList.remove("over");
+    if (canLoad()) loadFiles(e.dataTransfer.files);
+  });
+  el.dropzone.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" || e.key === " ") { e.preventDefault(); el.fileInput.click(); }
+  });
+  // A file dropped anywhere else must not make the browser navigate away from the chat.
+  window.addEventListener("dragover", (e) => e.preventDefault());
+  window.addEventListener("drop", (e) => e.preventDefault());
+  el.loadDemo.addEventListener("click", fetchDemo);
+}

@@ -1,0 +1,98 @@
+// The settings beside the chat: the sampling fields, the Memory select and the Workers select.
+// The sampling fields are drawn from Python's rules (pyengine.browser.settings.SETTINGS: label, range,
+// default), and only Python checks them: the page sends the fields as typed and marks the ones the
+// answer names. The Memory options are the weight forms of pyengine.weights.budget.WEIGHT_FORMS.
+import { el, make } from "./dom.js";
+import { formatBytes } from "./format.js";
+import { status } from "./status.js";
+import { isolated, worker } from "./worker_client.js";
+
+const fields = new Map(); // setting name -> its <input>
+
+// page: what Python sends once it is up (pyengine.browser.worker.page_data): the sampling rules with
+// no model limits and the Memory options.
+export function drawSettings(page) {
+  el.settings.replaceChildren(...page.settings.map(drawField));
+  useRules(page.settings);
+  // The first option ("auto") is the one selected.
+  el.weights.replaceChildren(...page.memory.map((o) => new Option(o.label, o.value)));
+  el.weights.disabled = false;
+}
+
+function drawField(rule) {
+  const input = make("input");
+  input.type = "number";
+  input.dataset.testid = rule.name.replace(/_/g, "-");
+  input.defaultValue = rule.default; // the value attribute: what the field starts with
+  input.step = rule.step;
+  input.placeholder = rule.placeholder;
+  fields.set(rule.name, input);
+  const label = make("label", "field", `${rule.label} `);
+  label.append(input);
+  return label;
+}
+
+// The rules of the model loaded (its vocabulary and context bound two fields): what the fields take.
+export function useRules(rules) {
+  for (const rule of rules) {
+    const input = fields.get(rule.name);
+    input.min = rule.min;
+    input.max = rule.max ?? "";
+    input.title = `${rule.label}: ${rule.rule}`;
+    input.removeAttribute("aria-invalid");
+  }
+  el.sendError.hidden = true;
+}
+
+// The fields as typed, for the worker's "check": {settings: name -> text, badInput: [names]}. A number
+// input reports "" for text it cannot read ("1e", "-"), so the browser's own verdict goes along.
+export function readFields() {
+  const settings = {};
+  const badInput = [];
+  for (const [name, input] of fields) {
+    settings[name] = input.value;
+    if (input.validity.badInput) badInput.push(name);
+  }
+  return { settings, badInput };
+}
+
+// The answer to a check: every field it names marked, the first one's error under the chat.
+export function showCheck(errors) {
+  const bad = new Set(errors.map((e) => e.name));
+  for (const [name, input] of fields) input.setAttribute("aria-invalid", String(bad.has(name)));
+  el.sendError.textContent = errors.length ? `Not sent: ${errors[0].message}.` : "";
+  el.sendError.hidden = !errors.length;
+}
+
+// The weight form asked for at the next load.
+export const memoryChoice = () => el.weights.value;
+
+// How many workers compute the model, their memory, or why it runs in one.
+export function showWorkers(w) {
+  if (!w) return;
+  el.workersNote.dataset.count = w.count;
+  el.workersNote.dataset.heap = JSON.stringify(w.heap); // bytes of wasm memory, per worker
+  el.workersNote.dataset.syncUs = w.sync_us ?? ""; // one round trip through shared memory, microseconds
+  const heap = w.heap.length ? ` (${w.heap.map(formatBytes).join(" + ")} of wasm memory)` : "";
+  el.workersNote.textContent = w.note || `computing in ${w.count} worker${w.count > 1 ? "s" : ""}${heap}`;
+}
+
+// Workers: helper workers share the model's largest matrix through shared memory, so only a
+// cross-origin isolated page can have more than one. Workers and Memory apply to the next model loaded.
+// onEdit: a sampling field changed.
+export function wireSettings(onEdit) {
+  el.workers.value = isolated ? "2" : "1";
+  el.workers.disabled = !isolated;
+  el.workersNote.textContent = isolated ? "" : "1 worker: the page is not cross-origin isolated";
+  el.workers.addEventListener("change", () => {
+    worker.setWorkers(Number(el.workers.value));
+    if (status.hasModel) el.workersNote.textContent = "from the next model loaded on";
+  });
+  el.weights.addEventListener("change", () => {
+    if (status.hasModel) el.weightsNote.textContent = "from the next model loaded on";
+  });
+  el.settings.addEventListener("input", onEdit);
+}
+
+// How many workers the next model is computed in (1, 2 or 4).
+export const workersWanted = () => Number(el.workers.value);

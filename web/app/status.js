@@ -1,0 +1,54 @@
+// What the page is doing, and the three places that say so: the status badge (and which controls
+// each phase allows), the progress bar, the error banner.
+import { el } from "./dom.js";
+
+// phase: starting -> no model -> loading -> ready <-> generating (-> stopping); "failed" if Python cannot start.
+// hasModel: a model is loaded (it stays through a reply, and through a load that fails before "unloaded").
+export const status = { phase: "starting", hasModel: false };
+
+export function setPhase(phase) {
+  status.phase = phase;
+  el.status.textContent = phase;
+  el.status.dataset.state = phase.replace(" ", "-");
+  const busy = phase === "loading" || phase === "starting" || phase === "failed";
+  el.prompt.disabled = !status.hasModel || busy;
+  el.send.disabled = !(status.hasModel && phase === "ready");
+  el.stop.disabled = phase !== "generating";
+  // No new model while one loads or replies: Stop first (a load would end the reply and drop the chat).
+  el.fileInput.disabled = phase === "loading" || phase === "failed" || replying();
+  el.dropzone.classList.toggle("disabled", el.fileInput.disabled);
+  el.loadDemo.disabled = el.fileInput.disabled;
+  el.newChat.disabled = busy && phase !== "starting";
+}
+
+// Back to idle: "ready" with a model, "no model" without.
+export const settle = () => setPhase(status.hasModel ? "ready" : "no model");
+
+// A reply is running (a load queued behind it owns the phase once it has begun).
+export const replying = () => status.phase === "generating" || status.phase === "stopping";
+
+export const canLoad = () => !el.fileInput.disabled;
+
+export function showError(message) {
+  el.errorText.textContent = message;
+  el.error.hidden = false;
+}
+
+export function clearError() {
+  el.error.hidden = true;
+  el.errorText.textContent = "";
+}
+
+// frac: the part done, from 0 to 1; null for a step of unknown length (the bar slides).
+export function showProgress(text, frac) {
+  el.progress.hidden = false;
+  el.progressText.textContent = text;
+  el.progress.classList.toggle("indeterminate", frac == null);
+  el.progressFill.style.width = frac == null ? "" : `${(100 * Math.min(1, frac)).toFixed(1)}%`;
+}
+
+export const hideProgress = () => { el.progress.hidden = true; };
+
+export function wireStatus() {
+  el.errorClose.addEventListener("click", clearError);
+}

@@ -1,0 +1,43 @@
+// The Web Worker that runs Python (worker.js, then pyengine.browser.worker): started here, sent the
+// page's commands through `worker`, and each message it posts handed to the handler of its type.
+// pyengine/browser/worker.py lists the commands and their replies.
+
+// Cross-origin isolated (COOP/COEP headers): Stop writes SIGINT (2) into shared memory that Python
+// polls, so even a long matmul stops at once, and helper workers can share the model. Otherwise the
+// worker's reply loop yields between tokens and sees the "stop" message.
+export const isolated = self.crossOriginIsolated;
+
+let thread = null;     // the Worker
+let interrupt = null;  // Int32Array on a SharedArrayBuffer when isolated, else null
+
+const post = (msg) => thread.postMessage(msg);
+
+export const worker = {
+  // handlers: message type -> function(msg); onFailure(text): the worker itself could not run.
+  // workers: how many workers compute the model (1, 2 or 4).
+  start(handlers, onFailure, workers) {
+    thread = new Worker("./worker.js", { type: "module" });
+    interrupt = isolated ? new Int32Array(new SharedArrayBuffer(4)) : null;
+    thread.onerror = (e) => onFailure(e.message || "could not start (see the browser console)");
+    thread.onmessage = (e) => {
+      const handle = handlers[e.data.type];
+      if (handle) handle(e.data);
+      else console.warn("pyengine: unknown message from the worker", e.data);
+    };
+    // The helpers share the vocabulary matrix; ?split=all shares the layers' matrices too (4 sync
+    // points a layer: not faster on the machines measured, see pyengine/parallel).
+    const split = new URLSearchParams(location.search).get("split") === "all" ? "all" : "vocab";
+    post({ type: "init", interrupt, workers, split });
+  },
+  // Every file goes as it is: a File is a handle, nothing is read on the page.
+  load: (files, weights) => post({ type: "load", files, weights }),
+  // settings: name -> the text typed; badInput: the names of the fields the browser found no number in.
+  check: (settings, badInput) => post({ type: "check", settings, bad_input: badInput }),
+  chat: (text, system, settings) => post({ type: "chat", text, system, settings }),
+  newChat: () => post({ type: "new-chat" }),
+  setWorkers: (workers) => post({ type: "workers", workers }),
+  stop() {
+    if (interrupt) Atomics.store(interrupt, 0, 2); // SIGINT: KeyboardInterrupt in Python
+    post({ type: "stop" });
+  },
+};
