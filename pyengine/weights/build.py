@@ -15,6 +15,7 @@ from pyengine.gguf import quants
 from pyengine.weights.forms import F32, Form, Int8Blocks, Int8Rows, Packed, row_split
 from pyengine.weights.lanes import LANE_HALF, LANES, pack_block, pack_rows, x_levels
 from pyengine.weights.matmul import VEC_DOT_TYPE, quantize_int8
+from pyengine.weights.quantized import Layout, Quantized, lane_codes, pack_codes
 from pyengine.weights.rows import chunk_rows, dequantized_rows, raw_rows, stack_shape, stacked_chunks
 
 INT8_BLOCK = 64                      # weights of a row sharing one scale in the Int8Blocks form
@@ -116,14 +117,7 @@ class Builder:
         acts = [self._act(n) for n in names]
         if len(set(acts)) == 1:
             return make(names, lo, hi, acts[0])
-        assert lo == 0 and hi is None, "a stack of mixed activation roundings is built whole"
-        runs = []
-        for name, act in zip(names, acts):
-            if runs and runs[-1][1] == act:
-                runs[-1][0].append(name)
-            else:
-                runs.append(([name], act))
-        return row_split([make(group, 0, None, act) for group, act in runs])
+        return self._runs(names, acts, lo, hi, lambda group, a, b: make(group, a, b, self._act(group[0])))
 
     def f32(self, names: list[str], lo: int = 0, hi: int | None = None) -> F32:
         """float32 rows, dequantized straight into their place in the stacked matrix."""
@@ -179,6 +173,76 @@ class Builder:
             pack_rows(q, w, r)                                            # rows in order: see pack_rows
             found = min(found, lv)
         return Packed(w, scale, n_out, found if levels is None else levels)
+
+    def quantized(self, names: list[str], lo: int = 0, hi: int | None = None, cols: tuple[int, int] | None = None,
+                  compact: bool = False):
+        """The stack's rows ``lo..hi-1`` in their own ggml codes (:class:`Quantized`), columns ``cols``
+        (c0, c1) only when given (multiples of the type's block). Expanded lanes, or ``compact`` ones.
+        Stacked tensors of different types become a RowSplit of one part per run of a type; a type
+        without integer codes (F32, F16, BF16) is float32. Raises GGUFError."""
+        types = [self.gf.tensors[n].type.name for n in names]
+        if len(set(types)) > 1:
+            return self._runs(names, types, lo, hi, lambda group, a, b: self.quantized(group, a, b, cols, compact))
+        if types[0] not in quants.QUANT_CODES:
+            return self.f32(names, lo, hi) if cols is None else self._f32_cols(names, lo, hi, cols)
+        bits = quants.QUANT_CODES[types[0]][1]
+        lay = Layout(bits, Layout.max_phases(bits) if compact else 1)
+        n_rows, n_in = stack_shape(self.gf, names)
+        n_out = (n_rows if hi is None else hi) - lo
+        c0, c1 = cols or (0, n_in)
+        m = -(-n_out // lay.rows)
+        q = np.zeros((m, c1 - c0), np.int64)                              # (M, K) packed lane codes
+        scale = shift = None
+        for name, a, b, r in self._chunks(names, lo, hi):
+            codes, sc, sh = lane_codes(self._codes(name, a, b, cols), b - a, c1 - c0, bits)
+            if scale is None:
+                nb = sc.shape[1]
+                scale = np.zeros((m * lay.rows, nb), np.float32)          # rows in order, then laid out
+                shift = None if sh is None else np.zeros((m * lay.rows, nb), np.float32)
+            pack_codes(codes, q, r, lay)
+            scale[r:r + b - a] = sc
+            if sh is not None:
+                shift[r:r + b - a] = sh
+        shape = (m, lay.phases, lay.lanes, -1)
+        return Quantized(q, scale.reshape(shape), None if shift is None else shift.reshape(shape), n_out, lay,
+                         (c1 - c0) // scale.shape[1], types[0])
+
+    def _codes(self, name: str, a: int, b: int, cols: tuple[int, int] | None) -> quants.Codes:
+        """The stored codes of rows a..b-1 of tensor ``name``, columns ``cols`` only (whole blocks)."""
+        info = self.gf.tensors[name]
+        raw = raw_rows(self.gf, name, a, b)                                # (bytes of rows a..b-1,) uint8
+        n_in, k = info.shape[0], info.shape[0]
+        if cols is not None:
+            bs, ts = info.type.block_size, info.type.type_size
+            if cols[0] % bs or cols[1] % bs:
+                raise ValueError(f"columns {cols} of {name!r} are not whole {info.type.name} blocks of {bs}")
+            raw = np.ascontiguousarray(raw.reshape(b - a, n_in // bs, ts)[:, cols[0] // bs:cols[1] // bs]).reshape(-1)
+            k = cols[1] - cols[0]
+        return quants.codes(raw, info.type, (b - a) * k, name=name)
+
+    def _f32_cols(self, names: list[str], lo: int, hi: int | None, cols: tuple[int, int]) -> F32:
+        """float32 rows, columns ``cols`` only."""
+        w = self.f32(names, lo, hi)
+        return F32(np.ascontiguousarray(w.w[:, cols[0]:cols[1]]), w.act)
+
+    def _runs(self, names: list[str], keys: list, lo: int, hi: int | None, make):
+        """A RowSplit of ``make(group, a, b)`` per run of stacked tensors with the same key, over the
+        stack's rows lo..hi-1 (``b`` None: the group whole)."""
+        runs: list[list[str]] = []
+        for i, name in enumerate(names):
+            if i and keys[i] == keys[i - 1]:
+                runs[-1].append(name)
+            else:
+                runs.append([name])
+        hi = stack_shape(self.gf, names)[0] if hi is None else hi
+        parts, r0 = [], 0
+        for group in runs:
+            n = stack_shape(self.gf, group)[0]
+            a, b = max(lo, r0) - r0, min(hi, r0 + n) - r0
+            if a < b:
+                parts.append(make(group, a, None if (a, b) == (0, n) else b))
+            r0 += n
+        return row_split(parts)
 
     def mixed(self, name: str, packed_rows: int, lo: int = 0, hi: int | None = None):
         """A vocabulary matrix in the "mixed" form: its first ``packed_rows`` rows packed, the rest

@@ -1,0 +1,217 @@
+"""The file's own ggml codes, rows packed in the lanes of int64s: the quantized weight form.
+
+A quantized type stores, per sub-block of ``sub`` weights (16 or 32), integer
+codes and a float scale (and for some types a min): ``w = scale * code (+ shift)``
+(``pyengine.gguf.quants.Codes``). This form keeps exactly those codes and scales
+and multiplies by them the way llama.cpp's quantized dot products do: the
+activations are rounded to 8-bit codes per sub-block (ggml ``quantize_row_q8_0``),
+the products of codes are summed exactly as integers per sub-block, and only
+then scaled::
+
+    y[n] = sum_b  scale[n, b] * dx[b] * S[n, b]  +  offset[n, b] * dx[b] * X[b]
+    S[n, b] = sum_k (code[n, bk] - c0) * xq[bk]       exact, |S| < 2 ** (L - 1)
+    X[b] = sum_k xq[bk]                                offset = c0 * scale + shift
+
+Pyodide's numpy has no SIMD and costs about the same per element of an einsum
+whatever its dtype, so several rows ride in one int64, a lane of ``L`` bits
+each: ``L = 16`` (4 lanes) for codes of up to 4 bits, ``L = 21`` (3 lanes) for 5
+to 8 bits; with codes centered on ``c0 = 2 ** (bits - 1)`` no lane's sum spills
+into the next (``sub * c0 * 127 < 2 ** (L - 1)``). One int64 einsum then gives
+``lanes`` rows' sub-block sums at once. Stored *expanded* (``phases = 1``) each
+lane holds one code, 16 or 21 bits a weight; stored *compact* (``phases > 1``)
+each lane holds ``phases`` codes side by side (``phases * bits <= L``), near the
+file's own size, and a product first shifts and masks out one phase at a time.
+
+Row ``r`` of the matrix is lane ``j`` of phase ``p`` of int64 row ``m``:
+``r = (m * phases + p) * lanes + j``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pyengine.gguf import quants
+from pyengine.weights.matmul import TMP_ELEMENTS
+
+X_LEVELS = 127                      # the activations' codes: 8 bits, as ggml's q8 blocks
+PHASE_ELEMENTS = 1 << 16            # int64 codes of one phase extracted at once (512 KiB: in cache)
+
+
+def _wrap(v: int) -> np.int64:
+    """A Python int as the int64 with the same low 64 bits."""
+    v &= (1 << 64) - 1
+    return np.int64(v - (1 << 64) if v >= 1 << 63 else v)
+
+
+def lane_bits(bits: int) -> int:
+    """The lane width for codes of ``bits`` bits: 16 up to 4 bits, else 21."""
+    return 16 if bits <= 4 else 21
+
+
+class Layout:
+    """How codes of ``bits`` bits sit in an int64: ``lanes`` lanes of ``L`` bits, ``phases`` codes a lane."""
+
+    def __init__(self, bits: int, phases: int):
+        self.bits, self.L = bits, lane_bits(bits)
+        self.lanes = 64 // self.L
+        if not 1 <= phases <= self.L // bits:
+            raise ValueError(f"{phases} phases of {bits}-bit codes do not fit a {self.L}-bit lane")
+        self.phases = phases
+        self.rows = phases * self.lanes                                    # matrix rows per int64 row
+        self.c0 = 1 << (bits - 1)
+        self.mask = _wrap(sum(((1 << bits) - 1) << (self.L * j) for j in range(self.lanes)))
+        self.ones = _wrap(sum(1 << (self.L * j) for j in range(self.lanes)))
+        self.bias = _wrap(sum((1 << (self.L - 1)) << (self.L * j) for j in range(self.lanes)))
+        self.sign = _wrap(sum(0x8000 << (16 * j) for j in range(4)))       # L = 16: biased -> int16
+
+    @staticmethod
+    def max_phases(bits: int) -> int:
+        return lane_bits(bits) // bits
+
+
+def pack_codes(codes: np.ndarray, out: np.ndarray, r0: int, lay: Layout) -> None:
+    """OR the lane codes ``codes (R, K)`` (uint8, each < 2 ** bits) of rows ``r0..r0+R-1`` into the
+    zero-initialized packed ``out (M, K)`` int64."""
+    for p in range(lay.phases):
+        for j in range(lay.lanes):
+            first = (p * lay.lanes + j - r0) % lay.rows                    # first row of the chunk in (p, j)
+            rows = codes[first::lay.rows]                                  # (R_pj, K)
+            if len(rows):
+                m0 = (r0 + first) // lay.rows
+                out[m0:m0 + len(rows)] |= np.left_shift(rows, lay.L * j + lay.bits * p, dtype=np.int64)
+
+
+def quantize_x(x: np.ndarray, sub: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ggml ``quantize_row_q8_0`` per ``sub`` weights: x (T, K) float32 -> (codes (T, K/sub, sub) int64 in
+    -127..127, d (T, K/sub) float32, sums of the codes (T, K/sub) int64); ``x ≈ code * d``."""
+    xb = x.reshape(len(x), -1, sub)                                        # (T, B, sub)
+    amax = np.abs(xb).max(axis=-1)                                         # (T, B)
+    d = (amax / np.float32(X_LEVELS)).astype(np.float32)
+    inv = np.divide(np.float32(1.0), d, out=np.zeros_like(d), where=d > 0)
+    xq = np.rint(xb * inv[..., None]).astype(np.int64)                     # (T, B, sub)
+    return xq, d, xq.sum(axis=-1)
+
+
+class Quantized:
+    """A matrix ``W (n_out, n_in)`` of one ggml type, held as its own codes and sub-block scales.
+
+    ``q (M, n_in)`` int64 packed codes (see the module doc); ``scale (M, phases, lanes, B)`` float32,
+    0 for the padding rows; ``shift`` likewise or None (the types with a min: ``w = scale * code +
+    shift``); ``sub`` weights per scale; ``ggml_type`` the type's name.
+    """
+    align = 1
+
+    def __init__(self, q: np.ndarray, scale: np.ndarray, shift: np.ndarray | None, n_out: int,
+                 layout: Layout, sub: int, ggml_type: str):
+        self.q, self.scale, self.shift = q, scale, shift
+        self.n_out, self.layout, self.sub, self.ggml_type = n_out, layout, sub, ggml_type
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n_out, self.q.shape[1])
+
+    @property
+    def nbytes(self) -> int:
+        return self.q.nbytes + self.scale.nbytes + (0 if self.shift is None else self.shift.nbytes)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """(n_in,) -> (n_out,), or (T, n_in) -> (T, n_out): the hot loop of the quantized forms."""
+        xs = x.reshape(-1, x.shape[-1])
+        lay, (m, k) = self.layout, self.q.shape
+        y = np.empty((len(xs), m * lay.rows), np.float32)                           # (T, M * rows)
+        xq, dx, xsum = quantize_x(xs, self.sub)
+        step = max(1, TMP_ELEMENTS // (len(xs) * (k // self.sub) * lay.lanes))      # int64 rows a chunk
+        if lay.phases > 1:
+            step = min(step, max(1, PHASE_ELEMENTS // k))                           # a phase's codes stay in cache
+        buf = np.empty((min(m, step), k), np.int64) if lay.phases > 1 else None
+        for a in range(0, m, step):
+            b = min(m, a + step)
+            y[:, a * lay.rows:b * lay.rows] = self._rows_product(a, b, xq, dx, xsum, buf).reshape(len(xs), -1)
+        y = y[:, :self.n_out]
+        return y[0] if x.ndim == 1 else y
+
+    def _rows_product(self, a: int, b: int, xq, dx, xsum, buf) -> np.ndarray:
+        """Int64 rows a..b-1 times the activation codes: (T, b - a, phases, lanes) float32."""
+        lay, sub = self.layout, self.sub
+        t, nb = xq.shape[:2]
+        corr = (lay.bias - xsum * lay.c0 * lay.ones)[:, None, :]                   # (T, 1, B): wraps
+        out = np.empty((t, b - a, lay.phases, lay.lanes), np.float32)
+        codes = self.q[a:b]                                                        # (m, K)
+        for p in range(lay.phases):
+            e = codes if lay.phases == 1 else phase(codes, p, lay, buf[:b - a])
+            s = np.einsum("mbk,tbk->tmb", e.reshape(b - a, nb, sub), xq)           # (T, m, B) lane sums
+            s += corr
+            v = decode(s, lay)                                                     # (T, m, lanes, B)
+            v *= dx[:, None, None, :]
+            out[:, :, p] = np.einsum("tmjb,mjb->tmj", v, self.scale[a:b, p])
+            if self.shift is not None:
+                out[:, :, p] += self._offsets(a, b, p, dx * xsum)
+        return out
+
+    def _offsets(self, a: int, b: int, p: int, dxs: np.ndarray) -> np.ndarray:
+        """sum_b (c0 * scale + shift) * dx * X over the sub-blocks, for the types with a min (unsigned
+        codes): (T, m, lanes). The c0 term undoes the centering of the lane sums."""
+        out = np.einsum("mjb,tb->tmj", self.scale[a:b, p], dxs)
+        out *= np.float32(self.layout.c0)
+        out += np.einsum("mjb,tb->tmj", self.shift[a:b, p], dxs)
+        return out
+
+    def rows(self, ids) -> np.ndarray:
+        """Rows ``ids`` as float32 (R, n_in), as ggml ``get_rows`` dequantizes them (the same bits)."""
+        ids = np.asarray(ids, np.int64).reshape(-1)
+        lay = self.layout
+        m, p, j = ids // lay.rows, ids % lay.rows // lay.lanes, ids % lay.lanes
+        shift = (lay.L * j + lay.bits * p)[:, None]
+        codes = (self.q[m] >> shift) & ((1 << lay.bits) - 1)                       # (R, K) lane codes
+        scale = self.scale[m, p, j][:, :, None]                                    # (R, B, 1)
+        k = self.q.shape[1]
+        if self.shift is None:
+            v = (codes - lay.c0).astype(np.float32).reshape(len(ids), -1, self.sub)
+            return (v * scale).reshape(len(ids), k)
+        v = codes.astype(np.float32).reshape(len(ids), -1, self.sub)
+        return (v * scale + self.shift[m, p, j][:, :, None]).reshape(len(ids), k)
+
+
+def phase(codes: np.ndarray, p: int, lay: Layout, out: np.ndarray) -> np.ndarray:
+    """Phase ``p`` of compact codes: (codes >> bits * p) & mask, into ``out`` (m, K) int64."""
+    if p:
+        np.right_shift(codes, lay.bits * p, out=out)
+        out &= lay.mask
+    else:
+        np.bitwise_and(codes, lay.mask, out=out)
+    return out
+
+
+def decode(s: np.ndarray, lay: Layout) -> np.ndarray:
+    """Biased lane sums (T, m, B) int64 (each lane + 2 ** (L - 1), in [0, 2 ** L)) -> (T, m, lanes, B)
+    float32 signed sums, exactly. ``s`` is overwritten."""
+    t, m, nb = s.shape
+    v = np.empty((t, m, lay.lanes, nb), np.float32)
+    if lay.L == 16:
+        s ^= lay.sign                                                      # biased -> two's complement int16
+        np.copyto(v, s.view(np.int16).reshape(t, m, nb, 4).transpose(0, 1, 3, 2))
+        return v
+    f = np.empty_like(s)
+    for j in range(lay.lanes):
+        np.right_shift(s, lay.L * j, out=f)
+        if j < lay.lanes - 1:
+            f &= (1 << lay.L) - 1
+        np.subtract(f, 1 << (lay.L - 1), out=v[:, :, j], casting="unsafe")
+    return v
+
+
+def lane_codes(c: quants.Codes, n_rows: int, n_in: int, bits: int) -> tuple:
+    """A chunk's :class:`quants.Codes` as the lane codes (n_rows, n_in) uint8 in [0, 2 ** bits), the
+    scales (n_rows, B) float32 and the shifts (n_rows, B) or None. Signed codes are centered on
+    ``2 ** (bits - 1)``; unsigned ones (the types with a min) are kept as they are."""
+    q = np.ascontiguousarray(c.q).reshape(n_rows, n_in)
+    if q.dtype == np.int8:
+        q = q.view(np.uint8) + np.uint8(1 << (bits - 1))                   # wraps: v + c0 in [0, 2 ** bits)
+    nb = c.scale.size // n_rows
+    scale = np.ascontiguousarray(c.scale, np.float32).reshape(n_rows, nb)
+    shift = None
+    if c.plus is not None:
+        shift = np.ascontiguousarray(c.plus, np.float32).reshape(n_rows, nb)
+    elif c.minus is not None:
+        shift = -np.ascontiguousarray(c.minus, np.float32).reshape(n_rows, nb)
+    return q, scale, shift
