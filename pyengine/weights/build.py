@@ -78,6 +78,11 @@ def chunk_codes(raw: np.ndarray, info, n_rows: int, block: int, buf: np.ndarray 
     return q, scale, x_levels(q, block)
 
 
+def _by_lane(per_row: np.ndarray, m: int, lay: Layout) -> np.ndarray:
+    """Per-row values (m * rows, B) as :class:`Quantized` holds them: (phases, lanes, B, m)."""
+    return np.ascontiguousarray(per_row.reshape(m, lay.phases, lay.lanes, -1).transpose(1, 2, 3, 0))
+
+
 class Builder:
     """Makes weight forms from the rows of ``gguf_file``'s tensors.
 
@@ -203,9 +208,9 @@ class Builder:
             scale[r:r + b - a] = sc
             if sh is not None:
                 shift[r:r + b - a] = sh
-        shape = (m, lay.phases, lay.lanes, -1)
-        return Quantized(q, scale.reshape(shape), None if shift is None else shift.reshape(shape), n_out, lay,
-                         (c1 - c0) // scale.shape[1], types[0])
+        sub = (c1 - c0) // scale.shape[1]
+        return Quantized(q, _by_lane(scale, m, lay), None if shift is None else _by_lane(shift, m, lay), n_out, lay,
+                         sub, types[0])
 
     def _codes(self, name: str, a: int, b: int, cols: tuple[int, int] | None) -> quants.Codes:
         """The stored codes of rows a..b-1 of tensor ``name``, columns ``cols`` only (whole blocks)."""

@@ -95,9 +95,10 @@ def quantize_x(x: np.ndarray, sub: int) -> tuple[np.ndarray, np.ndarray, np.ndar
 class Quantized:
     """A matrix ``W (n_out, n_in)`` of one ggml type, held as its own codes and sub-block scales.
 
-    ``q (M, n_in)`` int64 packed codes (see the module doc); ``scale (M, phases, lanes, B)`` float32,
-    0 for the padding rows; ``shift`` likewise or None (the types with a min: ``w = scale * code +
-    shift``); ``sub`` weights per scale; ``ggml_type`` the type's name.
+    ``q (M, n_in)`` int64 packed codes (see the module doc); ``scale (phases, lanes, B, M)`` float32,
+    0 for the padding rows (the sub-block axis before the rows, so the reductions run over long rows
+    of M); ``shift`` likewise or None (the types with a min: ``w = scale * code + shift``); ``sub``
+    weights per scale; ``ggml_type`` the type's name.
     """
     align = 1
 
@@ -118,42 +119,37 @@ class Quantized:
         """(n_in,) -> (n_out,), or (T, n_in) -> (T, n_out): the hot loop of the quantized forms."""
         xs = x.reshape(-1, x.shape[-1])
         lay, (m, k) = self.layout, self.q.shape
-        y = np.empty((len(xs), m * lay.rows), np.float32)                           # (T, M * rows)
+        y = np.empty((len(xs), lay.phases, lay.lanes, m), np.float32)              # (T, P, lanes, M)
         xq, dx, xsum = quantize_x(xs, self.sub)
+        corr = (lay.bias - xsum * lay.c0 * lay.ones)[:, :, None]                   # (T, B, 1): wraps
         step = max(1, TMP_ELEMENTS // (len(xs) * (k // self.sub) * lay.lanes))      # int64 rows a chunk
         if lay.phases > 1:
             step = min(step, max(1, PHASE_ELEMENTS // k))                           # a phase's codes stay in cache
         buf = np.empty((min(m, step), k), np.int64) if lay.phases > 1 else None
+        dxs = dx * xsum if self.shift is not None else None
         for a in range(0, m, step):
             b = min(m, a + step)
-            y[:, a * lay.rows:b * lay.rows] = self._rows_product(a, b, xq, dx, xsum, buf).reshape(len(xs), -1)
-        y = y[:, :self.n_out]
+            codes = self.q[a:b]                                                    # (m, K)
+            for p in range(lay.phases):
+                e = codes if lay.phases == 1 else phase(codes, p, lay, buf[:b - a])
+                y[:, p, :, a:b] = self._product(e, p, a, b, xq, dx, corr, dxs)
+        y = y.transpose(0, 3, 1, 2).reshape(len(xs), -1)[:, :self.n_out]           # rows in order
         return y[0] if x.ndim == 1 else y
 
-    def _rows_product(self, a: int, b: int, xq, dx, xsum, buf) -> np.ndarray:
-        """Int64 rows a..b-1 times the activation codes: (T, b - a, phases, lanes) float32."""
-        lay, sub = self.layout, self.sub
-        t, nb = xq.shape[:2]
-        corr = (lay.bias - xsum * lay.c0 * lay.ones)[:, None, :]                   # (T, 1, B): wraps
-        out = np.empty((t, b - a, lay.phases, lay.lanes), np.float32)
-        codes = self.q[a:b]                                                        # (m, K)
-        for p in range(lay.phases):
-            e = codes if lay.phases == 1 else phase(codes, p, lay, buf[:b - a])
-            s = np.einsum("mbk,tbk->tmb", e.reshape(b - a, nb, sub), xq)           # (T, m, B) lane sums
-            s += corr
-            v = decode(s, lay)                                                     # (T, m, lanes, B)
-            v *= dx[:, None, None, :]
-            out[:, :, p] = np.einsum("tmjb,mjb->tmj", v, self.scale[a:b, p])
-            if self.shift is not None:
-                out[:, :, p] += self._offsets(a, b, p, dx * xsum)
-        return out
-
-    def _offsets(self, a: int, b: int, p: int, dxs: np.ndarray) -> np.ndarray:
-        """sum_b (c0 * scale + shift) * dx * X over the sub-blocks, for the types with a min (unsigned
-        codes): (T, m, lanes). The c0 term undoes the centering of the lane sums."""
-        out = np.einsum("mjb,tb->tmj", self.scale[a:b, p], dxs)
-        out *= np.float32(self.layout.c0)
-        out += np.einsum("mjb,tb->tmj", self.shift[a:b, p], dxs)
+    def _product(self, e, p: int, a: int, b: int, xq, dx, corr, dxs) -> np.ndarray:
+        """One phase's codes ``e`` (m, K) of int64 rows a..b-1 times the activation codes: (T, lanes, m)."""
+        lay, nb = self.layout, xq.shape[1]
+        s = np.einsum("mbk,tbk->tbm", e.reshape(b - a, nb, self.sub), xq)          # (T, B, m) lane sums
+        s = np.ascontiguousarray(s)
+        s += corr
+        v = decode(s, lay)                                                         # (T, lanes, B, m)
+        v *= dx[:, None, :, None]
+        out = np.einsum("tjbm,jbm->tjm", v, self.scale[p, :, :, a:b])
+        if dxs is not None:                                                        # a min: the offsets
+            off = np.einsum("jbm,tb->tjm", self.scale[p, :, :, a:b], dxs)
+            off *= np.float32(lay.c0)                                              # undoes the centering
+            off += np.einsum("jbm,tb->tjm", self.shift[p, :, :, a:b], dxs)
+            out += off
         return out
 
     def rows(self, ids) -> np.ndarray:
@@ -163,13 +159,13 @@ class Quantized:
         m, p, j = ids // lay.rows, ids % lay.rows // lay.lanes, ids % lay.lanes
         shift = (lay.L * j + lay.bits * p)[:, None]
         codes = (self.q[m] >> shift) & ((1 << lay.bits) - 1)                       # (R, K) lane codes
-        scale = self.scale[m, p, j][:, :, None]                                    # (R, B, 1)
+        scale = self.scale[p, j, :, m][:, :, None]                                 # (R, B, 1)
         k = self.q.shape[1]
         if self.shift is None:
             v = (codes - lay.c0).astype(np.float32).reshape(len(ids), -1, self.sub)
             return (v * scale).reshape(len(ids), k)
         v = codes.astype(np.float32).reshape(len(ids), -1, self.sub)
-        return (v * scale + self.shift[m, p, j][:, :, None]).reshape(len(ids), k)
+        return (v * scale + self.shift[p, j, :, m][:, :, None]).reshape(len(ids), k)
 
 
 def phase(codes: np.ndarray, p: int, lay: Layout, out: np.ndarray) -> np.ndarray:
@@ -183,20 +179,22 @@ def phase(codes: np.ndarray, p: int, lay: Layout, out: np.ndarray) -> np.ndarray
 
 
 def decode(s: np.ndarray, lay: Layout) -> np.ndarray:
-    """Biased lane sums (T, m, B) int64 (each lane + 2 ** (L - 1), in [0, 2 ** L)) -> (T, m, lanes, B)
+    """Biased lane sums (T, B, m) int64 (each lane + 2 ** (L - 1), in [0, 2 ** L)) -> (T, lanes, B, m)
     float32 signed sums, exactly. ``s`` is overwritten."""
-    t, m, nb = s.shape
-    v = np.empty((t, m, lay.lanes, nb), np.float32)
+    t, nb, m = s.shape
+    v = np.empty((t, lay.lanes, nb, m), np.float32)
     if lay.L == 16:
         s ^= lay.sign                                                      # biased -> two's complement int16
-        np.copyto(v, s.view(np.int16).reshape(t, m, nb, 4).transpose(0, 1, 3, 2))
+        s16 = s.view(np.int16).reshape(t, nb, m, 4)
+        for j in range(4):
+            np.copyto(v[:, j], s16[..., j])
         return v
     f = np.empty_like(s)
     for j in range(lay.lanes):
         np.right_shift(s, lay.L * j, out=f)
         if j < lay.lanes - 1:
             f &= (1 << lay.L) - 1
-        np.subtract(f, 1 << (lay.L - 1), out=v[:, :, j], casting="unsafe")
+        np.subtract(f, 1 << (lay.L - 1), out=v[:, j], casting="unsafe")
     return v
 
 
