@@ -26,12 +26,22 @@ TEXT_STRING_MAX = 80  # characters of a string value shown in the text view
 # The data
 # ---------------------------------------------------------------------------
 
+def plain(value: Any) -> Any:
+    """A metadata value whole, as plain Python: numpy arrays become lists (of int, float, bool)."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, list) and value and not isinstance(value[0], str):  # an array of arrays
+        return [plain(v) for v in value]
+    return value
+
+
 def _cut(value: Any) -> Any:
-    """A metadata value for display: arrays longer than ``ARRAY_HEAD`` become
-    ``{"length": n, "first": [first ARRAY_HEAD items]}``; NaN and infinities
-    become the strings ``"nan"``, ``"inf"``, ``"-inf"`` (JSON has no such numbers)."""
-    if isinstance(value, list):
-        items = [_cut(v) for v in value[:ARRAY_HEAD]]
+    """A metadata value for display: arrays (lists or numpy arrays) longer than
+    ``ARRAY_HEAD`` become ``{"length": n, "first": [first ARRAY_HEAD items]}``;
+    NaN and infinities become the strings ``"nan"``, ``"inf"``, ``"-inf"``
+    (JSON has no such numbers)."""
+    if isinstance(value, (list, np.ndarray)):
+        items = [_cut(v) for v in plain(value[:ARRAY_HEAD])]
         return items if len(value) <= ARRAY_HEAD else {"length": len(value), "first": items}
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
@@ -48,7 +58,7 @@ def describe(g: GGUFFile) -> dict:
     Keys: ``files``, ``file_size`` (bytes, all parts), ``version``,
     ``byte_order``, ``n_tensors``, ``n_kv``, ``alignment``, ``data_offset``,
     ``sections`` (part 0's: name, start, end; end exclusive), ``metadata``
-    (key -> value, long arrays cut as ``{"length", "first"}``),
+    (key -> value, arrays as lists, long ones cut as ``{"length", "first"}``),
     ``value_types`` (key -> ``"UINT32"``, ``"ARRAY[STRING]"`` ...),
     ``tensors`` (list of name, shape (ggml ne), type, offset (absolute, in its
     part), n_bytes, n_elements, part), ``types`` (per ggml type: type, count,

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
+
 from pyengine.gguf.header import VALUE_TYPE_IDS, VALUE_TYPES
 
-# Test-only: the writer needs the struct format of each scalar type by name.
+# Test-only: the writer needs the struct format and numpy dtype of each fixed-size type by name.
 _FMT = {name: fmt for name, fmt, _ in VALUE_TYPES.values() if fmt}
+_DTYPE = {name: dtype for name, _, dtype in VALUE_TYPES.values() if dtype}
 
 
 def u32(x: int) -> bytes:
@@ -42,6 +45,8 @@ def payload(vtype: str, value) -> bytes:
     if vtype.startswith("ARRAY["):
         item = vtype[len("ARRAY["):-1]
         head = u32(VALUE_TYPE_IDS[_base(item)]) + u64(len(value))
+        if isinstance(value, np.ndarray):  # an array as the reader returns it: its items in one go
+            return head + value.astype(_DTYPE[item]).tobytes()
         return head + b"".join(payload(item, v) for v in value)
     return struct.pack(_FMT[vtype], value)
 

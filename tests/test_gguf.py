@@ -13,11 +13,14 @@ from pyengine.errors import GGUFError
 from pyengine.gguf import open_gguf
 from pyengine.gguf.cursor import FIRST_CHUNK
 from pyengine.gguf.ggml_types import GGML_TYPES_BY_NAME
+from pyengine.gguf.header import VALUE_TYPES
 from pyengine.gguf.source import BytesSource, FileSource
+from pyengine.inspect import plain
 
 F32, F16 = GGML_TYPES_BY_NAME["F32"].id, GGML_TYPES_BY_NAME["F16"].id
+DTYPES = {name: dtype for name, _, dtype in VALUE_TYPES.values() if dtype}  # "FLOAT32" -> "<f4" ...
 
-# One value of each of the 13 types (ARRAY four ways), with the value read back.
+# One value of each of the 13 types (ARRAY four ways).
 VALUES = [
     ("t.u8", "UINT8", 255),
     ("t.i8", "INT8", -128),
@@ -39,12 +42,23 @@ VALUES = [
 ]
 
 
-def expected(vtype: str, value):
+def check_value(got, vtype: str, value) -> None:
+    """``got`` (read back) is ``value`` written as ``vtype``: arrays of numbers as numpy arrays."""
+    item = vtype[len("ARRAY["):-1]
     if vtype == "FLOAT32":
-        return float(np.float32(value))
-    if vtype == "ARRAY[FLOAT32]":
-        return [float(np.float32(v)) for v in value]
-    return value
+        assert type(got) is float and got == float(np.float32(value))
+    elif vtype.startswith("ARRAY[ARRAY["):
+        assert type(got) is list
+        for g, v in zip(got, value, strict=True):
+            check_value(g, item, v)
+    elif vtype == "ARRAY[STRING]":
+        assert type(got) is list and got == value
+    elif vtype.startswith("ARRAY["):
+        dtype = np.dtype(DTYPES[item])
+        assert isinstance(got, np.ndarray) and got.dtype == dtype and got.ndim == 1
+        assert got.tolist() == np.array(value, dtype).tolist()
+    else:
+        assert type(got) is type(value) and got == value
 
 
 def test_every_value_type_round_trips():
@@ -52,8 +66,7 @@ def test_every_value_type_round_trips():
     assert list(g.metadata) == [k for k, _, _ in VALUES]
     for key, vtype, value in VALUES:
         assert g.value_types[key] == vtype, key
-        assert g.metadata[key] == expected(vtype, value), key
-        assert type(g.metadata[key]) is type(value), key
+        check_value(g.metadata[key], vtype, value)
     assert g.metadata["t.f32"] == 0.10000000149011612
     assert g.n_kv == len(VALUES) and g.tensors == {}
 
@@ -74,11 +87,11 @@ def test_values_written_by_gguf_writer(tmp_path):
     w.write_tensors_to_file()
     w.close()
     with open_gguf(path) as g:
-        assert g.metadata == {"general.architecture": "llama", "a.u8": 7, "a.i64": -5, "a.f64": math.pi,
-                              "a.bool": False, "a.tokens": ["<s>", "</s>", "▁the"],
-                              "a.scores": [0.0, -1.5, -2.5], "a.types": [1, 3, 1]}
-        assert g.value_types["a.types"] == "ARRAY[INT32]"
-        assert g.value_types["a.scores"] == "ARRAY[FLOAT32]"
+        assert {k: plain(v) for k, v in g.metadata.items()} == {
+            "general.architecture": "llama", "a.u8": 7, "a.i64": -5, "a.f64": math.pi, "a.bool": False,
+            "a.tokens": ["<s>", "</s>", "▁the"], "a.scores": [0.0, -1.5, -2.5], "a.types": [1, 3, 1]}
+        assert g.value_types["a.types"] == "ARRAY[INT32]" and g.metadata["a.types"].dtype == np.int32
+        assert g.value_types["a.scores"] == "ARRAY[FLOAT32]" and g.metadata["a.scores"].dtype == np.float32
         t = g.tensors["w"]
         assert (t.shape, t.type.name, t.n_bytes, t.n_elements) == ((4, 3), "F32", 48, 12)
         assert np.array_equal(np.frombuffer(g.tensor_bytes("w"), "<f4"), np.arange(12))
@@ -171,7 +184,7 @@ def test_big_header_takes_few_reads():
     assert src.reads <= 4  # 1 + 2 + 4 MiB
     assert g.metadata["tokenizer.ggml.tokens"][::65536] == ["tok0", "tok65536", "tok131072", "tok196608"]
     assert g.metadata["tokenizer.ggml.tokens"][-1] == "tok262143"
-    assert g.metadata["tokenizer.ggml.scores"] == scores
+    assert g.metadata["tokenizer.ggml.scores"].tolist() == scores
 
 
 def test_strings_across_chunk_boundaries():

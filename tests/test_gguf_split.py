@@ -17,6 +17,7 @@ from gguf_write import gguf_bytes
 from pyengine.errors import GGUFError
 from pyengine.gguf import open_gguf
 from pyengine.gguf.source import BytesSource, FileSource
+from pyengine.inspect import plain
 
 WHOLE = TINY["llama-q4km"]  # 21 tensors: F32, Q4_K, Q6_K, Q5_0, Q8_0
 
@@ -45,7 +46,9 @@ def test_shuffled_parts_read_as_the_whole_file(parts3, seed):
     sources = [FileSource(p) for p in order]
     with open_gguf(WHOLE) as whole, open_gguf(sources) as split:
         assert [p.source.name for p in split.parts] == [p.name for p in parts3]
-        assert {k: v for k, v in split.metadata.items() if not k.startswith("split.")} == whole.metadata
+        assert {k: plain(v) for k, v in split.metadata.items() if not k.startswith("split.")} == \
+            {k: plain(v) for k, v in whole.metadata.items()}
+        assert {k: split.value_types[k] for k in whole.metadata} == whole.value_types
         assert list(split.tensors) == list(whole.tensors)
         for name, t in whole.tensors.items():
             s = split.tensors[name]

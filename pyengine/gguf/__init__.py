@@ -15,14 +15,16 @@ The format (GGUF v2 and v3, little-endian; ggml's ``gguf.h`` and ``gguf.cpp``):
 
 Every number in the file comes from a stranger. The header is parsed from one
 growing buffer (1 MiB, then doubling), so a 6 MB header costs a handful of
-reads; every count and length is checked against the bytes left in the file
-before anything is allocated, so a count of 2^63 fails at once. Choices where
-the format leaves room, following llama.cpp's ``gguf_init_from_file`` unless
-said otherwise:
+reads (a value of 4 MiB or more past the buffer is read on its own); every
+count and length is checked against the bytes left in the file before anything
+is allocated, so a count of 2^63 fails at once. Choices where the format leaves
+room, following llama.cpp's ``gguf_init_from_file`` unless said otherwise:
 
 - versions 2 and 3 only; version 1 (u32 counts) is rejected;
 - big-endian files (their version field reads byte-swapped, e.g. 0x03000000)
   are detected and rejected with a message naming the byte order;
+- an array of numbers or BOOL is a read-only 1-D numpy array (of its own
+  bytes), an array of strings a ``list[str]``, an array of arrays a list;
 - arrays of arrays are read up to ``MAX_ARRAY_DEPTH`` (8) levels;
 - keys must be non-empty and unique; tensor names unique (across all parts
   of a split model too);

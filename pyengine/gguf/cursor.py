@@ -3,6 +3,8 @@
 Every count and length in the header comes from a stranger: the cursor checks
 each against the bytes left in the file before anything is read or allocated,
 and names the file, the byte offset and what was being read in its errors.
+Every value the cursor returns owns its bytes (a large one is read on its
+own), so nothing made from the header keeps the buffer alive.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pyengine.errors import GGUFError
 
 FIRST_CHUNK = 1 << 20      # bytes of the first header read; each next read doubles
 MAX_CHUNK = 64 << 20       # ... up to this
+OWN_READ = 4 << 20         # a value of at least this many bytes that runs past the buffer: one read of its own
 
 U32 = struct.Struct("<I")
 U64 = struct.Struct("<Q")
@@ -49,14 +52,17 @@ class Cursor:
         at = self.offset if offset is None else offset
         return GGUFError(f"{self.src.name}: byte {at}: {self.where}: {msg}")
 
+    def _check_left(self, n: int, what: str) -> None:
+        if n > self.left:
+            raise self.error(f"{what} needs {n} bytes but only {self.left} are left in the file "
+                             f"of {self.src.size} bytes (truncated?)")
+
     def need(self, n: int, what: str) -> None:
         """Make ``buf[p:p+n]`` available, checking ``n`` against the file first."""
         have = len(self.buf) - self.p
         if n <= have:
             return
-        if n > self.left:
-            raise self.error(f"{what} needs {n} bytes but only {self.left} are left in the file "
-                             f"of {self.src.size} bytes (truncated?)")
+        self._check_left(n, what)
         end = self.base + len(self.buf)
         want = min(max(n - have, self.chunk), self.src.size - end)
         self.chunk = min(2 * self.chunk, MAX_CHUNK)
@@ -86,6 +92,20 @@ class Cursor:
         return self.unpack(U64, what)[0]
 
     def raw(self, n: int, what: str) -> bytes:
+        """The next ``n`` bytes as a bytes object of their own.
+
+        Past the buffer, ``n >= OWN_READ`` bytes come in one read of exactly
+        ``n`` (the buffer is dropped), so a large array is never also copied
+        into the buffer.
+        """
+        if n >= OWN_READ and n > len(self.buf) - self.p:
+            self._check_left(n, what)
+            at = self.offset
+            data = self.src.read(at, n)
+            if len(data) < n:
+                raise self.error(f"{what}: the file ended early (read {len(data)} of {n} bytes)")
+            self.buf, self.base, self.p = b"", at + n, 0
+            return data
         self.need(n, what)
         out = self.buf[self.p:self.p + n]
         self.p += n
@@ -131,10 +151,15 @@ class Cursor:
         return [b.decode("utf-8", "surrogateescape") for b in raw]
 
     def numbers(self, dtype: str, count: int, what: str) -> np.ndarray:
-        """``count`` fixed-size items: a 1-D numpy view of the buffer."""
+        """``count`` fixed-size items: a read-only 1-D array over bytes of its own.
+
+        ``dtype`` ``"?"`` (GGUF's BOOL) reads one byte an item, true when non-zero.
+        """
         size = np.dtype(dtype).itemsize
         self.check_count(count, size, what)
-        self.need(count * size, what)
-        out = np.frombuffer(self.buf, dtype=dtype, count=count, offset=self.p)
-        self.p += count * size
-        return out
+        data = self.raw(count * size, what)
+        if dtype == "?":
+            out = np.frombuffer(data, dtype=np.uint8) != 0
+            out.flags.writeable = False
+            return out
+        return np.frombuffer(data, dtype=dtype)

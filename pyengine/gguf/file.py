@@ -19,7 +19,8 @@ class GGUFFile:
 
     Attributes (part 0's for a split model): ``version``, ``alignment``,
     ``data_offset``, ``byte_order`` (always ``"little"``), ``n_kv``,
-    ``metadata`` (key -> int/float/bool/str/list, in file order),
+    ``metadata`` (key -> int, float, bool, str, read-only 1-D numpy array
+    (an array of numbers or BOOL), list of str, or list of arrays; in file order),
     ``value_types`` (key -> ``"UINT32"``, ``"ARRAY[STRING]"``, ...),
     ``sections``; and over all parts ``tensors`` (name -> :class:`TensorInfo`,
     file order), ``parts``, ``file_size`` (bytes, all parts).

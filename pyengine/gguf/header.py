@@ -96,7 +96,12 @@ def _value_type(cur: Cursor, what: str) -> int:
 
 
 def _read_value(cur: Cursor, tid: int, depth: int = 0) -> tuple[Any, str]:
-    """One value of GGUF type ``tid`` -> (Python value, type name like ``ARRAY[STRING]``)."""
+    """One value of GGUF type ``tid`` -> (value, type name like ``ARRAY[STRING]``).
+
+    A scalar is an int, float, bool or str; an array of a fixed-size type a
+    read-only 1-D numpy array (BOOL as ``bool``); an array of strings a
+    ``list[str]``; an array of arrays a list of those.
+    """
     name = VALUE_TYPES[tid][0]
     if tid == T_STRING:
         return cur.string(), name
@@ -114,7 +119,7 @@ def _read_value(cur: Cursor, tid: int, depth: int = 0) -> tuple[Any, str]:
         pairs = [_read_value(cur, T_ARRAY, depth + 1) for _ in range(count)]
         inner = {t for _, t in pairs}  # "ARRAY[ARRAY]" when the inner types differ or none
         return [v for v, _ in pairs], f"ARRAY[{inner.pop() if len(inner) == 1 else 'ARRAY'}]"
-    return cur.numbers(dtype, count, f"array of {item_name}").tolist(), f"ARRAY[{item_name}]"
+    return cur.numbers(dtype, count, f"array of {item_name}"), f"ARRAY[{item_name}]"
 
 
 def _read_metadata(cur: Cursor, n_kv: int) -> tuple[dict, dict, dict]:

@@ -25,6 +25,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
+import numpy as np
+
 from pyengine.errors import ModelError
 
 REQUIRED = object()  # marks a key without a default
@@ -97,7 +99,7 @@ class ModelConfig:
     rope_scaling_factor: float  # linear: positions are divided by it (0 or 1: none)
     rope_scale_linear: float    # the factor under its older key, used when rope.scaling.factor is absent
     sliding_window: int         # tokens a sliding-window layer sees, itself included (0: none)
-    sliding_window_pattern: object
+    sliding_window_pattern: object  # as in the file: an int, or per layer (an array or list of bools)
     rope_freq_base_swa: float
     final_logit_softcap: float  # logits = c * tanh(logits / c) when c > 0
     tied_output: bool | None = None  # output reuses token_embd (known from the tensors, None if not given)
@@ -147,10 +149,8 @@ def _check_value(key: str, value, typ):
     """``value`` as ``typ`` (int or float; bool is not an int here); per-layer arrays must be uniform."""
     if typ is None:
         return value
-    if isinstance(value, list) and typ in (int, float):
-        if not value or any(v != value[0] for v in value):
-            raise ModelError(f"metadata key {key!r}: per-layer values {value[:8]}... are not supported")
-        value = value[0]
+    if isinstance(value, (list, np.ndarray)) and typ in (int, float):
+        value = _same_for_every_layer(key, value)
     if typ is str:
         if not isinstance(value, str):
             raise ModelError(f"metadata key {key!r} must be a string, got {value!r}")
@@ -164,6 +164,19 @@ def _check_value(key: str, value, typ):
     if not math.isfinite(value):
         raise ModelError(f"metadata key {key!r} must be finite, got {value!r}")
     return float(value)
+
+
+def _same_for_every_layer(key: str, value: list | np.ndarray):
+    """The one value of a per-layer array (the reader's 1-D numpy array, or a list) whose layers agree."""
+    if isinstance(value, np.ndarray):
+        same = value.size > 0 and bool((value == value[0]).all())
+        shown = value[:8].tolist()
+    else:
+        same = bool(value) and all(isinstance(v, (int, float)) and v == value[0] for v in value)
+        shown = value[:8]
+    if not same:
+        raise ModelError(f"metadata key {key!r}: per-layer values {shown}... are not supported")
+    return shown[0]
 
 
 def _derive(cfg: ModelConfig, metadata: dict) -> None:
@@ -219,11 +232,12 @@ def _derive_attention(cfg: ModelConfig) -> None:
     if not spec.swa_pattern or cfg.sliding_window == 0:
         cfg.swa_layers = (False,) * cfg.n_layer
         cfg.sliding_window = 0
-    elif isinstance(pattern, list):
-        if len(pattern) != cfg.n_layer or not all(isinstance(p, bool) for p in pattern):
+    elif isinstance(pattern, (list, np.ndarray)):  # the reader's ARRAY[BOOL] is a numpy bool array
+        bools = pattern.dtype == bool if isinstance(pattern, np.ndarray) else all(isinstance(p, bool) for p in pattern)
+        if len(pattern) != cfg.n_layer or not bools:
             raise ModelError(f"metadata key '{cfg.arch}.attention.sliding_window_pattern' must be "
                              f"{cfg.n_layer} booleans")
-        cfg.swa_layers = tuple(pattern)
+        cfg.swa_layers = tuple(bool(p) for p in pattern)
     else:
         n = spec.swa_pattern if pattern is None else _check_value("sliding_window_pattern", pattern, int)
         # llama_hparams::set_swa_pattern: layer il is global when il % n == n - 1 (n = 0: all sliding)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from pyengine.errors import TokenizerError
 from pyengine.text.bpe import PRE_TOKENIZERS, PreTokenizer
 
@@ -87,28 +89,47 @@ EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<
              "<｜end▁of▁sentence｜>", "[e~[")
 
 
-def get(meta: dict, key: str, kind: type, default: Any = None) -> Any:
+def get(meta: dict, key: str, kind: type | tuple, default: Any = None) -> Any:
     """``meta[key]`` checked to be a ``kind`` (bool is no int); ``default`` when absent."""
     if key not in meta:
         return default
     value = meta[key]
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise TokenizerError(f"{key}: expected {kind.__name__}, got {type(value).__name__}")
+        raise TokenizerError(f"{key}: expected {_names(kind)}, got {type(value).__name__}")
     return value
 
 
 def get_list(meta: dict, key: str, item: type | tuple, n: int | None) -> list | None:
-    """``meta[key]`` checked to be a list of ``item`` (bool is no int) of length ``n`` (any if None)."""
-    value = get(meta, key, list)
+    """``meta[key]`` checked to be a list of ``item`` (bool is no int) of length ``n`` (any if None).
+
+    A 1-D numpy array (the reader's arrays of numbers) of a matching dtype is
+    checked by its dtype and comes back as a list of Python numbers.
+    """
+    value = get(meta, key, (list, np.ndarray))
     if value is None:
         return None
     if n is not None and len(value) != n:
         raise TokenizerError(f"{key}: {len(value)} entries, but {KEY_TOKENS} has {n} tokens")
+    if isinstance(value, np.ndarray):
+        return _array_list(key, value, item)
     for kind in set(map(type, value)):   # one pass in C; the loop sees each distinct type once
         if not issubclass(kind, item) or issubclass(kind, bool):
             i = next(i for i, x in enumerate(value) if type(x) is kind)
             raise TokenizerError(f"{key}: entry {i} is a {kind.__name__}")
     return value
+
+
+def _array_list(key: str, value: np.ndarray, item: type | tuple) -> list:
+    """A 1-D numpy array of ints or floats, as ``item`` allows, as a list (bool is no int, str never)."""
+    items = item if isinstance(item, tuple) else (item,)
+    kinds = ("iu" if int in items else "") + ("f" if float in items else "")  # numpy's dtype.kind
+    if value.ndim != 1 or value.dtype.kind not in kinds:
+        raise TokenizerError(f"{key}: expected a list of {_names(item)}, got an array of {value.dtype}")
+    return value.tolist()
+
+
+def _names(item: type | tuple) -> str:
+    return " or ".join(t.__name__ for t in (item if isinstance(item, tuple) else (item,)))
 
 
 def read_tokens(meta: dict) -> list[str]:

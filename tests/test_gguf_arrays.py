@@ -1,0 +1,235 @@
+"""Metadata arrays: numbers stay numpy arrays, read once, and their consumers."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import tracemalloc
+
+import gguf
+import numpy as np
+import pytest
+from conftest import ROOT, TINY
+from gguf_corpus import assemble
+from gguf_write import gguf_bytes, gstr, u32, u64
+
+from pyengine.browser.page import inspector
+from pyengine.errors import ModelError, TokenizerError
+from pyengine.gguf import open_gguf
+from pyengine.gguf.cursor import FIRST_CHUNK
+from pyengine.gguf.header import VALUE_TYPES
+from pyengine.gguf.source import BytesSource, FileSource
+from pyengine.inspect import describe, format_text, plain
+from pyengine.model.config import ModelConfig
+from pyengine.text.tokenizer import Tokenizer
+
+DTYPES = {name: dtype for name, _, dtype in VALUE_TYPES.values() if dtype}  # "FLOAT32" -> "<f4" ...
+
+# Items of each fixed-size type, its extremes included.
+ITEMS = {
+    "UINT8": [0, 255, 7], "INT8": [-128, 127, 0], "UINT16": [0, 65535], "INT16": [-32768, 32767],
+    "UINT32": [0, 2**32 - 1], "INT32": [-2**31, 2**31 - 1], "FLOAT32": [0.1, -2.5, math.inf, 1e-45],
+    "BOOL": [True, False, True], "UINT64": [0, 2**64 - 1], "INT64": [-2**63, 2**63 - 1],
+    "FLOAT64": [math.pi, -1e300, -math.inf],
+}
+
+
+def write(tmp_path, name: str, kvs: list, tensors: list = ()) -> FileSource:
+    path = tmp_path / name
+    path.write_bytes(gguf_bytes(kvs, list(tensors)))
+    return path
+
+
+# --- numbers stay numpy arrays ------------------------------------------------------------------
+
+def test_arrays_of_every_fixed_size_type_agree_with_gguf_reader(tmp_path):
+    kvs = [(f"a.{t.lower()}", f"ARRAY[{t}]", items) for t, items in ITEMS.items()]
+    kvs += [(f"a.empty_{t.lower()}", f"ARRAY[{t}]", []) for t in ITEMS]
+    path = write(tmp_path, "arrays.gguf", kvs)
+    oracle = gguf.GGUFReader(path).fields
+    with open_gguf(path) as g:
+        for key, vtype, items in kvs:
+            got, dtype = g.metadata[key], np.dtype(DTYPES[vtype[6:-1]])
+            assert isinstance(got, np.ndarray) and got.ndim == 1 and got.dtype == dtype, key
+            assert got.tolist() == oracle[key].contents() == np.array(items, dtype).tolist(), key
+            if items:
+                assert oracle[key].parts[oracle[key].data[0]].dtype == dtype, key
+            assert not got.flags.writeable, key
+    assert g.metadata["a.float32"].tolist() == [float(np.float32(0.1)), -2.5, math.inf, float(np.float32(1e-45))]
+    assert g.metadata["a.uint64"][1] == 2**64 - 1 and g.metadata["a.int64"][0] == -2**63
+
+
+def test_arrays_of_arrays_are_lists_of_arrays():
+    g = open_gguf(gguf_bytes([("a.n", "ARRAY[ARRAY[INT16]]", [[1, -2], [], [3]]),
+                              ("a.s", "ARRAY[ARRAY[STRING]]", [["x", "y"], []])], []))
+    n = g.metadata["a.n"]
+    assert type(n) is list and [a.dtype for a in n] == [np.int16] * 3 and plain(n) == [[1, -2], [], [3]]
+    assert g.metadata["a.s"] == [["x", "y"], []]
+
+
+def test_bool_items_are_true_when_not_zero():
+    data = assemble([gstr("a.b") + u32(9) + u32(7) + u64(4) + bytes([0, 1, 2, 255])], [])
+    b = open_gguf(data).metadata["a.b"]
+    assert b.dtype == bool and b.tolist() == [False, True, True, True]
+    assert b.view(np.uint8).tolist() == [0, 1, 1, 1] and (b == np.array([0, 1, 1, 1], bool)).all()
+    assert not b.flags.writeable
+
+
+@pytest.mark.parametrize("n", [3, 2_000_000])  # 12 bytes inside the first buffer; 8 MB past it, read alone
+def test_an_array_owns_exactly_its_bytes(n):
+    """Nothing made from the header keeps the header's buffer alive."""
+    src = BytesSource(gguf_bytes([("a.x", "ARRAY[FLOAT32]", np.arange(n, dtype="<f4")),
+                                  ("a.after", "UINT32", 7)], []), "own.gguf")
+    g = open_gguf(src)
+    x = g.metadata["a.x"]
+    assert isinstance(x.base, bytes) and len(x.base) == x.nbytes == 4 * n
+    assert np.array_equal(x, np.arange(n, dtype=np.float32)) and g.metadata["a.after"] == 7
+    assert src.reads == (1 if n == 3 else 3)  # the first chunk; then the array alone, then the rest
+    with pytest.raises(ValueError, match="read-only"):
+        x[0] = 1.0
+
+
+@pytest.fixture(scope="module")
+def array_40mb(tmp_path_factory):
+    """A GGUF whose metadata holds a 40 MB float32 array (10,000,000 items), and one tensor."""
+    path = tmp_path_factory.mktemp("big") / "big.gguf"
+    path.write_bytes(gguf_bytes([("general.architecture", "STRING", "llama"),
+                                 ("a.big", "ARRAY[FLOAT32]", np.arange(10_000_000, dtype="<f4"))],
+                                [("t", (8,), 0, np.ones(8, "<f4").tobytes())]))
+    return path
+
+
+def test_a_40_mb_array_is_held_once_while_read(array_40mb):
+    """The header parse peaks near the array's own size (it was 2 buffers, then a list of floats)."""
+    n_bytes = 40_000_000
+    tracemalloc.start()
+    try:
+        with open_gguf(FileSource(array_40mb)) as g:
+            _, peak = tracemalloc.get_traced_memory()
+            big = g.metadata["a.big"]
+    finally:
+        tracemalloc.stop()
+    assert n_bytes < peak < n_bytes + 2 * FIRST_CHUNK
+    assert big.dtype == np.float32 and big.shape == (10_000_000,)
+    assert np.array_equal(big, np.arange(10_000_000, dtype=np.float32))
+    assert list(g.tensors) == ["t"] and np.array_equal(g.tensor("t"), np.ones(8))
+
+
+def test_inspect_of_a_40_mb_array_stays_near_its_size(array_40mb):
+    """``python -m pyengine inspect``'s peak RSS grows by about the array over a tiny file's."""
+    code = ("import resource, subprocess, sys; "
+            "subprocess.run([sys.executable, '-m', 'pyengine', 'inspect', sys.argv[1]], check=True, "
+            "stdout=subprocess.DEVNULL); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+
+    def peak_bytes(path) -> int:  # the peak RSS of its one child, in a fresh process
+        p = subprocess.run([sys.executable, "-c", code, str(path)], cwd=ROOT, capture_output=True, text=True,
+                           timeout=120, check=True)
+        return int(p.stdout) * 1024
+
+    grown = peak_bytes(array_40mb) - peak_bytes(TINY["llama"])
+    assert 30_000_000 < grown < 1.25 * 40_000_000, grown
+
+
+# --- the consumers ------------------------------------------------------------------------------
+
+def tiny_metadata(name: str) -> dict:
+    with open_gguf(TINY[name]) as g:
+        return dict(g.metadata), dict(g.value_types)
+
+
+def test_tokenizer_reads_the_arrays_as_lists_of_python_numbers():
+    meta, _ = tiny_metadata("llama")
+    assert isinstance(meta["tokenizer.ggml.scores"], np.ndarray)
+    tok = Tokenizer.from_metadata(meta)
+    assert type(tok.scores) is list and type(tok.scores[0]) is float
+    assert tok.scores == meta["tokenizer.ggml.scores"].tolist()
+    assert type(tok.attrs) is list and len(tok.attrs) == tok.n_vocab
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("tokenizer.ggml.token_type", np.ones(328, np.float32), "expected a list of int, got an array of float32"),
+    ("tokenizer.ggml.token_type", np.ones(328, bool), "expected a list of int, got an array of bool"),
+    ("tokenizer.ggml.scores", np.ones(328, bool), "expected a list of float or int, got an array of bool"),
+    ("tokenizer.ggml.token_type", np.ones(327, np.int32), "327 entries, but tokenizer.ggml.tokens has 328"),
+    ("tokenizer.ggml.tokens", np.ones(328, np.int32), "expected a list of str, got an array of int32"),
+])
+def test_tokenizer_names_arrays_of_the_wrong_type(key, value, message):
+    meta, _ = tiny_metadata("llama")
+    with pytest.raises(TokenizerError, match=f"^{key}: {message}"):
+        Tokenizer.from_metadata({**meta, key: value})
+
+
+def test_tokenizer_takes_any_integer_dtype_for_token_types():
+    meta, _ = tiny_metadata("llama")
+    types = meta["tokenizer.ggml.token_type"]
+    tok = Tokenizer.from_metadata({**meta, "tokenizer.ggml.token_type": types.astype(np.uint8)})
+    assert tok.attrs == Tokenizer.from_metadata(meta).attrs
+
+
+def gemma3_with(tmp_path, **changes) -> dict:
+    """The tiny gemma3's metadata written back with ``changes`` (key -> (type, value)), read again."""
+    meta, types = tiny_metadata("gemma3")
+    kvs = [(k, types[k], v) for k, v in meta.items() if k not in changes]
+    kvs += [(k, vtype, v) for k, (vtype, v) in changes.items()]
+    with open_gguf(write(tmp_path, "g.gguf", kvs)) as g:
+        return g.metadata
+
+
+def test_config_reads_a_bool_array_pattern_and_uniform_per_layer_values(tmp_path):
+    flags = [False, True, True, False, True, True]
+    meta = gemma3_with(tmp_path, **{"gemma3.attention.sliding_window_pattern": ("ARRAY[BOOL]", flags),
+                                    "gemma3.attention.head_count_kv": ("ARRAY[INT32]", [1] * 6),
+                                    "gemma3.rope.freq_base": ("ARRAY[FLOAT32]", [1e6] * 6)})
+    assert isinstance(meta["gemma3.attention.sliding_window_pattern"], np.ndarray)
+    c = ModelConfig.from_metadata(meta)
+    assert c.swa_layers == tuple(flags) and all(type(f) is bool for f in c.swa_layers)
+    assert (c.n_head_kv, c.rope_freq_base) == (1, 1e6) and type(c.n_head_kv) is int
+
+
+@pytest.mark.parametrize("key, vtype, value, message", [
+    ("gemma3.attention.head_count_kv", "ARRAY[INT32]", [1, 2, 1, 1, 1, 1], r"per-layer values \[1, 2, 1, 1, 1, 1\]"),
+    ("gemma3.attention.head_count_kv", "ARRAY[INT32]", [], r"per-layer values \[\]"),
+    ("gemma3.attention.head_count_kv", "ARRAY[BOOL]", [True] * 6, "must be a number, got True"),
+    ("gemma3.attention.sliding_window_pattern", "ARRAY[INT32]", [0, 1] * 3, "must be 6 booleans"),
+    ("gemma3.attention.sliding_window_pattern", "ARRAY[BOOL]", [True] * 5, "must be 6 booleans"),
+])
+def test_config_names_per_layer_arrays_it_cannot_use(tmp_path, key, vtype, value, message):
+    meta = gemma3_with(tmp_path, **{key: (vtype, value)})
+    with pytest.raises(ModelError, match=message):
+        ModelConfig.from_metadata(meta)
+
+
+def test_inspect_shows_numeric_arrays_as_plain_json(tmp_path):
+    path = write(tmp_path, "odd.gguf", [("a.f", "ARRAY[FLOAT32]", [0.1, math.nan, -math.inf]),
+                                        ("a.i", "ARRAY[INT64]", list(range(20))),
+                                        ("a.b", "ARRAY[BOOL]", [True, False]),
+                                        ("a.n", "ARRAY[ARRAY[UINT8]]", [[1], list(range(9))])])
+    with open_gguf(path) as g:
+        d = describe(g)
+    assert d["metadata"] == {"a.f": [float(np.float32(0.1)), "nan", "-inf"],
+                             "a.i": {"length": 20, "first": list(range(8))}, "a.b": [True, False],
+                             "a.n": [[1], {"length": 9, "first": list(range(8))}]}
+    assert json.loads(json.dumps(d, allow_nan=False)) == d  # strict JSON: no NaN tokens, no numpy types
+    text = format_text(d)
+    assert '= [0.1, "nan", "-inf"]' in text and "= [0, 1, 2, 3, 4, 5, 6, 7, ... ] (20 items)" in text
+    rows = {r["key"]: r["value"] for r in inspector(d)["metadata"]}
+    assert rows == {"a.f": '[0.1, "nan", "-inf"]', "a.i": "[0, 1, 2, 3, 4, 5, 6, 7, ... ] (20 items)",
+                    "a.b": "[True, False]", "a.n": "[[1], [0, 1, 2, 3, 4, 5, 6, 7, ... ] (9 items)]"}
+
+
+def test_random_arrays_round_trip():
+    """Arrays of random types and lengths, one after another, some past the buffer: each comes back bit for bit."""
+    rng = np.random.default_rng(0)
+    kvs = []
+    for i in range(30):
+        t = list(ITEMS)[rng.integers(len(ITEMS))]
+        dtype, n = np.dtype(DTYPES[t]), int(rng.choice([0, 1, 7, 1000, 100_000, 700_000]))
+        items = rng.integers(0, 256, n * dtype.itemsize, dtype=np.uint8).view(dtype) if t != "BOOL" else \
+            rng.integers(0, 2, n).astype(bool)
+        kvs.append((f"a.{i}", f"ARRAY[{t}]", items))
+    g = open_gguf(BytesSource(gguf_bytes(kvs, []), "random.gguf"))
+    for key, _, items in kvs:
+        got = g.metadata[key]
+        assert got.dtype == items.dtype and got.tobytes() == items.tobytes(), key
