@@ -1,4 +1,4 @@
-"""Metadata arrays: numbers stay numpy arrays, read once, and their consumers."""
+"""Metadata arrays: numbers stay numpy arrays, and the cap on what metadata holds."""
 
 from __future__ import annotations
 
@@ -13,19 +13,21 @@ import numpy as np
 import pytest
 from conftest import ROOT, TINY
 from gguf_corpus import assemble
-from gguf_write import gguf_bytes, gstr, u32, u64
+from gguf_write import gguf_bytes, gstr, header, u32, u64
 
+import pyengine.gguf.header as gguf_header
 from pyengine.browser.page import inspector
-from pyengine.errors import ModelError, TokenizerError
+from pyengine.errors import GGUFError, ModelError, TokenizerError
 from pyengine.gguf import open_gguf
-from pyengine.gguf.cursor import FIRST_CHUNK
-from pyengine.gguf.header import VALUE_TYPES
+from pyengine.gguf.cursor import FIRST_CHUNK, OBJECT_BYTES
+from pyengine.gguf.header import MAX_METADATA_BYTES, VALUE_TYPES
 from pyengine.gguf.source import BytesSource, FileSource
 from pyengine.inspect import describe, format_text, plain
 from pyengine.model.config import ModelConfig
 from pyengine.text.tokenizer import Tokenizer
 
 DTYPES = {name: dtype for name, _, dtype in VALUE_TYPES.values() if dtype}  # "FLOAT32" -> "<f4" ...
+MiB = 1 << 20
 
 # Items of each fixed-size type, its extremes included.
 ITEMS = {
@@ -130,6 +132,97 @@ def test_inspect_of_a_40_mb_array_stays_near_its_size(array_40mb):
 
     grown = peak_bytes(array_40mb) - peak_bytes(TINY["llama"])
     assert 30_000_000 < grown < 1.25 * 40_000_000, grown
+
+
+# --- the cap on the metadata held ---------------------------------------------------------------
+
+CAP = 1 * MiB
+KEY_BYTES = 8 + 5 + 4         # "a.big"/"a.tok": length, text, value type
+ARRAY_HEAD = 4 + 8            # item type, count
+
+
+@pytest.fixture
+def small_cap(monkeypatch):
+    monkeypatch.setattr(gguf_header, "MAX_METADATA_BYTES", CAP)
+
+
+def test_numbers_just_under_the_cap_load(small_cap):
+    # held: the metadata's bytes, plus OBJECT_BYTES for the key and for the array
+    n = (CAP - KEY_BYTES - ARRAY_HEAD - 2 * OBJECT_BYTES) // 4
+    g = open_gguf(gguf_bytes([("a.big", "ARRAY[FLOAT32]", np.zeros(n, "<f4"))], []))
+    assert g.metadata["a.big"].shape == (n,)
+
+
+def test_numbers_just_over_the_cap_fail_naming_file_byte_and_key(small_cap):
+    n = (CAP - KEY_BYTES - ARRAY_HEAD - 2 * OBJECT_BYTES) // 4 + 1
+    data = gguf_bytes([("a.big", "ARRAY[FLOAT32]", np.zeros(n, "<f4"))], [])
+    with pytest.raises(GGUFError) as e:
+        open_gguf(BytesSource(data, "cap.gguf"))
+    held = KEY_BYTES + ARRAY_HEAD + 2 * OBJECT_BYTES + 4 * n
+    assert CAP < held <= CAP + 4
+    assert str(e.value) == (f"cap.gguf: byte {24 + KEY_BYTES + ARRAY_HEAD}: key 'a.big': metadata would hold "
+                            f"more than 1 MiB: this array of FLOAT32 would bring it to {held:,} bytes")
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_strings_just_under_the_cap_load_and_one_more_fails(small_cap, extra):
+    # each 10-byte string: its length (8), its bytes, OBJECT_BYTES; the list is one object more
+    per = 8 + 10 + OBJECT_BYTES
+    n = (CAP - KEY_BYTES - ARRAY_HEAD - 2 * OBJECT_BYTES) // per + extra
+    tokens = [f"t{i:09d}" for i in range(n)]
+    data = gguf_bytes([("a.tok", "ARRAY[STRING]", tokens)], [])
+    if not extra:
+        assert open_gguf(data).metadata["a.tok"] == tokens
+        return
+    with pytest.raises(GGUFError) as e:
+        open_gguf(BytesSource(data, "cap.gguf"))
+    # every string's object is charged first: the first string whose bytes pass what is left fails
+    left = CAP - KEY_BYTES - ARRAY_HEAD - (n + 2) * OBJECT_BYTES
+    k = left // (8 + 10)
+    at = 24 + KEY_BYTES + ARRAY_HEAD + (8 + 10) * k + 8
+    held = at + 10 - 24 + (n + 2) * OBJECT_BYTES
+    assert str(e.value) == (f"cap.gguf: byte {at}: key 'a.tok': metadata would hold more than 1 MiB: "
+                            f"this string would bring it to {held:,} bytes")
+    assert held - 18 <= CAP < held and k < n
+
+
+def test_a_count_of_strings_over_the_cap_fails_before_the_list_is_made(small_cap):
+    n = CAP // (8 + OBJECT_BYTES) + 1   # empty strings: 8 bytes of file each, but objects all the same
+    data = gguf_bytes([("a.tok", "ARRAY[STRING]", [""] * n)], [])
+    assert len(data) < CAP
+    held = KEY_BYTES + ARRAY_HEAD + OBJECT_BYTES + 8 * n + (n + 1) * OBJECT_BYTES
+    with pytest.raises(GGUFError, match=rf"byte 53: key 'a\.tok': metadata would hold more than 1 MiB: "
+                                        rf"this array of {n:,} strings would bring it to {held:,} bytes$"):
+        open_gguf(data)
+
+
+def test_the_real_cap_is_checked_before_the_array_is_allocated(tmp_path):
+    """A sparse file holding an array one item past 256 MiB fails after reading the first chunk."""
+    assert MAX_METADATA_BYTES == 256 * MiB
+    n = MAX_METADATA_BYTES // 4
+    head = header(0, 1) + gstr("a.big") + u32(9) + u32(6) + u64(n)
+    path = tmp_path / "sparse.gguf"
+    with open(path, "wb") as f:
+        f.write(head)
+        f.truncate(len(head) + 4 * n + 64)
+    tracemalloc.start()
+    try:
+        with pytest.raises(GGUFError, match=r"^sparse\.gguf: byte 53: key 'a\.big': metadata would hold more "
+                                            r"than 256 MiB: this array of FLOAT32 would bring it to "
+                                            r"268,435,613 bytes$"):
+            open_gguf(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * FIRST_CHUNK
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("name", ["gemma3_path", "smollm2_path"])
+def test_real_models_hold_an_eighth_of_the_cap(request, monkeypatch, name):
+    monkeypatch.setattr(gguf_header, "MAX_METADATA_BYTES", MAX_METADATA_BYTES // 8)
+    with open_gguf(request.getfixturevalue(name)) as g:
+        assert len(g.metadata["tokenizer.ggml.tokens"]) > 40_000
 
 
 # --- the consumers ------------------------------------------------------------------------------

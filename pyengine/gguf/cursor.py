@@ -3,8 +3,12 @@
 Every count and length in the header comes from a stranger: the cursor checks
 each against the bytes left in the file before anything is read or allocated,
 and names the file, the byte offset and what was being read in its errors.
-Every value the cursor returns owns its bytes (a large one is read on its
-own), so nothing made from the header keeps the buffer alive.
+
+While a cap is set (:meth:`Cursor.limit`: the metadata), every string and
+array is also checked against it before it is made: the bytes read since the
+cap was set, plus ``OBJECT_BYTES`` for each string or array object, may not
+pass it. Every value the cursor returns owns its bytes (a large one is read on
+its own), so nothing made from the header keeps the buffer alive.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from pyengine.errors import GGUFError
 FIRST_CHUNK = 1 << 20      # bytes of the first header read; each next read doubles
 MAX_CHUNK = 64 << 20       # ... up to this
 OWN_READ = 4 << 20         # a value of at least this many bytes that runs past the buffer: one read of its own
+OBJECT_BYTES = 64          # charged to the cap per string or array made (about a CPython str and its list slot)
+NEVER = 1 << 64            # an offset no file reaches
 
 U32 = struct.Struct("<I")
 U64 = struct.Struct("<Q")
@@ -38,6 +44,8 @@ class Cursor:
         self.p = 0               # read position in buf
         self.chunk = FIRST_CHUNK
         self.where = "header"
+        self.cap = 0             # bytes the values read under the cap may hold
+        self.cap_end = NEVER     # the offset the reads may reach: lowered by OBJECT_BYTES per object made
 
     @property
     def offset(self) -> int:
@@ -79,6 +87,23 @@ class Cursor:
             raise self.error(f"{what}: {count} items of at least {item_bytes} bytes cannot fit "
                              f"in the {self.left} bytes left in the file")
 
+    # --- the cap -----------------------------------------------------------------------------
+
+    def limit(self, cap: int | None) -> None:
+        """From here on, hold at most ``cap`` bytes (None: no cap)."""
+        self.cap, self.cap_end = (0, NEVER) if cap is None else (cap, self.offset + cap)
+
+    def hold(self, n: int, objects: int, what: str) -> None:
+        """Charge ``objects`` strings or arrays about to be made of the next ``n`` bytes; past the cap, an error."""
+        end = self.cap_end - objects * OBJECT_BYTES
+        if self.offset + n > end:
+            held = self.cap - (end - self.offset - n)
+            raise self.error(f"metadata would hold more than {self.cap / 2**20:g} MiB: this {what} "
+                             f"would bring it to {held:,} bytes")
+        self.cap_end = end
+
+    # --- reads ----------------------------------------------------------------------------------
+
     def unpack(self, st: struct.Struct, what: str) -> tuple:
         self.need(st.size, what)
         out = st.unpack_from(self.buf, self.p)
@@ -114,30 +139,36 @@ class Cursor:
     def string(self, what: str = "string") -> str:
         return self.string_bytes(what).decode("utf-8", "surrogateescape")
 
-    def string_bytes(self, what: str = "string") -> bytes:
+    def string_bytes(self, what: str = "string", objects: int = 1) -> bytes:
+        """One string's bytes, checked against the cap as ``objects`` objects (0: already charged)."""
         n = self.u64(f"{what} length")
+        self._check_left(n, what)
+        self.hold(n, objects, what)
         return self.raw(n, what)
 
     def strings(self, count: int) -> list[str]:
         """``count`` strings: the hot loop of header parsing (262,144 vocab entries).
 
-        Strings wholly inside the buffer are cut straight out of it; one that
-        runs past the buffer's end goes through :meth:`string_bytes`, which
-        refills. All are decoded at the end.
+        Strings wholly inside the buffer and the cap are cut straight out of
+        the buffer; the one that stops the loop goes through
+        :meth:`string_bytes`, which refills or raises. All are decoded at the
+        end.
         """
         self.check_count(count, 8, "array of strings")
+        self.hold(8 * count, count + 1, f"array of {count:,} strings")
         raw: list[bytes] = [b""] * count
         unpack = U64.unpack_from
         i = 0
         while i < count:
             buf, p = self.buf, self.p
-            last = len(buf) - 8  # the last position a length can start at
+            stop = min(len(buf), self.cap_end - self.base)
+            last = stop - 8  # the last position a length can start at
             for j in range(i, count):  # the hot loop
                 if p > last:
                     break
                 q = p + 8
                 r = q + unpack(buf, p)[0]
-                if r > last + 8:
+                if r > stop:
                     break
                 raw[j] = buf[q:r]
                 p = r
@@ -146,7 +177,7 @@ class Cursor:
             i = j                  # the first string not cut out of this buffer
             self.p = p
             if i < count:
-                raw[i] = self.string_bytes()
+                raw[i] = self.string_bytes(objects=0)
                 i += 1
         return [b.decode("utf-8", "surrogateescape") for b in raw]
 
@@ -157,6 +188,7 @@ class Cursor:
         """
         size = np.dtype(dtype).itemsize
         self.check_count(count, size, what)
+        self.hold(count * size, 1, what)
         data = self.raw(count * size, what)
         if dtype == "?":
             out = np.frombuffer(data, dtype=np.uint8) != 0

@@ -20,6 +20,7 @@ SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
 MAX_ARRAY_DEPTH = 8        # an array of arrays of ... at most this many levels
 MAX_DIMS = 4               # ggml's GGML_MAX_DIMS
+MAX_METADATA_BYTES = 256 << 20  # what one file's metadata may hold (Cursor.hold); real vocabs take a tenth or less
 
 KEY_ALIGNMENT = "general.alignment"
 
@@ -116,6 +117,7 @@ def _read_value(cur: Cursor, tid: int, depth: int = 0) -> tuple[Any, str]:
         return cur.strings(count), f"ARRAY[{item_name}]"
     if item == T_ARRAY:
         cur.check_count(count, _MIN_ARRAY_BYTES, "array of arrays")
+        cur.hold(_MIN_ARRAY_BYTES * count, 1, f"array of {count:,} arrays")
         pairs = [_read_value(cur, T_ARRAY, depth + 1) for _ in range(count)]
         inner = {t for _, t in pairs}  # "ARRAY[ARRAY]" when the inner types differ or none
         return [v for v, _ in pairs], f"ARRAY[{inner.pop() if len(inner) == 1 else 'ARRAY'}]"
@@ -123,8 +125,13 @@ def _read_value(cur: Cursor, tid: int, depth: int = 0) -> tuple[Any, str]:
 
 
 def _read_metadata(cur: Cursor, n_kv: int) -> tuple[dict, dict, dict]:
-    """The ``n_kv`` key-value pairs -> (values, type names, byte offset of each value)."""
+    """The ``n_kv`` key-value pairs -> (values, type names, byte offset of each value).
+
+    Together they may hold at most ``MAX_METADATA_BYTES`` (checked before each
+    string and array is made).
+    """
     cur.check_count(n_kv, _MIN_KV_BYTES, "metadata")
+    cur.limit(MAX_METADATA_BYTES)
     values: dict[str, Any] = {}
     types: dict[str, str] = {}
     offsets: dict[str, int] = {}
@@ -140,6 +147,7 @@ def _read_metadata(cur: Cursor, n_kv: int) -> tuple[dict, dict, dict]:
         tid = _value_type(cur, "value type")
         offsets[key] = cur.offset
         values[key], types[key] = _read_value(cur, tid)
+    cur.limit(None)
     return values, types, offsets
 
 
