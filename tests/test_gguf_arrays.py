@@ -1,4 +1,4 @@
-"""Metadata arrays: numbers stay numpy arrays, and the cap on what metadata holds."""
+"""Metadata arrays: numbers stay numpy arrays, the cap on what metadata holds, progress while a header parses."""
 
 from __future__ import annotations
 
@@ -13,13 +13,14 @@ import numpy as np
 import pytest
 from conftest import ROOT, TINY
 from gguf_corpus import assemble
+from gguf_split import split_gguf
 from gguf_write import gguf_bytes, gstr, header, u32, u64
 
 import pyengine.gguf.header as gguf_header
 from pyengine.browser.page import inspector
 from pyengine.errors import GGUFError, ModelError, TokenizerError
 from pyengine.gguf import open_gguf
-from pyengine.gguf.cursor import FIRST_CHUNK, OBJECT_BYTES
+from pyengine.gguf.cursor import FIRST_CHUNK, OBJECT_BYTES, PROGRESS_BYTES
 from pyengine.gguf.header import MAX_METADATA_BYTES, VALUE_TYPES
 from pyengine.gguf.source import BytesSource, FileSource
 from pyengine.inspect import describe, format_text, plain
@@ -223,6 +224,43 @@ def test_real_models_hold_an_eighth_of_the_cap(request, monkeypatch, name):
     monkeypatch.setattr(gguf_header, "MAX_METADATA_BYTES", MAX_METADATA_BYTES // 8)
     with open_gguf(request.getfixturevalue(name)) as g:
         assert len(g.metadata["tokenizer.ggml.tokens"]) > 40_000
+
+
+# --- progress while the header parses -----------------------------------------------------------
+
+def test_progress_while_a_big_vocab_parses():
+    """400,000 strings of 12 bytes after 1.6 MB of scores: a call every PROGRESS_BYTES, each with the
+    header's true end as the total (the strings so far predict the rest), and a last call at the end."""
+    n = 400_000
+    data = gguf_bytes([("general.architecture", "STRING", "llama"),
+                       ("a.scores", "ARRAY[FLOAT32]", np.zeros(n, "<f4")),
+                       ("a.tokens", "ARRAY[STRING]", [f"t{i:011d}" for i in range(n)])], [])
+    calls = []
+    g = open_gguf(data, progress=lambda done, total: calls.append((done, total)))
+    end = g.sections[3].end
+    assert calls[-1] == (end, end) and len(calls) > 4
+    dones = [d for d, _ in calls]
+    assert dones == sorted(set(dones)) and all(d <= t for d, t in calls)
+    for before, after in zip([0] + dones[:-2], dones[:-1]):  # every call but the last: PROGRESS_BYTES apart
+        assert PROGRESS_BYTES <= after - before <= PROGRESS_BYTES + 20
+    assert end - dones[-2] <= PROGRESS_BYTES + 20
+    assert [t for _, t in calls] == [end] * len(calls)
+
+
+def test_progress_sums_the_parts_of_a_split_model(tmp_path):
+    parts = split_gguf(TINY["llama-q4km"], 3, tmp_path)
+    order = [parts[2], parts[0], parts[1]]
+    calls = []
+    with open_gguf(order, progress=lambda done, total: calls.append((done, total))) as g:
+        ends = {p.source.name: p.sections[3].end for p in g.parts}
+    at = np.cumsum([ends[p.name] for p in order]).tolist()
+    assert calls == [(a, a) for a in at]  # small headers: one call at the end of each, summed in the order given
+
+
+def test_progress_is_optional():
+    data = gguf_bytes([("a.x", "ARRAY[INT8]", [1, 2])], [])
+    for g in (open_gguf(data), open_gguf(data, None), open_gguf(data, progress=None)):
+        assert g.metadata["a.x"].tolist() == [1, 2]
 
 
 # --- the consumers ------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ its own), so nothing made from the header keeps the buffer alive.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ FIRST_CHUNK = 1 << 20      # bytes of the first header read; each next read doub
 MAX_CHUNK = 64 << 20       # ... up to this
 OWN_READ = 4 << 20         # a value of at least this many bytes that runs past the buffer: one read of its own
 OBJECT_BYTES = 64          # charged to the cap per string or array made (about a CPython str and its list slot)
+PROGRESS_BYTES = 2 << 20   # header bytes between two progress calls
 NEVER = 1 << 64            # an offset no file reaches
 
 U32 = struct.Struct("<I")
@@ -34,10 +36,12 @@ class Cursor:
     """Reads a source from byte 0 through a buffer refilled in doubling chunks.
 
     ``where`` names what is being read (``"header"``, ``"key 'x'"``,
-    ``"tensor 'y'"``) for error messages.
+    ``"tensor 'y'"``) for error messages. ``progress(bytes_done, bytes_total)``
+    (optional) is called by :meth:`report`; ``estimate`` is the best guess of
+    where the header ends (an offset; :meth:`strings` extrapolates it).
     """
 
-    def __init__(self, source: Any):
+    def __init__(self, source: Any, progress: Callable[[int, int], None] | None = None):
         self.src = source
         self.buf = b""
         self.base = 0            # file offset of buf[0]
@@ -46,6 +50,9 @@ class Cursor:
         self.where = "header"
         self.cap = 0             # bytes the values read under the cap may hold
         self.cap_end = NEVER     # the offset the reads may reach: lowered by OBJECT_BYTES per object made
+        self.progress = progress
+        self.next_report = NEVER if progress is None else PROGRESS_BYTES
+        self.estimate = 0
 
     @property
     def offset(self) -> int:
@@ -87,7 +94,7 @@ class Cursor:
             raise self.error(f"{what}: {count} items of at least {item_bytes} bytes cannot fit "
                              f"in the {self.left} bytes left in the file")
 
-    # --- the cap -----------------------------------------------------------------------------
+    # --- the cap and progress ----------------------------------------------------------------
 
     def limit(self, cap: int | None) -> None:
         """From here on, hold at most ``cap`` bytes (None: no cap)."""
@@ -101,6 +108,13 @@ class Cursor:
             raise self.error(f"metadata would hold more than {self.cap / 2**20:g} MiB: this {what} "
                              f"would bring it to {held:,} bytes")
         self.cap_end = end
+
+    def report(self, last: bool = False) -> None:
+        """Call ``progress(offset, estimate)`` when ``PROGRESS_BYTES`` were read since the last call, or ``last``."""
+        if self.progress is None or (self.offset < self.next_report and not last):
+            return
+        self.next_report = self.offset + PROGRESS_BYTES
+        self.progress(self.offset, self.offset if last else max(self.offset, self.estimate))
 
     # --- reads ----------------------------------------------------------------------------------
 
@@ -149,19 +163,19 @@ class Cursor:
     def strings(self, count: int) -> list[str]:
         """``count`` strings: the hot loop of header parsing (262,144 vocab entries).
 
-        Strings wholly inside the buffer and the cap are cut straight out of
-        the buffer; the one that stops the loop goes through
-        :meth:`string_bytes`, which refills or raises. All are decoded at the
-        end.
+        Strings wholly inside the buffer, the cap and the next progress report
+        are cut straight out of the buffer; the one that stops the loop goes
+        through :meth:`string_bytes`, which refills or raises. All are decoded
+        at the end.
         """
         self.check_count(count, 8, "array of strings")
         self.hold(8 * count, count + 1, f"array of {count:,} strings")
         raw: list[bytes] = [b""] * count
         unpack = U64.unpack_from
-        i = 0
+        start, i = self.offset, 0
         while i < count:
             buf, p = self.buf, self.p
-            stop = min(len(buf), self.cap_end - self.base)
+            stop = min(len(buf), self.cap_end - self.base, self.next_report - self.base)
             last = stop - 8  # the last position a length can start at
             for j in range(i, count):  # the hot loop
                 if p > last:
@@ -179,6 +193,8 @@ class Cursor:
             if i < count:
                 raw[i] = self.string_bytes(objects=0)
                 i += 1
+            self.estimate = self.offset + (self.offset - start) * (count - i) // i
+            self.report()
         return [b.decode("utf-8", "surrogateescape") for b in raw]
 
     def numbers(self, dtype: str, count: int, what: str) -> np.ndarray:

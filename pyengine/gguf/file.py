@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -98,14 +98,29 @@ def _is_source(x: Any) -> bool:
     return hasattr(x, "read") and hasattr(x, "size") and hasattr(x, "name")
 
 
-def open_gguf(paths_or_sources: Any) -> GGUFFile:
+def _read_parts(sources: list, progress: Callable[[int, int], None] | None) -> list[GGUFPart]:
+    """Each source's header, reporting ``progress`` as bytes of all headers so far."""
+    parts: list[GGUFPart] = []
+    for src in sources:
+        before = sum(p.sections[3].end for p in parts)  # the end of each header's tensor infos
+        report = None if progress is None else (lambda done, total, b=before: progress(b + done, b + total))
+        parts.append(read_part(src, progress=report))
+    return parts
+
+
+def open_gguf(paths_or_sources: Any, progress: Callable[[int, int], None] | None = None) -> GGUFFile:
     """Open one GGUF file, or every part of a split model given in any order.
 
     ``paths_or_sources``: a path, a byte source (see :mod:`pyengine.gguf.source`),
     bytes, or a list of those. Only the headers are read here: a few
-    large reads per file. Raises :class:`GGUFError` for malformed, hostile or
-    mismatched files, naming the file and byte offset; ``OSError`` if a path
-    cannot be opened.
+    large reads per file. ``progress(bytes_done, bytes_total)``, if given, is
+    called as the headers are parsed, every ``PROGRESS_BYTES`` (2 MiB) of
+    header and at the end of each file: bytes of header, summed over the
+    files in the order given. ``bytes_done`` only grows; ``bytes_total`` is
+    an estimate (a header's size is known once it is parsed), at least
+    ``bytes_done`` and equal to it in the last call. Raises :class:`GGUFError`
+    for malformed, hostile or mismatched files, naming the file and byte
+    offset; ``OSError`` if a path cannot be opened.
     """
     one = (str, bytes, bytearray, memoryview, os.PathLike)
     items = [paths_or_sources] if _is_source(paths_or_sources) or isinstance(
@@ -122,7 +137,7 @@ def open_gguf(paths_or_sources: Any) -> GGUFFile:
                 x = FileSource(x)
                 owned.append(x)
             sources.append(x)
-        parts = order_split([read_part(s) for s in sources])
+        parts = order_split(_read_parts(sources, progress))
         for i, p in enumerate(parts):
             p.index = i
             p.tensors = {n: t._replace(part=i) for n, t in p.tensors.items()}

@@ -8,7 +8,7 @@ model) into a :class:`GGUFPart`; the rules for hostile input are listed in
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -147,6 +147,7 @@ def _read_metadata(cur: Cursor, n_kv: int) -> tuple[dict, dict, dict]:
         tid = _value_type(cur, "value type")
         offsets[key] = cur.offset
         values[key], types[key] = _read_value(cur, tid)
+        cur.report()
     cur.limit(None)
     return values, types, offsets
 
@@ -256,13 +257,15 @@ def _read_header(cur: Cursor) -> tuple[int, int, int]:
     return version, n_tensors, n_kv
 
 
-def read_part(source: Any, index: int = 0) -> GGUFPart:
+def read_part(source: Any, index: int = 0, progress: Callable[[int, int], None] | None = None) -> GGUFPart:
     """Parse one GGUF file's header, metadata and tensor infos from ``source``.
 
-    Tensor data is not read; its placement is checked. Raises
-    :class:`GGUFError` naming the file, byte offset and key or tensor.
+    Tensor data is not read; its placement is checked. ``progress(bytes_done,
+    bytes_total)`` is called as :class:`Cursor` reports (the last call: both
+    the end of the tensor infos). Raises :class:`GGUFError` naming the file,
+    byte offset and key or tensor.
     """
-    cur = Cursor(source)
+    cur = Cursor(source, progress)
     version, n_tensors, n_kv = _read_header(cur)
     kv_start = cur.offset
     values, types, key_offsets = _read_metadata(cur, n_kv)
@@ -280,6 +283,7 @@ def read_part(source: Any, index: int = 0) -> GGUFPart:
             raise cur.error(f"duplicate tensor name (first at byte {info_at[info[0]]})", at)
         info_at[info[0]] = at
         raw.append(info)
+        cur.report()
     ti_end = cur.offset
     data_offset = -(-ti_end // alignment) * alignment
     tensors = {}
@@ -287,6 +291,7 @@ def read_part(source: Any, index: int = 0) -> GGUFPart:
         n_bytes = gtype.n_bytes(n_elements(ne))
         tensors[name] = TensorInfo(name, ne, gtype, data_offset + rel, n_bytes, index)
     _check_tensor_data(cur, tensors, info_at, data_offset, alignment)
+    cur.report(last=True)
     sections = [Section("magic", 0, 4), Section("header", 4, kv_start),
                 Section("metadata", kv_start, ti_start), Section("tensor_infos", ti_start, ti_end),
                 Section("tensor_data", min(data_offset, source.size), source.size)]
