@@ -385,20 +385,29 @@ def codes_iq4_xs(blocks: np.ndarray) -> Codes:
 # The table, and the entry point
 # ---------------------------------------------------------------------------
 
-# ggml type name: (codes(blocks (n, type_size) uint8) -> Codes, bits of a code)
-QUANT_CODES: dict[str, tuple[Callable[[np.ndarray], Codes], int]] = {
-    "Q4_0": (codes_q4_0, 4),
-    "Q4_1": (codes_q4_1, 4),
-    "Q5_0": (codes_q5_0, 5),
-    "Q5_1": (codes_q5_1, 5),
-    "Q8_0": (codes_q8_0, 8),
-    "Q2_K": (codes_q2_k, 2),
-    "Q3_K": (codes_q3_k, 3),
-    "Q4_K": (codes_q4_k, 4),
-    "Q5_K": (codes_q5_k, 5),
-    "Q6_K": (codes_q6_k, 6),
-    "IQ4_NL": (codes_iq4_nl, 8),     # the table's int8 values, not the 4-bit indices
-    "IQ4_XS": (codes_iq4_xs, 8),
+class CodeType(NamedTuple):
+    """How a quantized type's codes come out: ``codes(blocks (n, type_size) uint8) -> Codes``, the bits of
+    a code, the weights sharing one scale, and whether it has a min (unsigned codes, ``w = s q - m``)."""
+    codes: Callable[[np.ndarray], Codes]
+    bits: int
+    sub: int
+    has_min: bool
+
+
+QUANT_CODES: dict[str, CodeType] = {
+    #                  codes          bits sub  min
+    "Q4_0": CodeType(codes_q4_0,      4,  32, False),
+    "Q4_1": CodeType(codes_q4_1,      4,  32, True),
+    "Q5_0": CodeType(codes_q5_0,      5,  32, False),
+    "Q5_1": CodeType(codes_q5_1,      5,  32, True),
+    "Q8_0": CodeType(codes_q8_0,      8,  32, False),
+    "Q2_K": CodeType(codes_q2_k,      2,  16, True),
+    "Q3_K": CodeType(codes_q3_k,      3,  16, False),
+    "Q4_K": CodeType(codes_q4_k,      4,  32, True),
+    "Q5_K": CodeType(codes_q5_k,      5,  32, True),
+    "Q6_K": CodeType(codes_q6_k,      6,  16, False),
+    "IQ4_NL": CodeType(codes_iq4_nl,  8,  32, False),   # the table's int8 values, not the 4-bit indices
+    "IQ4_XS": CodeType(codes_iq4_xs,  8,  32, False),
 }
 
 
@@ -420,7 +429,7 @@ DEQUANTIZERS: dict[str, Callable[[np.ndarray, np.ndarray], None]] = {
     "I8": _plain("i1"),
     "I16": _plain("<i2"),
     "I32": _plain("<i4"),
-    **{name: _dequantize_codes(fn) for name, (fn, _) in QUANT_CODES.items()},
+    **{name: _dequantize_codes(t.codes) for name, t in QUANT_CODES.items()},
 }
 
 
@@ -469,7 +478,7 @@ def codes(blocks: np.ndarray | bytes, ggml_type: GGMLType, n_elements: int, name
     if ggml_type.name not in QUANT_CODES:
         raise GGUFError(f"tensor {name!r}: ggml type {ggml_type.name} has no integer codes")
     with np.errstate(all="ignore"):
-        return QUANT_CODES[ggml_type.name][0](_blocks(blocks, ggml_type, n_elements, name))
+        return QUANT_CODES[ggml_type.name].codes(_blocks(blocks, ggml_type, n_elements, name))
 
 
 def _blocks(blocks: np.ndarray | bytes, ggml_type: GGMLType, n_elements: int, name: str | None) -> np.ndarray:

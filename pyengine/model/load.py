@@ -1,11 +1,14 @@
 """A model from a GGUF: the tensors it needs checked against its config, then its weights built.
 
 Every tensor's shape is checked against the hyperparameters before anything
-is read (a missing or misshapen tensor is a ModelError naming it). The weights
-are then built in the forms the ``weights`` policy names
-(:data:`pyengine.weights.budget.WEIGHT_FORMS`), after the wasm heap they will
-take has been reserved at once. Norm weights are used as stored (the gemma3
-GGUF conversion already added 1); a tied output shares the token embedding.
+is read (a missing or misshapen tensor is a ModelError naming it). A worker
+then builds only its shard (``pyengine.model.shard``): its rows of q, k, v and
+the FFN gate and up, its columns of the attention output and FFN down, its
+vocabulary rows; the whole model is the one shard of one worker. Each matrix
+takes the form the ``weights`` policy and the memory budget give it
+(:mod:`pyengine.weights.budget`), after the wasm heap the weights will take has
+been reserved at once. Norm weights are used as stored (the gemma3 GGUF
+conversion already added 1); a tied output shares the token embedding.
 """
 
 from __future__ import annotations
@@ -14,18 +17,10 @@ import numpy as np
 
 from pyengine.errors import ModelError
 from pyengine.model.config import ModelConfig
+from pyengine.model.shard import Shard, whole
 from pyengine.model.transformer import Layer, Model
-from pyengine.weights.budget import (
-    HEAP_HEADROOM,
-    WEIGHT_FORMS,
-    form_nbytes,
-    mixed_rows_for,
-    pick_weights,
-    reserve_heap,
-    vocab_forms,
-)
+from pyengine.weights.budget import HEAP_HEADROOM, Matrix, default_budget, forms_nbytes, plan_forms, reserve_heap
 from pyengine.weights.build import Builder
-from pyengine.weights.forms import Form
 
 
 def layer_tensors(c: ModelConfig) -> list[tuple[str, tuple, bool]]:
@@ -75,23 +70,29 @@ def _squeeze(shape) -> tuple:
 
 
 
-def load_model(gguf_file, progress=None, weights: str = "auto", ggml_rounding: bool = False) -> Model:
+def load_model(gguf_file, progress=None, weights: str = "auto", ggml_rounding: bool = False,
+               shard: Shard | None = None, budget: int | None = None, forms: dict | None = None,
+               comm=None) -> Model:
     """Build the model that ``gguf_file`` (a :class:`pyengine.gguf.GGUFFile`, or any object with
-    ``metadata``, ``tensors`` and ``tensor(name)``) holds, in the weight policy ``weights``
-    ("auto", or a key of ``WEIGHT_FORMS``).
+    ``metadata``, ``tensors`` and ``tensor(name)``) holds, or only ``shard`` of it.
 
-    ``progress(done_tensors, total_tensors, done_bytes, total_bytes)`` is called as
-    tensors are read (bytes as stored in the file). ``ggml_rounding`` rounds each
-    matmul's activations as ggml's CPU backend does for the weight's type (8-bit
-    blocks for quantized weights, ``matmul.round_activations``): logits then
-    equal llama.cpp's to float rounding on small models. Deep quantized models
-    turn any rounding difference into about 0.5 logit, so it is off by default;
-    the packed forms round activations their own way and ignore it.
-    Raises ModelError for an unsupported architecture, a missing key or tensor,
-    or a tensor of the wrong shape; PyEngineError for an unknown ``weights``.
+    ``weights``: "auto" or a key of ``weights.budget.WEIGHT_FORMS``; "auto" keeps float32 within
+    ``budget`` bytes of weights (this worker's; default ``weights.budget.default_budget``), else the
+    file's own codes (``plan_forms``);
+    ``forms``: the form of each matrix, as ``plan_forms`` gave it (a helper worker takes the main
+    worker's). ``progress(done_tensors, total_tensors, done_bytes, total_bytes)`` is called as
+    tensors are read (bytes as stored in the file). ``ggml_rounding`` rounds each float32 matmul's
+    activations as ggml's CPU backend does for the weight's type (``matmul.round_activations``):
+    logits then equal llama.cpp's to float rounding on small models; off by default.
+    ``comm`` sums a split model's partial results (``pyengine.parallel``).
+    Raises ModelError for an unsupported architecture, a missing key or tensor, or a tensor of the
+    wrong shape; PyEngineError for an unknown ``weights``.
     """
     config = ModelConfig.from_metadata(gguf_file.metadata, gguf_file.tensors)
-    return _Loader(gguf_file, config, progress, weights, ggml_rounding).load()
+    shard = shard or whole(config)
+    if budget is None:
+        budget = default_budget(sum(t.n_bytes for t in gguf_file.tensors.values()), shard.count)
+    return _Loader(gguf_file, config, shard, progress, ggml_rounding).load(weights, budget, forms, comm)
 
 
 def check_tensors(gguf_file, config: ModelConfig) -> list[str]:
@@ -108,72 +109,106 @@ def check_tensors(gguf_file, config: ModelConfig) -> list[str]:
     return [n for n, _, _ in wanted if n in gguf_file.tensors]
 
 
-class _Loader:
-    """Reads every tensor once, reports progress, and lays the weights out for the hot loop."""
+def shard_matrices(config: ModelConfig, tensors, shard: Shard) -> dict[tuple, tuple]:
+    """Every matrix of ``shard``: ``{key: (pieces, cols)}`` in load order, the key ``("token_embd",)``,
+    ``("output",)`` (untied only) or ``(layer, field)``; pieces are ``(tensor, first row, end row)``
+    stacked by rows, ``cols`` the columns kept (None: all)."""
+    c = config
+    dk, dv = c.head_dim_k, c.head_dim_v
+    (h0, h1), (g0, g1), (f0, f1), (v0, v1) = shard.heads, shard.kv_heads, shard.ffn, shard.vocab
+    out = {("token_embd",): ([("token_embd.weight", v0, v1)], None)}
+    if "output.weight" in tensors:
+        out[("output",)] = ([("output.weight", v0, v1)], None)
+    for il in range(c.n_layer):
+        p = f"blk.{il}."
+        out[(il, "wqkv")] = ([(p + "attn_q.weight", h0 * dk, h1 * dk), (p + "attn_k.weight", g0 * dk, g1 * dk),
+                              (p + "attn_v.weight", g0 * dv, g1 * dv)], None)
+        out[(il, "wo")] = ([(p + "attn_output.weight", 0, c.n_embd)], (h0 * dv, h1 * dv))
+        out[(il, "w_gate_up")] = ([(p + "ffn_gate.weight", f0, f1), (p + "ffn_up.weight", f0, f1)], None)
+        out[(il, "w_down")] = ([(p + "ffn_down.weight", 0, c.n_embd)], (f0, f1))
+    return out
 
-    def __init__(self, gguf_file, config: ModelConfig, progress, weights: str, ggml_rounding: bool):
-        self.gf, self.config, self.progress = gguf_file, config, progress
+
+def budget_matrices(matrices: dict, tensors) -> list[Matrix]:
+    """The matrices as the budget sees them: their parts' types and rows, their columns."""
+    return [Matrix(key, tuple((tensors[n].type.name, b - a) for n, a, b in pieces),
+                   (cols[1] - cols[0]) if cols else tensors[pieces[0][0]].shape[0])
+            for key, (pieces, cols) in matrices.items()]
+
+
+class _Loader:
+    """Reads this shard's tensors once, reports progress, and lays the weights out for the hot loop."""
+
+    def __init__(self, gguf_file, config: ModelConfig, shard: Shard, progress, ggml_rounding: bool):
+        self.gf, self.config, self.shard, self.progress = gguf_file, config, shard, progress
         self.names = check_tensors(gguf_file, config)
-        self.total_bytes = sum(gguf_file.tensors[n].n_bytes for n in self.names)
+        self.matrices = shard_matrices(config, gguf_file.tensors, shard)
+        pieces = [p for ps, _ in self.matrices.values() for p in ps]
+        self.total_bytes = sum(gguf_file.tensors[n].type.n_bytes(gguf_file.tensors[n].shape[0]) * (b - a)
+                               for n, a, b in pieces) + sum(gguf_file.tensors[n].n_bytes for n in self.vectors())
+        self.total = len(pieces) + len(self.vectors())
         self.done, self.done_bytes = 0, 0
-        self.shapes = [(n, tuple(gguf_file.tensors[n].shape)) for n in self.names]
-        self.weights = pick_weights(weights, self.shapes)
-        file_bytes = sum(t.n_bytes for t in gguf_file.tensors.values())
-        self.q8_0 = {n for n in self.names if gguf_file.tensors[n].type.name == "Q8_0"}
-        self.packed_vocab_rows = mixed_rows_for(self.shapes, file_bytes, self.q8_0)
         self.build = Builder(gguf_file, ggml_rounding, tick=self._tick)
 
-    def _tick(self, name: str) -> None:
-        self.done += 1
-        self.done_bytes += self.gf.tensors[name].n_bytes
-        if self.progress is not None:
-            self.progress(self.done, len(self.names), self.done_bytes, self.total_bytes)
+    def vectors(self) -> list[str]:
+        """The 1-D tensors, read whole (norms, biases, rope factors)."""
+        return [n for n in self.names if len(_squeeze(self.gf.tensors[n].shape)) == 1]
 
-    def vector(self, name: str) -> np.ndarray | None:
-        """A 1-D tensor as float32, or None when absent (optional)."""
+    def _tick(self, name: str, nbytes: int) -> None:
+        self.done += 1
+        self.done_bytes += nbytes
+        if self.progress is not None:
+            self.progress(self.done, self.total, self.done_bytes, self.total_bytes)
+
+    def vector(self, name: str, rows: tuple[int, int] | None = None) -> np.ndarray | None:
+        """A 1-D tensor as float32 (elements ``rows`` only when given), or None when absent (optional)."""
         if name not in self.gf.tensors:
             return None
         a = np.ascontiguousarray(self.gf.tensor(name), dtype=np.float32).reshape(-1)
-        self._tick(name)
-        return a
+        self._tick(name, self.gf.tensors[name].n_bytes)
+        return a if rows is None else a[rows[0]:rows[1]].copy()
 
-    def bias(self, names: list[str], weights: list[str]) -> np.ndarray | None:
-        """The biases of stacked weights, zeros for a part without one; None when no part has one."""
+    def bias(self, pieces: list) -> np.ndarray | None:
+        """The biases of stacked pieces, zeros for a part without one; None when no part has one."""
+        names = [n.replace(".weight", ".bias") for n, _, _ in pieces]
         if not any(n in self.gf.tensors for n in names):
             return None
-        return np.concatenate([self.vector(n) if n in self.gf.tensors else
-                               np.zeros(self.gf.tensors[w].shape[1], np.float32) for n, w in zip(names, weights)])
+        return np.concatenate([self.vector(n, (a, b)) if n in self.gf.tensors else np.zeros(b - a, np.float32)
+                               for n, (_, a, b) in zip(names, pieces)])
 
-    def matrix(self, form: Form, *parts: str, prefix: str = "") -> tuple:
-        """The weights ``prefix + part + ".weight"`` stacked by rows in ``form``, and their biases."""
-        names = [f"{prefix}{p}.weight" for p in parts]
-        w = self.build.build(names, form, self.packed_vocab_rows)
-        return w, self.bias([f"{prefix}{p}.bias" for p in parts], names)
+    def matrix(self, key: tuple, forms: dict) -> tuple:
+        """Matrix ``key`` of the shard in its form, and its bias (rows of it; whole for a column cut)."""
+        pieces, cols = self.matrices[key]
+        w = self.build.build(pieces, forms[key], cols)
+        if cols is None:
+            return w, self.bias(pieces)
+        return w, self.vector(pieces[0][0].replace(".weight", ".bias"))
 
-    def layer(self, il: int) -> Layer:
-        p, form = f"blk.{il}.", WEIGHT_FORMS[self.weights].layers
+    def layer(self, il: int, forms: dict) -> Layer:
+        p = f"blk.{il}."
         attn_norm = self.vector(p + "attn_norm.weight")
-        wqkv, bqkv = self.matrix(form, "attn_q", "attn_k", "attn_v", prefix=p)
+        wqkv, bqkv = self.matrix((il, "wqkv"), forms)
         q_norm, k_norm = self.vector(p + "attn_q_norm.weight"), self.vector(p + "attn_k_norm.weight")
-        wo, bo = self.matrix(form, "attn_output", prefix=p)
+        wo, bo = self.matrix((il, "wo"), forms)
         post_attn_norm, ffn_norm = self.vector(p + "post_attention_norm.weight"), self.vector(p + "ffn_norm.weight")
-        w_gate_up, b_gate_up = self.matrix(form, "ffn_gate", "ffn_up", prefix=p)
-        w_down, b_down = self.matrix(form, "ffn_down", prefix=p)
+        w_gate_up, b_gate_up = self.matrix((il, "w_gate_up"), forms)
+        w_down, b_down = self.matrix((il, "w_down"), forms)
         return Layer(attn_norm, wqkv, bqkv, q_norm, k_norm, wo, bo, post_attn_norm,
                      ffn_norm, w_gate_up, b_gate_up, w_down, b_down, self.vector(p + "post_ffw_norm.weight"),
                      swa=self.config.swa_layers[il])
 
-    def load(self) -> Model:
-        reserve_heap(form_nbytes(self.shapes, self.weights, self.packed_vocab_rows, self.q8_0) + HEAP_HEADROOM)
+    def load(self, weights: str, budget: int, forms: dict | None, comm) -> Model:
+        listed = budget_matrices(self.matrices, self.gf.tensors)
+        policy, planned = plan_forms(listed, weights, budget)
+        forms = forms or planned
+        reserve_heap(forms_nbytes(listed, forms) + HEAP_HEADROOM)
         if self.progress is not None:
-            self.progress(0, len(self.names), 0, self.total_bytes)
-        embd_form, out_form = vocab_forms(self.weights, self.gf.tensors)
-        token_embd = self.build.build(["token_embd.weight"], embd_form, self.packed_vocab_rows)
+            self.progress(0, self.total, 0, self.total_bytes)
+        token_embd, _ = self.matrix(("token_embd",), forms)
         output_norm = self.vector("output_norm.weight")
-        untied = "output.weight" in self.gf.tensors
-        output = self.build.build(["output.weight"], out_form, self.packed_vocab_rows) if untied else token_embd
+        output = self.matrix(("output",), forms)[0] if ("output",) in self.matrices else token_embd
         rope_freqs = self.vector("rope_freqs.weight")
-        layers = [self.layer(il) for il in range(self.config.n_layer)]
-        model = Model(self.config, token_embd, layers, output_norm, output, rope_freqs)
-        model.weights = self.weights
+        layers = [self.layer(il, forms) for il in range(self.config.n_layer)]
+        model = Model(self.config, token_embd, layers, output_norm, output, rope_freqs, self.shard, comm)
+        model.weights, model.forms = policy, forms
         return model

@@ -34,6 +34,7 @@ from pyengine.errors import PyEngineError
 from pyengine.model.config import ModelConfig
 from pyengine.model.kv_cache import KVCache
 from pyengine.model.ops import Rope, attention, geglu, rmsnorm, softcap, swiglu
+from pyengine.model.shard import whole
 from pyengine.weights.forms import add_bias
 
 UBATCH = 512                         # tokens per forward step of a long prompt (llama.cpp's n_ubatch)
@@ -60,17 +61,36 @@ class Layer:
     swa: bool                       # sliding-window layer (local rope base, windowed mask)
 
 
-class Model:
-    """A loaded model: ``forward`` turns token ids into logits, using and filling a :class:`KVCache`."""
+class Solo:
+    """The communicator of a model held whole by one worker: nothing to sum or gather."""
+    count = 1
 
-    def __init__(self, config: ModelConfig, token_embd: Any, layers: list[Layer],
-                 output_norm: np.ndarray, output: Any, rope_freqs: np.ndarray | None = None):
+    def all_reduce(self, a: np.ndarray) -> np.ndarray:
+        return a
+
+    def gather(self, a: np.ndarray) -> np.ndarray:
+        return a
+
+
+class Model:
+    """A loaded model, or one worker's shard of it: ``forward`` turns token ids into logits, using and
+    filling a :class:`KVCache`.
+
+    ``shard`` (``pyengine.parallel.split.Shard``) names the q heads, KV heads, FFN units and vocabulary
+    rows this worker holds; ``comm`` sums the workers' partial results (``all_reduce``) and gathers the
+    logits (``gather``: None on a helper). A whole model has ``Solo()``.
+    """
+
+    def __init__(self, config: ModelConfig, token_embd: Any, layers: list[Layer], output_norm: np.ndarray,
+                 output: Any, rope_freqs: np.ndarray | None = None, shard: Any = None, comm: Any = None):
         self.config = config
         self.weights = "f32"            # the weight policy, a key of weights.budget.WEIGHT_FORMS (set by the loader)
-        self.token_embd = token_embd    # (n_vocab, n_embd)
+        self.token_embd = token_embd    # (vocab rows of this shard, n_embd)
         self.layers = layers
         self.output_norm = output_norm  # (n_embd,)
-        self.output = output            # (n_vocab, n_embd); the same object as token_embd when tied
+        self.output = output            # (vocab rows, n_embd); the same object as token_embd when tied
+        self.shard = shard or whole(config)
+        self.comm = comm or Solo()
         c = config
         self.rope = Rope(c.rope_dim, c.rope_freq_base, c.rope_freq_scale, c.spec.rope_neox, rope_freqs)
         self.rope_swa = Rope(c.rope_dim, c.rope_freq_base_swa, 1.0, c.spec.rope_neox, rope_freqs)
@@ -84,12 +104,13 @@ class Model:
         return sum(a.nbytes for a in held)
 
     def new_cache(self, n_ctx: int | None = None) -> KVCache:
-        """An empty KV cache for ``n_ctx`` positions (default: the training context)."""
+        """An empty KV cache for ``n_ctx`` positions (default: the training context), for this shard's KV heads."""
         c = self.config
         n_ctx = c.n_ctx_train if n_ctx is None else n_ctx
         if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx <= 0:
             raise PyEngineError(f"context size must be a positive number of tokens, got {n_ctx!r}")
-        return KVCache(c.n_layer, c.n_head_kv, c.head_dim_k, c.head_dim_v, n_ctx)
+        g0, g1 = self.shard.kv_heads
+        return KVCache(c.n_layer, g1 - g0, c.head_dim_k, c.head_dim_v, n_ctx)
 
     # ------------------------------------------------------------------------
     # the forward pass: the hot loop
@@ -101,7 +122,8 @@ class Model:
         n_vocab); "none": (0, n_vocab) (prefill only). The cache advances by
         ``len(tokens)``. A prompt longer than ``UBATCH`` runs in steps of
         ``UBATCH`` tokens. Raises PyEngineError when the tokens would pass the
-        cache's ``n_ctx`` or an id is outside the vocabulary.
+        cache's ``n_ctx`` or an id is outside the vocabulary. A helper's shard
+        returns None (the main worker gathers the logits).
         """
         tokens = self._check_tokens(tokens, cache, logits)
         outs = []
@@ -110,16 +132,18 @@ class Model:
             last = i + UBATCH >= len(tokens)
             mode = logits if logits == "all" or last else "none"
             outs.append(self._forward(step, cache, mode))
+        if outs[-1] is None:
+            return None
         if logits == "last":
             return outs[-1][0]
         return outs[0] if len(outs) == 1 else np.concatenate(outs)
 
-    def _forward(self, tokens: np.ndarray, cache: KVCache, logits: str) -> np.ndarray:
+    def _forward(self, tokens: np.ndarray, cache: KVCache, logits: str) -> np.ndarray | None:
         c = self.config
         t, pos = len(tokens), cache.n
         cache.reserve(pos + t)
         rows = {"last": slice(t - 1, t), "all": slice(0, t), "none": slice(0, 0)}[logits]
-        x = self.token_embd.rows(tokens)                                 # (T, n_embd)
+        x = self.embed(tokens)                                           # (T, n_embd)
         if c.spec.embd_scale:
             x *= np.float32(math.sqrt(c.n_embd))
         for il, layer in enumerate(self.layers):
@@ -132,18 +156,31 @@ class Model:
         cache.n = pos + t
         if logits == "none":
             return np.empty((0, c.n_vocab), np.float32)
-        out = self.output(rmsnorm(x, self.output_norm, c.rms_eps))      # (R, n_vocab)
-        if c.final_logit_softcap:
+        out = self.comm.gather(self.output(rmsnorm(x, self.output_norm, c.rms_eps)))   # (R, n_vocab)
+        if out is not None and c.final_logit_softcap:
             out = softcap(out, c.final_logit_softcap)
         return out
 
+    def embed(self, tokens: np.ndarray) -> np.ndarray:
+        """The token embeddings (T, n_embd): this shard's vocabulary rows, the others' summed in."""
+        v0, v1 = self.shard.vocab
+        if self.comm.count == 1:
+            return self.token_embd.rows(tokens)
+        x = np.zeros((len(tokens), self.config.n_embd), np.float32)       # (T, n_embd)
+        mine = (tokens >= v0) & (tokens < v1)
+        if mine.any():
+            x[mine] = self.token_embd.rows(tokens[mine] - v0)
+        return self.comm.all_reduce(x)
+
     def attention(self, layer: Layer, x: np.ndarray, cache: KVCache, il: int, pos: int) -> np.ndarray:
-        """Self-attention of x (T, n_embd), already normed, at positions pos.. -> (T, n_embd); fills the cache."""
+        """Self-attention of x (T, n_embd), already normed, at positions pos.. over this shard's heads, summed
+        over the workers -> (T, n_embd); fills the cache."""
         c = self.config
-        t, hkv, dk, dv = x.shape[0], c.n_head_kv, c.head_dim_k, c.head_dim_v
-        nq, nk = c.n_head * dk, hkv * dk
+        (h0, h1), (g0, g1) = self.shard.heads, self.shard.kv_heads
+        t, hq, hkv, dk, dv = x.shape[0], h1 - h0, g1 - g0, c.head_dim_k, c.head_dim_v
+        nq, nk = hq * dk, hkv * dk
         qkv = add_bias(layer.wqkv(x), layer.bqkv)                        # (T, nq + nk + nv)
-        q = qkv[:, :nq].reshape(t, c.n_head, dk)                         # (T, H, Dk)
+        q = qkv[:, :nq].reshape(t, hq, dk)                               # (T, H, Dk)
         k = qkv[:, nq:nq + nk].reshape(t, hkv, dk)                       # (T, Hkv, Dk)
         v = qkv[:, nq + nk:].reshape(t, hkv, dv)                         # (T, Hkv, Dv)
         if layer.q_norm is not None:
@@ -156,14 +193,17 @@ class Model:
         q = (q * np.float32(c.attn_scale)).reshape(t, hkv, -1, dk).transpose(1, 2, 0, 3)  # (Hkv, G, T, Dk)
         o = attention(q, cache.k[il][:, :pos + t], cache.v[il][:, :pos + t], pos,
                       c.sliding_window if layer.swa else 0)             # (Hkv, G, T, Dv)
-        return add_bias(layer.wo(o.transpose(2, 0, 1, 3).reshape(t, c.n_head * dv)), layer.bo)
+        h = self.comm.all_reduce(layer.wo(o.transpose(2, 0, 1, 3).reshape(t, hq * dv)))   # (T, n_embd)
+        return add_bias(h, layer.bo)
 
     def ffn(self, layer: Layer, x: np.ndarray) -> np.ndarray:
-        """Gated feed-forward of x (R, n_embd), already normed -> (R, n_embd)."""
-        n_ff = self.config.n_ff
-        gate_up = add_bias(layer.w_gate_up(x), layer.b_gate_up)          # (R, 2*n_ff)
+        """Gated feed-forward of x (R, n_embd), already normed, over this shard's FFN units, summed over the
+        workers -> (R, n_embd)."""
+        f0, f1 = self.shard.ffn
+        gate_up = add_bias(layer.w_gate_up(x), layer.b_gate_up)          # (R, 2 * n_ff of the shard)
         act = geglu if self.config.spec.ffn_gelu else swiglu
-        return add_bias(layer.w_down(act(gate_up[:, :n_ff], gate_up[:, n_ff:])), layer.b_down)  # (R, n_embd)
+        h = layer.w_down(act(gate_up[:, :f1 - f0], gate_up[:, f1 - f0:]))  # (R, n_embd)
+        return add_bias(self.comm.all_reduce(h), layer.b_down)
 
     def post_norm(self, h: np.ndarray, weight: np.ndarray | None) -> np.ndarray:
         """gemma3's post-attention / post-FFN RMSNorm; the identity for the other architectures."""

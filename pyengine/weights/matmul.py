@@ -33,15 +33,38 @@ VEC_DOT_TYPE = {
 }
 
 
-def round_activations(x: np.ndarray, vec_dot_type: str | None) -> np.ndarray:
-    """x (..., K) as ggml's matmul sees it after converting it to ``vec_dot_type`` (float32 out).
+def quantize_activations(x: np.ndarray, vec_dot_type: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """x (..., K) float32 as ggml's matmul quantizes it for a weight of that ``vec_dot_type``:
+    (codes (..., K) float32 holding integers in -127..127, scale (..., K/block) float32, block).
 
     Q8_0 / Q8_1 (ggml-cpu x86 ``quantize_row_q8_0``): blocks of 32,
     ``q = round(x * 127 / amax)`` half to even, scale ``fp16(amax / 127)``.
-    Q8_K (``quantize_row_q8_K_ref``): blocks of 256, ``q = min(127, round(-127 / max * x))``
-    where ``max`` is the signed value of largest magnitude, scale ``max / -127``.
-    F16 / BF16: x rounded to that float type. None: x unchanged.
+    Q8_K (``quantize_row_q8_K_ref``): blocks of 256 (of K, when K is smaller),
+    ``q = min(127, round(-127 / max * x))`` where ``max`` is the signed value of largest
+    magnitude, scale ``max / -127``. ``x ≈ q * scale``; a block of zeros has scale 0.
     """
+    block = min(256, x.shape[-1]) if vec_dot_type == "Q8_K" else 32
+    xb = x.reshape(*x.shape[:-1], -1, block)                              # (..., K/block, block)
+    if vec_dot_type == "Q8_K":
+        i = np.abs(xb).argmax(axis=-1)[..., None]
+        mx = np.take_along_axis(xb, i, axis=-1)                           # (..., K/256, 1) signed
+        with np.errstate(divide="ignore", invalid="ignore"):
+            iscale = np.float32(-127.0) / mx
+            q = np.where(mx != 0, np.minimum(np.rint(xb * iscale), 127), np.float32(0.0))
+            d = np.where(mx != 0, np.float32(1.0) / iscale, np.float32(0.0))
+    else:
+        amax = absmax(xb)[..., None]                                      # (..., K/32, 1)
+        d = (amax / np.float32(127.0)).astype(np.float16).astype(np.float32)
+        with np.errstate(divide="ignore"):
+            inv = np.where(amax > 0, np.float32(127.0) / amax, np.float32(0.0))
+        q = np.rint(xb * inv)
+    return q.reshape(x.shape), d[..., 0], block
+
+
+def round_activations(x: np.ndarray, vec_dot_type: str | None) -> np.ndarray:
+    """x (..., K) as ggml's matmul sees it after converting it to ``vec_dot_type`` (float32 out):
+    the codes of :func:`quantize_activations` times their scales; F16 / BF16: x rounded to that float
+    type; None: x unchanged."""
     if vec_dot_type is None:
         return x
     if vec_dot_type == "F16":
@@ -50,22 +73,8 @@ def round_activations(x: np.ndarray, vec_dot_type: str | None) -> np.ndarray:
         b = x.astype(np.float32).view(np.uint32)
         b = (b + 0x7FFF + ((b >> 16) & 1)) & np.uint32(0xFFFF0000)
         return b.view(np.float32)
-    block = 256 if vec_dot_type == "Q8_K" else 32
-    xb = x.reshape(*x.shape[:-1], -1, block)                              # (..., K/block, block)
-    if vec_dot_type == "Q8_K":
-        i = np.abs(xb).argmax(axis=-1)[..., None]
-        mx = np.take_along_axis(xb, i, axis=-1)                           # (..., K/256, 1) signed
-        with np.errstate(divide="ignore", invalid="ignore"):
-            iscale = np.float32(-127.0) / mx
-            q = np.minimum(np.rint(xb * iscale), 127)
-            xq = np.where(mx != 0, q * (np.float32(1.0) / iscale), np.float32(0.0))
-    else:
-        amax = np.abs(xb).max(axis=-1, keepdims=True)                     # (..., K/32, 1)
-        d = (amax / np.float32(127.0)).astype(np.float16).astype(np.float32)
-        with np.errstate(divide="ignore"):
-            inv = np.where(amax > 0, np.float32(127.0) / amax, np.float32(0.0))
-        xq = np.rint(xb * inv) * d
-    return xq.reshape(x.shape)
+    q, d, block = quantize_activations(x, vec_dot_type)
+    return (q.reshape(*x.shape[:-1], -1, block) * d[..., None]).reshape(x.shape)
 
 
 def matmul(w: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -96,31 +105,6 @@ def matmul(w: np.ndarray, x: np.ndarray) -> np.ndarray:
     return np.concatenate([np.einsum("nk,tk->tn", w, x[j:j + step]) for j in range(0, t, step)])
 
 
-def matmul_int8(q: np.ndarray, scale: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """``W x`` for ``W = q * scale`` in blocks: q (N, K) int8, scale (N, B) float32, x (K,) or (T, K).
-
-    Each row's K weights form B blocks of K/B, each with its own scale: an
-    einsum gives the B partial dot products per row, in float32 (numpy casts
-    the int8 codes chunk by chunk), and a second weighs them by the scales.
-    """
-    n, k = q.shape
-    nb = scale.shape[1]
-    if nb == 1:                                  # a scale per row: one einsum over the int8 rows, then scale
-        y = matmul(q, x)                         # (N,) or (T, N)
-        y *= scale[:, 0]                         # in place: the logits are the only vocabulary-sized array
-        return y
-    qb = q.reshape(n, nb, k // nb)                                        # (N, B, K/B)
-    if x.ndim == 1:
-        part = np.einsum("nbk,bk->nb", qb, x.reshape(nb, -1))             # (N, B)
-        return np.einsum("nb,nb->n", part, scale)
-    step = max(1, TMP_ELEMENTS // (n * nb))                               # tokens per einsum
-    out = []
-    for j in range(0, x.shape[0], step):
-        part = np.einsum("nbk,tbk->tnb", qb, x[j:j + step].reshape(-1, nb, k // nb))  # (T, N, B)
-        out.append(np.einsum("tnb,nb->tn", part, scale))
-    return out[0] if len(out) == 1 else np.concatenate(out)
-
-
 def absmax(x: np.ndarray) -> np.ndarray:
     """``max |x|`` over the last axis: float32 (..., n) -> (...,).
 
@@ -130,25 +114,3 @@ def absmax(x: np.ndarray) -> np.ndarray:
     """
     bits = np.ascontiguousarray(x, np.float32).view(np.int32) & np.int32(0x7FFFFFFF)   # (..., n)
     return bits.max(axis=-1).view(np.float32)
-
-
-def quantize_int8(w: np.ndarray, block: int, out: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """float32 ``W (N, K)`` -> (``q (N, K)`` int8, ``scale (N, K/block)`` float32), ``W ≈ q * scale`` per block.
-
-    ``scale = absmax / 127`` of each block of ``block`` weights of a row
-    (one block per row when ``block`` does not divide K), ``q = rint(W / scale)``.
-    With ``out = (q, scale)`` the result is written there and ``w`` is used
-    as scratch (overwritten): no temporaries of W's size, the same bits.
-    """
-    n, k = w.shape
-    block = block if k % block == 0 else k
-    wb = w.reshape(n, k // block, block)                                  # (N, B, block)
-    amax = absmax(wb)                                                     # (N, B)
-    scale = np.divide(amax, np.float32(127.0), out=None if out is None else out[1])   # (N, B)
-    inv = np.divide(np.float32(1.0), scale, out=np.zeros_like(scale), where=scale > 0)
-    if out is None:
-        return np.rint(wb * inv[:, :, None]).astype(np.int8).reshape(n, k), scale
-    wb *= inv[:, :, None]
-    np.rint(wb, out=wb)
-    out[0][...] = w                                                       # float32 -> int8, exact integers
-    return out

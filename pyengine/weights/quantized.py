@@ -31,9 +31,9 @@ from __future__ import annotations
 import numpy as np
 
 from pyengine.gguf import quants
-from pyengine.weights.matmul import TMP_ELEMENTS
+from pyengine.weights.forms import Form
+from pyengine.weights.matmul import TMP_ELEMENTS, VEC_DOT_TYPE, quantize_activations
 
-X_LEVELS = 127                      # the activations' codes: 8 bits, as ggml's q8 blocks
 PHASE_ELEMENTS = 1 << 16            # int64 codes of one phase extracted at once (512 KiB: in cache)
 
 
@@ -81,15 +81,19 @@ def pack_codes(codes: np.ndarray, out: np.ndarray, r0: int, lay: Layout) -> None
                 out[m0:m0 + len(rows)] |= np.left_shift(rows, lay.L * j + lay.bits * p, dtype=np.int64)
 
 
-def quantize_x(x: np.ndarray, sub: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """ggml ``quantize_row_q8_0`` per ``sub`` weights: x (T, K) float32 -> (codes (T, K/sub, sub) int64 in
-    -127..127, d (T, K/sub) float32, sums of the codes (T, K/sub) int64); ``x ≈ code * d``."""
-    xb = x.reshape(len(x), -1, sub)                                        # (T, B, sub)
-    amax = np.abs(xb).max(axis=-1)                                         # (T, B)
-    d = (amax / np.float32(X_LEVELS)).astype(np.float32)
-    inv = np.divide(np.float32(1.0), d, out=np.zeros_like(d), where=d > 0)
-    xq = np.rint(xb * inv[..., None]).astype(np.int64)                     # (T, B, sub)
-    return xq, d, xq.sum(axis=-1)
+def quantize_x(x: np.ndarray, sub: int, vec_dot_type: str) -> tuple:
+    """x (T, K) float32 quantized as ggml quantizes it for the weight type (``matmul.quantize_activations``),
+    by sub-block of ``sub`` weights: (codes (T, B, sub) int64, their scale (T, B) float32, the codes'
+    sums (T, B) int64, the sums times the scale (T, B) float32 as ggml's Q8_1 ``s`` (in f16) or Q8_K
+    ``bsums`` give them to a type's min)."""
+    q, d, block = quantize_activations(x, vec_dot_type)                  # (T, K), (T, K/block)
+    xq = q.astype(np.int64).reshape(len(x), -1, sub)                      # (T, B, sub)
+    dx = np.repeat(d, block // sub, axis=1) if block > sub else d         # (T, B)
+    xsum = xq.sum(axis=-1)
+    s = dx * xsum
+    if vec_dot_type == "Q8_1":                                            # its sum is stored as f16
+        s = s.astype(np.float16).astype(np.float32)
+    return xq, dx, xsum, s
 
 
 class Quantized:
@@ -100,12 +104,14 @@ class Quantized:
     of M); ``shift`` likewise or None (the types with a min: ``w = scale * code + shift``); ``sub``
     weights per scale; ``ggml_type`` the type's name.
     """
-    align = 1
-
     def __init__(self, q: np.ndarray, scale: np.ndarray, shift: np.ndarray | None, n_out: int,
                  layout: Layout, sub: int, ggml_type: str):
         self.q, self.scale, self.shift = q, scale, shift
         self.n_out, self.layout, self.sub, self.ggml_type = n_out, layout, sub, ggml_type
+
+    @property
+    def form(self) -> Form:
+        return Form.COMPACT if self.layout.phases > 1 else Form.QUANTIZED
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -120,23 +126,23 @@ class Quantized:
         xs = x.reshape(-1, x.shape[-1])
         lay, (m, k) = self.layout, self.q.shape
         y = np.empty((len(xs), lay.phases, lay.lanes, m), np.float32)              # (T, P, lanes, M)
-        xq, dx, xsum = quantize_x(xs, self.sub)
+        xq, dx, xsum, s = quantize_x(xs, self.sub, VEC_DOT_TYPE[self.ggml_type])
         corr = (lay.bias - xsum * lay.c0 * lay.ones)[:, :, None]                   # (T, B, 1): wraps
         step = max(1, TMP_ELEMENTS // (len(xs) * (k // self.sub) * lay.lanes))      # int64 rows a chunk
         if lay.phases > 1:
             step = min(step, max(1, PHASE_ELEMENTS // k))                           # a phase's codes stay in cache
         buf = np.empty((min(m, step), k), np.int64) if lay.phases > 1 else None
-        dxs = dx * xsum if self.shift is not None else None
+        sums = (dx * xsum, s) if self.shift is not None else None
         for a in range(0, m, step):
             b = min(m, a + step)
             codes = self.q[a:b]                                                    # (m, K)
             for p in range(lay.phases):
                 e = codes if lay.phases == 1 else phase(codes, p, lay, buf[:b - a])
-                y[:, p, :, a:b] = self._product(e, p, a, b, xq, dx, corr, dxs)
+                y[:, p, :, a:b] = self._product(e, p, a, b, xq, dx, corr, sums)
         y = y.transpose(0, 3, 1, 2).reshape(len(xs), -1)[:, :self.n_out]           # rows in order
         return y[0] if x.ndim == 1 else y
 
-    def _product(self, e, p: int, a: int, b: int, xq, dx, corr, dxs) -> np.ndarray:
+    def _product(self, e, p: int, a: int, b: int, xq, dx, corr, sums) -> np.ndarray:
         """One phase's codes ``e`` (m, K) of int64 rows a..b-1 times the activation codes: (T, lanes, m)."""
         lay, nb = self.layout, xq.shape[1]
         s = np.einsum("mbk,tbk->tbm", e.reshape(b - a, nb, self.sub), xq)          # (T, B, m) lane sums
@@ -145,10 +151,10 @@ class Quantized:
         v = decode(s, lay)                                                         # (T, lanes, B, m)
         v *= dx[:, None, :, None]
         out = np.einsum("tjbm,jbm->tjm", v, self.scale[p, :, :, a:b])
-        if dxs is not None:                                                        # a min: the offsets
-            off = np.einsum("jbm,tb->tjm", self.scale[p, :, :, a:b], dxs)
+        if sums is not None:                                                       # a min: the offsets
+            off = np.einsum("jbm,tb->tjm", self.scale[p, :, :, a:b], sums[0])
             off *= np.float32(lay.c0)                                              # undoes the centering
-            off += np.einsum("jbm,tb->tjm", self.shift[p, :, :, a:b], dxs)
+            off += np.einsum("jbm,tb->tjm", self.shift[p, :, :, a:b], sums[1])
             out += off
         return out
 

@@ -1,0 +1,31 @@
+"""What part of the model one worker holds: its attention heads, FFN units and vocabulary rows.
+
+A whole model is the one shard of one worker; ``pyengine.parallel.split``
+cuts a model into the shards of several.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Worker ``index`` of ``count``: q heads ``heads``, KV heads ``kv_heads``, FFN units ``ffn``, vocabulary
+    rows ``vocab``, each a range ``(first, end)``."""
+    index: int
+    count: int
+    heads: tuple[int, int]
+    kv_heads: tuple[int, int]
+    ffn: tuple[int, int]
+    vocab: tuple[int, int]
+
+    def as_dict(self) -> dict:
+        return {"index": self.index, "count": self.count, "heads": self.heads, "kv_heads": self.kv_heads,
+                "ffn": self.ffn, "vocab": self.vocab}
+
+
+def whole(config) -> Shard:
+    """The whole model in one worker."""
+    c = config
+    return Shard(0, 1, (0, c.n_head), (0, c.n_head_kv), (0, c.n_ff), (0, c.n_vocab))
