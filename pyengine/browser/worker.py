@@ -72,16 +72,16 @@ from typing import Any
 from pyengine.browser.file_source import BrowserFileSource
 from pyengine.browser.page import error_text, inspector, model_card, open_gguf_plainly
 from pyengine.browser.settings import check_fields, memory_options, sampler_params, setting_rules, weight_cards
-from pyengine.browser.shared_memory import keep_vocab_rows, new_block
+from pyengine.browser.shared_memory import new_block
 from pyengine.errors import PyEngineError
 from pyengine.generation.chat import ChatSession
-from pyengine.generation.engine import load
+from pyengine.generation.engine import Engine, text_parts
 from pyengine.inspect import describe
 from pyengine.model.config import ModelConfig
-from pyengine.parallel.channel import ping, send_exit
-from pyengine.parallel.plan import plan
-from pyengine.parallel.sharded import install
-from pyengine.weights.budget import pick_weights
+from pyengine.model.load import check_tensors, load_model
+from pyengine.parallel.channel import Channel
+from pyengine.parallel.driver import SplitModel, channel_layout, plan_load
+from pyengine.parallel.server import plan_message
 
 PROGRESS_EVERY = 0.1  # seconds between two progress messages while loading
 
@@ -99,91 +99,94 @@ class WorkerSession:
         self.pool, self.heap = pool, heap   # helper workers (worker.js's pool), this worker's wasm bytes
         self.chat = None     # pyengine.generate.ChatSession
         self.rules = setting_rules()  # the settings' ranges for the model loaded (setting_rules)
-        self.shared = None   # the shared buffer (pyengine.shard), when helpers hold part of the model
+        self.model = None    # the model (a parallel.driver.SplitModel when helpers hold shards of it)
 
     # --- load
     async def load(self, files: list, weights: str = "auto") -> None:
-        """Open the files (a browser File each, or byte sources), build the model in weight form
-        ``weights`` (see :func:`pyengine.generate.load`) and a new chat; post ``progress`` while the
+        """Open the files (a browser File each, or byte sources), build the model in weight policy
+        ``weights`` over this worker and its helpers, and a new chat; post ``progress`` while the
         tensors are read, then ``model`` (card with the form in use, inspector, seconds, ``workers``:
-        see :meth:`_split`).
+        count, wasm bytes of each, the cost of one meeting, a note).
 
-        A file whose header or hyperparameters are bad fails before anything changes: the model
-        loaded before and its conversation stay. Once the new file checks out, the old model is
-        let go (``unloaded``) before the new weights are read, so two models never share the
-        4 GiB of wasm memory.
+        Everything that can be checked before the weights are read is checked before anything
+        changes (the header, the architecture and its keys, the tokenizer and chat template, the
+        tensor table, whether the model fits the workers' memory): such a failure leaves the model
+        loaded before and its conversation. Then the old model is let go (``unloaded``), so two
+        models never share the 4 GiB of wasm memory, and every worker reads its own shard.
         """
-        pick_weights(weights, [])  # an unknown form fails before anything changes
         t0 = time.perf_counter()
         sources = [f if hasattr(f, "read") else BrowserFileSource(f) for f in files]
         gguf = open_gguf_plainly(sources)
         d = describe(gguf)
-        ModelConfig.from_metadata(gguf.metadata, gguf.tensors)  # an unsupported architecture fails here
-        n_shards = int(self.pool.size()) if self.pool is not None else 0
-        if self.chat is not None:
-            if self.shared is not None:
-                send_exit(self.shared)  # the helpers leave their loop and drop their rows
-                self.shared = None
-            self.chat = None
-            gc.collect()  # a chat and its last reply refer to each other
-            self.post({"type": "unloaded"})
-        chat = ChatSession(load(gguf, progress=self._progress(sources), weights=weights))
-        workers = await self._split(chat.engine.model, gguf, files, n_shards)
-        self.chat = chat
-        self.rules = setting_rules(chat.engine.model.config.n_vocab, chat.cache.n_ctx)
-        card = model_card(d, chat.template_name, chat.engine.model.weights)
+        config = ModelConfig.from_metadata(gguf.metadata, gguf.tensors)   # an unsupported architecture fails here
+        tokenizer, template, template_error = text_parts(gguf)
+        check_tensors(gguf, config)
+        wanted = 1 + (int(self.pool.size()) if self.pool is not None else 0)
+        plan = plan_load(gguf, config, weights, wanted)                   # an unknown form or no room fails here
+        self._unload()
+        model, workers = await self._load_shards(gguf, config, files, sources, plan)
+        chat = ChatSession(Engine(gguf, model, tokenizer, template, template_error))
+        self.chat, self.model = chat, model
+        self.rules = setting_rules(config.n_vocab, chat.cache.n_ctx)
+        card = model_card(d, chat.template_name, plan.weights)
         self.post({"type": "model", "card": card, "inspect": inspector(d),
                    "seconds": time.perf_counter() - t0, "workers": workers, "settings": self.rules})
 
-    async def _split(self, model, gguf, files: list, n_shards: int) -> dict:
-        """Share the model's matrices with ``n_shards`` helpers by rows (see :mod:`pyengine.shard`): the
-        vocabulary matrix, and each layer's too when ``pool.split`` is "all".
+    def _unload(self) -> None:
+        """Let the model loaded before go (its helpers leave their loop and drop their shards)."""
+        if self.chat is None:
+            return
+        if isinstance(self.model, SplitModel):
+            self.model.close()
+        self.chat = self.model = None
+        gc.collect()                           # a chat and its last reply refer to each other
+        self.post({"type": "unloaded"})
 
-        The helpers read their rows of the file once this worker has loaded the model (they hold
-        them in the same form as its matrices). Returns ``{"count": workers computing the
-        model, "heap": [wasm bytes of each worker], "note"}``: a helper that failed to start or load
-        leaves the whole model in this worker (count 1) and says why in ``note``.
-        """
-        layers = str(getattr(self.pool, "split", "vocab")) == "all"
-        spec = plan(model, gguf.tensors, n_shards + 1, layers) if n_shards else None
-        if spec is None:
-            if self.pool is not None and not n_shards:
-                self.pool.resize()  # helpers left from an earlier setting go
-            note = "running in 1 worker (the output layer cannot be split)" if n_shards else ""
-            return {"count": 1, "heap": self._heap(), "note": note}
-        block = new_block(spec)
-        self.post({"type": "stage", "stage": f"loading {n_shards} more worker{'s' * (n_shards > 1)}"})
-        results = await self.pool.load(_to_js(files), _to_js(spec), getattr(block, "sab", block))
+    async def _load_shards(self, gguf, config, files: list, sources: list, plan) -> tuple:
+        """This worker's shard, read while the helpers read theirs; the model (a SplitModel over several
+        workers) and the ``workers`` field of the ``model`` message. A helper that cannot start or load
+        is a PyEngineError naming it (the page offers to load again)."""
+        n = len(plan.shards)
+        if self.pool is not None and n == 1:
+            self.pool.resize(1)                                            # helpers left from an earlier load go
+        if n == 1:
+            model = load_model(gguf, self._progress(sources), shard=plan.shards[0], forms=plan.forms,
+                               weights=plan.weights)
+            return model, {"count": 1, "heap": self._heap(), "note": plan.note}
+        lay = channel_layout(config, plan.shards)
+        block = new_block(lay["n_floats"])
+        self.post({"type": "stage", "stage": f"loading in {n} workers"})
+        helpers = self.pool.load(_to_js(files), _to_js(plan_message(plan.shards, plan.forms, plan.weights, lay)),
+                                 getattr(block, "sab", block), n - 1)
+        chan = Channel(block, 0, lay, [s.vocab[1] - s.vocab[0] for s in plan.shards])
+        main = load_model(gguf, self._progress(sources), shard=plan.shards[0], forms=plan.forms,
+                          weights=plan.weights, comm=chan)
+        results = await helpers
         results = results.to_py() if hasattr(results, "to_py") else list(results)
         failed = [i for i, r in enumerate(results) if not r["ok"]]
-        if not failed:
-            install(model, spec, block, keep_vocab_rows)
-            self.shared = block
-            gc.collect()  # the rows given away
-            return {"count": len(results) + 1, "heap": self._heap() + [int(r["heap"]) for r in results], "note": "",
-                    "sync_us": round(1e6 * ping(block, len(results)), 1),
-                    "split": "all" if layers else "vocab"}
-        send_exit(block)  # the helpers that did load leave their loop
-        self.pool.drop(_to_js(failed))
-        why = f"worker {failed[0] + 2} failed: {results[failed[0]]['message']}"
-        return {"count": 1, "heap": self._heap(), "note": f"running in 1 worker ({why})"}
+        if failed:
+            self.pool.drop(_to_js(failed))
+            raise PyEngineError(f"worker {failed[0] + 2} could not load its part of the model: "
+                                f"{results[failed[0]]['message']}; load the model again (or choose 1 worker)")
+        model = SplitModel(main, chan)
+        return model, {"count": n, "heap": self._heap() + [int(r["heap"]) for r in results], "note": plan.note,
+                       "sync_us": round(1e6 * model.ping(), 1)}
 
     def _heap(self) -> list[int]:
         return [int(self.heap())] if self.heap is not None else []
 
-    def _progress(self, sources: list) -> Callable[[int, int], None]:
-        """A ``progress(done_tensors, total_tensors)`` callback for :func:`pyengine.generate.load` that
-        posts ``progress`` (bytes read from all files, tensors) at most every PROGRESS_EVERY seconds."""
-        total_bytes = sum(s.size for s in sources)
+    def _progress(self, sources: list) -> Callable:
+        """A ``progress(done_tensors, total_tensors, done_bytes, total_bytes)`` callback for
+        :func:`pyengine.model.load_model` that posts ``progress`` (this worker's share of the tensors: bytes
+        read of it, tensors) at most every PROGRESS_EVERY seconds."""
         last = [0.0]
 
-        def progress(done: int, total: int) -> None:
+        def progress(done: int, total: int, done_bytes: int, total_bytes: int) -> None:
             now = time.perf_counter()
             if now - last[0] >= PROGRESS_EVERY or done == total:
                 last[0] = now
-                read = sum(getattr(s, "bytes_read", 0) for s in sources)  # the header's chunks count too
                 self.post({"type": "progress", "stage": "reading tensors", "tensors": done, "n_tensors": total,
-                           "bytes": min(read, total_bytes), "total_bytes": total_bytes})
+                           "bytes": done_bytes, "total_bytes": total_bytes})
         return progress
 
     # --- chat

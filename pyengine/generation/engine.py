@@ -33,29 +33,35 @@ def load(paths_or_gguf: Any, progress: Callable[[int, int], None] | None = None,
     byte sources, a list for a split model) or an opened ``GGUFFile``.
 
     ``progress(done_tensors, total_tensors)`` is called while the weights are read; ``weights`` is
-    passed to :func:`pyengine.model.load_model` ("auto", "f32", "mixed", "int8"). The tokenizer and template are read
-    first, so a bad vocab fails before the slow part. Files opened here are closed once the weights
-    are in memory (``engine.gguf`` keeps its metadata and tensor table). Raises GGUFError,
-    TokenizerError, ModelError.
+    passed to :func:`pyengine.model.load_model` ("auto" or a key of ``weights.budget.WEIGHT_FORMS``).
+    The tokenizer and template are read first, so a bad vocab fails before the slow part. Files
+    opened here are closed once the weights are in memory (``engine.gguf`` keeps its metadata and
+    tensor table). Raises GGUFError, TokenizerError, ModelError.
     """
     from pyengine.model.load import load_model
 
     gguf, owned = _open(paths_or_gguf)
     try:
-        tokenizer = _tokenizer(gguf)
-        template, template_error = None, ""
-        try:
-            template = ChatTemplate.from_metadata(gguf.metadata, _token_text(tokenizer, tokenizer.bos_id),
-                                                  _token_text(tokenizer, tokenizer.eos_id),
-                                                  tokenizer.add_bos, tokenizer.add_eos)
-        except TemplateError as e:
-            template_error = str(e)
+        tokenizer, template, template_error = text_parts(gguf)
         report = None if progress is None else (lambda done, total, *_bytes: progress(done, total))
         model = load_model(gguf, progress=report, weights=weights)
     finally:
         if owned:
             gguf.close()
     return Engine(gguf, model, tokenizer, template, template_error)
+
+
+def text_parts(gguf: Any) -> tuple[Any, ChatTemplate | None, str]:
+    """A GGUF's tokenizer, chat template (None when it cannot be used) and why not: everything of a model
+    but its weights. Raises TokenizerError."""
+    tokenizer = _tokenizer(gguf)
+    try:
+        template = ChatTemplate.from_metadata(gguf.metadata, _token_text(tokenizer, tokenizer.bos_id),
+                                              _token_text(tokenizer, tokenizer.eos_id),
+                                              tokenizer.add_bos, tokenizer.add_eos)
+    except TemplateError as e:
+        return tokenizer, None, str(e)
+    return tokenizer, template, ""
 
 
 def load_tokenizer(paths_or_gguf: Any):

@@ -7,9 +7,13 @@ to ``n_ctx``.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from pyengine.errors import PyEngineError
+
+_IDS = itertools.count(1)
 
 
 class KVCache:
@@ -24,6 +28,7 @@ class KVCache:
 
     def __init__(self, n_layer: int, n_head_kv: int, head_dim_k: int, head_dim_v: int, n_ctx: int):
         self.n_ctx, self.n = n_ctx, 0
+        self.id = next(_IDS)          # names this cache to the helper workers of a split model
         cap = min(n_ctx, 256)
         self.k = [np.zeros((n_head_kv, cap, head_dim_k), np.float32) for _ in range(n_layer)]
         self.v = [np.zeros((n_head_kv, cap, head_dim_v), np.float32) for _ in range(n_layer)]

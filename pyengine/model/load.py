@@ -199,8 +199,7 @@ class _Loader:
 
     def load(self, weights: str, budget: int, forms: dict | None, comm) -> Model:
         listed = budget_matrices(self.matrices, self.gf.tensors)
-        policy, planned = plan_forms(listed, weights, budget)
-        forms = forms or planned
+        policy, forms = (weights, forms) if forms is not None else plan_forms(listed, weights, budget)
         reserve_heap(forms_nbytes(listed, forms) + HEAP_HEADROOM)
         if self.progress is not None:
             self.progress(0, self.total, 0, self.total_bytes)

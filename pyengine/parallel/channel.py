@@ -1,65 +1,103 @@
-"""The protocol over the shared buffer: control words, commands, and waiting for the shards.
+"""The protocol over the shared buffer: commands, a barrier, the sums and the gather of a split forward pass.
 
-The buffer (``Int32`` control words, then ``Float32`` data)::
+Every worker runs the same forward pass on its shard; they meet only where the
+math needs every shard (``pyengine.parallel.split``): each all-reduce writes this
+worker's partial sums to its slot, waits at a barrier, and adds every slot in
+worker order (so every worker gets the same bits), and the logits gather writes
+each shard's vocabulary slice for the main worker to read. Slots alternate
+between two halves from one meeting to the next, so a worker may write the next
+sums while a slower one still reads the last.
 
-    ctl[SEQ]          command number; a shard serves each new value once
-    ctl[CMD]          MATVEC (x -> rows of W x), ROWS (token ids -> embedding rows), PING (nothing) or EXIT
-    ctl[MAT]          which matrix of the plan (0: the vocabulary matrix, then 4 per layer)
-    ctl[NROWS]        R, the rows of x (or ids) in this command (at most the matrix's ``cap``)
-    ctl[DONE + i]     the last command shard i finished (== SEQ: its output is there)
-    ctl[FAIL + i]     the last command shard i failed
-    data[0 : x_size]                            x (R, n_in), or R token ids (as float32)
-    data[x_size + cap*lo : ... + R*(hi-lo)]     MATVEC: shard (lo, hi)'s rows of the output (R, hi - lo)
-    data[x_size + k*n_embd : ... + n_embd]      ROWS: the embedding row of id k, written by its owner
+The buffer, ``Int32`` control words then ``Float32`` data::
 
-Only the main worker writes commands. A stale command (the main worker gave up
-waiting, on Stop) needs no cleanup: the next one has a new SEQ, and the main
-worker reads only after ``DONE + i == SEQ``. A block is anything with
-``load``, ``store``, ``notify``, ``wait``, ``write`` and ``read``:
-:class:`NumpyBlock` in CPython (the tests serve the shards in-process),
-``pyengine.browser.shared_memory.JsBlock`` in a browser.
+    ctl[SEQ]                  the command number; a helper runs each new one once
+    ctl[CMD], ctl[ARGS..]     FORWARD (n tokens, position, logits mode, cache id, n_ctx), PING or EXIT
+    ctl[COUNT], ctl[GEN]      the barrier: workers arrived, generation
+    ctl[ABORT]                a command the main worker gave up (Stop): helpers leave it at once
+    ctl[STAMP + i]            the last barrier generation worker i reached (who is missing)
+    ctl[DONE + i], [FAIL + i] the last command helper i finished, and failed
+    ints[TOKENS ..]           the command's token ids
+    data[reduce slots]        2 x workers x REDUCE_ROWS x n_embd floats
+    data[gather slots]        workers x GATHER_ROWS x the largest vocabulary slice
+
+A block is anything with ``load``, ``store``, ``add``, ``notify``, ``wait``,
+``write``, ``read``, ``write_ints`` and ``read_ints``: :class:`ThreadBlock` in
+CPython (threads stand in for workers in the tests), ``JsBlock`` in a browser
+(``pyengine.browser.shared_memory``).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
 import numpy as np
 
 from pyengine.errors import PyEngineError
+from pyengine.parallel.split import MAX_WORKERS
 
-MAX_SHARDS = 8          # helper workers a shared buffer has room for
-WAIT_MS = 20            # one bounded Atomics.wait; Stop is seen between two
-TIMEOUT_S = 120.0       # a shard silent this long is dead: PyEngineError
+WAIT_MS = 20            # one bounded wait; a Stop (KeyboardInterrupt) lands between two
+TIMEOUT_S = 120.0       # a worker silent this long is dead: PyEngineError
+MAX_TOKENS = 4096       # token ids a command carries (a longer forward takes several)
+REDUCE_ROWS = 512       # rows of one sum (the model's UBATCH: a prompt step)
+GATHER_ROWS = 16        # rows of logits gathered at once
 
-# control words (Int32) and commands
-SEQ, CMD, NROWS, MAT, DONE, FAIL = 0, 1, 2, 3, 8, 8 + MAX_SHARDS
-CTL_WORDS = 8 + 2 * MAX_SHARDS
-MATVEC, ROWS, EXIT, PING = 1, 2, 3, 4
+# control words (Int32)
+SEQ, CMD, N_TOKENS, POS, LOGITS, CACHE, N_CTX, COUNT, GEN, ABORT = range(10)
+STAMP = 16
+DONE = STAMP + MAX_WORKERS
+FAIL = DONE + MAX_WORKERS
+TOKENS = FAIL + MAX_WORKERS
+CTL_WORDS = TOKENS + MAX_TOKENS
+FORWARD, PING, EXIT = 1, 2, 3
+LOGITS_MODES = ("none", "last", "all")
 
 
-class NumpyBlock:
-    """The same buffer as numpy arrays, for CPython: ``on_wait()`` runs while the main side waits
-    (tests serve the shards there)."""
+class AbortError(Exception):
+    """The main worker gave up the command (Stop): a helper leaves it."""
 
-    def __init__(self, n_floats: int, on_wait=None):
+
+def layout(n_workers: int, n_embd: int, vocab_slice: int) -> dict:
+    """Where the slots are: float32 offsets and sizes for ``n_workers`` workers."""
+    reduce_size = REDUCE_ROWS * n_embd
+    gather_size = GATHER_ROWS * vocab_slice
+    return {"n_workers": n_workers, "reduce": 0, "reduce_size": reduce_size,
+            "gather": 2 * n_workers * reduce_size, "gather_size": gather_size,
+            "n_floats": 2 * n_workers * reduce_size + n_workers * gather_size}
+
+
+class ThreadBlock:
+    """The buffer as numpy arrays shared by threads, for CPython: one condition variable stands in for
+    ``Atomics.wait`` / ``notify``."""
+
+    def __init__(self, n_floats: int):
         self.ctl = np.zeros(CTL_WORDS, np.int32)
         self.data = np.zeros(n_floats, np.float32)
-        self.on_wait = on_wait
+        self.cond = threading.Condition()
 
     def load(self, i: int) -> int:
         return int(self.ctl[i])
 
     def store(self, i: int, v: int) -> None:
-        self.ctl[i] = v
+        with self.cond:
+            self.ctl[i] = v
+
+    def add(self, i: int, v: int) -> int:
+        """ctl[i] += v atomically; returns the old value (``Atomics.add``)."""
+        with self.cond:
+            old = int(self.ctl[i])
+            self.ctl[i] = old + v
+            return old
 
     def notify(self, i: int) -> None:
-        pass
+        with self.cond:
+            self.cond.notify_all()
 
     def wait(self, i: int, v: int, ms: float) -> None:
-        if self.on_wait is not None and self.ctl[i] == v:
-            self.on_wait()
+        with self.cond:
+            if self.ctl[i] == v:
+                self.cond.wait(ms / 1000)
 
     def write(self, at: int, a: np.ndarray) -> None:
         self.data[at:at + a.size] = a.reshape(-1)
@@ -67,50 +105,143 @@ class NumpyBlock:
     def read(self, at: int, out: np.ndarray) -> None:
         out.reshape(-1)[:] = self.data[at:at + out.size]
 
+    def write_ints(self, at: int, a: np.ndarray) -> None:
+        self.ctl[at:at + a.size] = a
+
+    def read_ints(self, at: int, n: int) -> np.ndarray:
+        return self.ctl[at:at + n].astype(np.int64)
 
 
-def command(block: Any, cmd: int, mat: int = 0, a: np.ndarray | None = None) -> int:
-    """Post command ``cmd`` on matrix ``mat`` with input ``a`` (rows of x, or ids) and wake the shards;
-    returns its number. Only the main worker writes commands."""
-    if a is not None:
-        block.write(0, a)
-    block.store(CMD, cmd)
-    block.store(MAT, mat)
-    block.store(NROWS, 0 if a is None else len(a))
-    seq = block.load(SEQ) + 1
-    block.store(SEQ, seq)
-    block.notify(SEQ)
-    return seq
+class Channel:
+    """One worker's end of the shared buffer: its index, the workers' count, the slots' layout."""
 
+    def __init__(self, block: Any, index: int, lay: dict, widths: list[int]):
+        self.block, self.index, self.lay = block, index, lay
+        self.count = lay["n_workers"]
+        self.widths = widths           # each shard's vocabulary rows: the logits' columns it gathers
+        self.meetings = 0              # all-reduces of the running command (the slot half alternates)
+        self.seq = 0                   # the running command
 
-def wait_done(block: Any, seq: int, n_shards: int) -> None:
-    """Until every shard has done command ``seq``: bounded waits, so Stop (KeyboardInterrupt) gets through.
-    Raises PyEngineError when a shard failed it or stays silent for ``TIMEOUT_S``."""
-    t0 = time.monotonic()
-    for i in range(n_shards):
-        while (done := block.load(DONE + i)) != seq:
+    # --- meeting the other workers
+    def barrier(self) -> None:
+        """Wait until every worker has arrived. Raises AbortError (a helper, when the main worker gave the
+        command up), PyEngineError naming the workers missing after ``TIMEOUT_S``; KeyboardInterrupt
+        (Stop) gets through between bounded waits."""
+        b = self.block
+        gen = b.load(GEN)
+        b.store(STAMP + self.index, gen + 1)
+        if b.add(COUNT, 1) == self.count - 1:                             # the last to arrive
+            b.store(COUNT, 0)
+            b.store(GEN, gen + 1)
+            b.notify(GEN)
+            return
+        t0 = time.monotonic()
+        while b.load(GEN) == gen:
+            if self.index and b.load(ABORT) == self.seq:
+                raise AbortError()
             if time.monotonic() - t0 > TIMEOUT_S:
-                raise PyEngineError(f"worker {i + 2} did not answer in {TIMEOUT_S:.0f} s")
-            block.wait(DONE + i, done, WAIT_MS)
-        if block.load(FAIL + i) == seq:
-            raise PyEngineError(f"worker {i + 2} failed (see the browser console)")
+                missing = [i + 1 for i in range(self.count) if b.load(STAMP + i) <= gen]
+                raise PyEngineError(f"worker {', '.join(map(str, missing))} did not answer in {TIMEOUT_S:.0f} s")
+            b.wait(GEN, gen, WAIT_MS)
+
+    def all_reduce(self, a: np.ndarray) -> np.ndarray:
+        """The sum over the workers of ``a`` (R, n) float32, in worker order (the same bits everywhere)."""
+        lay = self.lay
+        rows = lay["reduce_size"] // a.shape[-1]
+        out = np.empty_like(a)
+        for r in range(0, len(a), rows):                                  # a longer sum takes several meetings
+            half, self.meetings = self.meetings % 2, self.meetings + 1
+            part = np.ascontiguousarray(a[r:r + rows], np.float32)
+            slots = lay["reduce"] + half * self.count * lay["reduce_size"]
+            self.block.write(slots + self.index * lay["reduce_size"], part)
+            self.barrier()
+            got, acc = np.empty_like(part), out[r:r + rows]
+            for w in range(self.count):
+                self.block.read(slots + w * lay["reduce_size"], got if w else acc)
+                if w:
+                    acc += got
+        return out
+
+    def gather(self, a: np.ndarray) -> np.ndarray | None:
+        """Each worker's columns ``a`` (R, widths[index]) side by side: (R, sum of widths) on the main worker,
+        None on a helper. Only the main worker reads the slots, and the next command waits for it."""
+        lay, widths = self.lay, self.widths
+        out = np.empty((len(a), sum(widths)), np.float32) if self.index == 0 else None
+        for r in range(0, len(a), GATHER_ROWS):
+            if r:
+                self.barrier()                                            # the main worker has read the last rows
+            part = np.ascontiguousarray(a[r:r + GATHER_ROWS], np.float32)
+            self.block.write(lay["gather"] + self.index * lay["gather_size"], part)
+            self.barrier()
+            if out is not None:
+                c = 0
+                for w, width in enumerate(widths):
+                    got = np.empty((len(part), width), np.float32)
+                    self.block.read(lay["gather"] + w * lay["gather_size"], got)
+                    out[r:r + len(part), c:c + width] = got
+                    c += width
+        return out
+
+    # --- commands: the main worker writes them, helpers serve them
+    def send(self, cmd: int, tokens: np.ndarray | None = None, pos: int = 0, logits: str = "none",
+             cache: int = 0, n_ctx: int = 0) -> None:
+        """Post command ``cmd`` (the main worker), once every helper has finished the last one."""
+        self.wait_idle()
+        b = self.block
+        n = 0 if tokens is None else len(tokens)
+        if n:
+            b.write_ints(TOKENS, np.asarray(tokens, np.int32))
+        for word, v in ((CMD, cmd), (N_TOKENS, n), (POS, pos), (LOGITS, LOGITS_MODES.index(logits)),
+                        (CACHE, cache), (N_CTX, n_ctx)):
+            b.store(word, v)
+        self.seq = b.load(SEQ) + 1
+        self.meetings = 0
+        b.store(SEQ, self.seq)
+        b.notify(SEQ)
+
+    def wait_idle(self) -> None:
+        """Until every helper has finished the last command (a Stop may have left some mid-way: they see
+        ABORT and leave it). Raises PyEngineError naming a helper silent for ``TIMEOUT_S`` or failed."""
+        b, t0 = self.block, time.monotonic()
+        for i in range(1, self.count):
+            while (done := b.load(DONE + i)) != self.seq:
+                if time.monotonic() - t0 > TIMEOUT_S:
+                    raise PyEngineError(f"worker {i + 1} did not answer in {TIMEOUT_S:.0f} s")
+                b.wait(DONE + i, done, WAIT_MS)
+        b.store(COUNT, 0)                                                 # a barrier left mid-way starts anew
+        for i in range(1, self.count):
+            if b.load(FAIL + i) == self.seq and self.seq:
+                b.store(FAIL + i, -1)
+                raise PyEngineError(f"worker {i + 1} failed (see the browser console)")
+
+    def abort(self) -> None:
+        """Give the running command up (the main worker, on Stop or an error): helpers leave it."""
+        self.block.store(ABORT, self.seq)
+        self.block.notify(GEN)
+
+    def next_command(self, last: int) -> int:
+        """Wait for a command newer than ``last`` (a helper); returns its number."""
+        b = self.block
+        while (seq := b.load(SEQ)) == last:
+            b.wait(SEQ, last, 1000)
+        self.seq, self.meetings = seq, 0
+        return seq
+
+    def finish(self, failed: bool) -> None:
+        """A helper is done with the running command."""
+        if failed:
+            self.block.store(FAIL + self.index, self.seq)
+        self.block.store(DONE + self.index, self.seq)
+        self.block.notify(DONE + self.index)
 
 
-def send_exit(block: Any) -> None:
-    """Command EXIT: every shard on ``block`` leaves its loop (now, or as soon as it has loaded)."""
-    command(block, EXIT)
-
-
-def ping(block: Any, n_shards: int, n: int = 50) -> float:
-    """Seconds of one command that does nothing (write, notify, every shard wakes and answers, wait):
-    the cost of a sync point, the median of ``n``."""
+def ping(chan: Channel, n: int = 20) -> float:
+    """Seconds of one meeting (a PING command: every helper arrives at one barrier), the median of ``n``."""
     times = []
     for _ in range(n):
         t0 = time.perf_counter()
-        wait_done(block, command(block, PING), n_shards)
+        chan.send(PING)
+        chan.barrier()
+        chan.wait_idle()
         times.append(time.perf_counter() - t0)
     return float(np.median(times))
-
-
-# ---------------------------------------------------------------------------
-# The main worker's side

@@ -1,99 +1,85 @@
-"""A helper worker's side of a split: its rows of each split matrix, read from the file, and the serving loop."""
+"""A helper worker's side of a split: its shard of the model, read from the file, run in step with the others.
+
+A helper loads only its shard (``pyengine.model.load.load_model(shard=...)``, in
+the forms the main worker chose), then serves commands until EXIT: each FORWARD
+runs the same forward pass as every other worker, on its own KV cache (one per
+cache id the main worker names, set back to the command's position first, so a
+turn that reuses a prefix, a rejected draft or an edit needs no other message).
+"""
 
 from __future__ import annotations
 
+import traceback
 from typing import Any
 
-import numpy as np
-
-from pyengine.gguf import open_gguf
-from pyengine.parallel.channel import CMD, DONE, EXIT, FAIL, MAT, MATVEC, NROWS, ROWS, SEQ
-from pyengine.weights.build import Builder
-from pyengine.weights.forms import Form, row_split
-
-
-def load_rows(gguf, names: list[str], lo: int, hi: int, spec: dict):
-    """Rows ``[lo, hi)`` of the weights ``names`` stacked by rows, in the form ``spec`` describes
-    (:func:`pyengine.parallel.plan.weight_spec`), built as the main worker built its matrix
-    (:class:`pyengine.weights.build.Builder`), so the rows are bit for bit its rows. Reads only
-    those rows' bytes, never a whole tensor. Raises GGUFError on a short read."""
-    form = Form[spec["form"]]
-    if form is Form.ROW_SPLIT:
-        return row_split([load_rows(gguf, names, max(lo, a), min(hi, b), part) for a, b, part in spec["parts"]
-                          if max(lo, a) < min(hi, b)])
-    build = Builder(gguf, ggml_rounding=spec.get("act") is not None)
-    if form is Form.PACKED:
-        return build.packed(names, lo, hi, levels=spec["levels"], block=spec["block"])
-    if form is Form.INT8_ROWS:
-        return build.int8_rows(names, lo, hi, col=np.asarray(spec["col"], np.float32))
-    if form is Form.INT8_BLOCKS:
-        return build.int8(names, lo, hi, block=spec["block"])
-    return build.f32(names, lo, hi)
+from pyengine.errors import PyEngineError
+from pyengine.model.load import load_model
+from pyengine.model.shard import Shard
+from pyengine.parallel.channel import (CACHE, CMD, EXIT, FORWARD, LOGITS, LOGITS_MODES, N_CTX, N_TOKENS, PING, POS,
+                                       TOKENS, AbortError, Channel)
 
 
-class ShardServer:
-    """One shard: its rows of each split matrix (``locals[m]``, None where it holds none), serving commands.
+def plan_message(shards: list[Shard], forms: dict, weights: str, lay: dict) -> dict:
+    """What every helper needs to load and serve its shard, as plain data (it crosses to a JS worker)."""
+    return {"shards": [s.as_dict() for s in shards], "weights": weights, "layout": lay,
+            "forms": {".".join(map(str, k)): f.name for k, f in forms.items()}}
 
-    ``index``: its place among the shards (0 for the main worker's first helper);
-    ``spec``: the plan (:func:`plan`). It serves every command after number 0
-    (a fresh block's SEQ): an EXIT sent while it was still loading is seen as
-    soon as it starts serving.
-    """
 
-    def __init__(self, locals_: list, index: int, spec: dict, block: Any):
-        self.locals, self.index, self.block = locals_, index, block
-        self.mats = spec["matrices"]
-        self.out_at = spec["x_size"]
-        self.seq = 0
+def read_plan(msg: dict, index: int) -> tuple[Shard, dict, list[int]]:
+    """A helper's shard, the forms ``{key: Form}`` and every shard's vocabulary width, from ``plan_message``."""
+    from pyengine.weights.forms import Form
+    s = msg["shards"][index]
+    shard = Shard(s["index"], s["count"], *(tuple(s[k]) for k in ("heads", "kv_heads", "ffn", "vocab")))
+    forms = {tuple(int(p) if p.isdigit() else p for p in k.split(".")): Form[f] for k, f in msg["forms"].items()}
+    widths = [b - a for a, b in (tuple(x["vocab"]) for x in msg["shards"])]
+    return shard, forms, widths
 
-    def serve_one(self) -> bool:
-        """Serve the newest command if there is one; False once told to EXIT."""
-        seq = self.block.load(SEQ)
-        if seq == self.seq:
-            return True
-        self.seq = seq
-        cmd, r, m = self.block.load(CMD), self.block.load(NROWS), self.block.load(MAT)
-        try:
-            if cmd in (MATVEC, ROWS):
-                self._run(cmd, r, m)
-        except Exception:  # noqa: BLE001 (the main worker reports it; the traceback goes to the console)
-            import traceback
-            traceback.print_exc()
-            self.block.store(FAIL + self.index, seq)
-        self.block.store(DONE + self.index, seq)
-        self.block.notify(DONE + self.index)
-        return cmd != EXIT
 
-    def _run(self, cmd: int, r: int, m: int) -> None:
-        local, spec = self.locals[m], self.mats[m]
-        lo, hi = spec["ranges"][self.index + 1]
-        n_in = local.shape[1]
-        if cmd == MATVEC:
-            x = np.empty((r, n_in), np.float32)
-            self.block.read(0, x)
-            y = np.ascontiguousarray(local(x), dtype=np.float32)            # (r, hi - lo)
-            self.block.write(self.out_at + spec["cap"] * lo, y)
-            return
-        ids = np.empty(r, np.float32)
-        self.block.read(0, ids)
-        ids = ids.astype(np.int64)
-        for k in np.flatnonzero((ids >= lo) & (ids < hi)):
-            self.block.write(self.out_at + int(k) * n_in, local.rows([ids[k] - lo])[0])   # (n_in,)
+class Helper:
+    """Helper ``index``'s shard of the model and its end of the channel, serving commands."""
+
+    def __init__(self, model, chan: Channel):
+        self.model, self.chan = model, chan
+        self.caches: dict[int, Any] = {}
 
     def serve(self) -> None:
-        """Serve commands until EXIT (blocks this worker's thread; ``Atomics.wait`` between commands)."""
-        while self.serve_one():
-            self.block.wait(SEQ, self.seq, 1000)
+        """Run commands until EXIT (blocks this worker). A failed command is reported (FAIL) and served past."""
+        last = 0
+        while True:
+            last = self.chan.next_command(last)
+            cmd = self.chan.block.load(CMD)
+            if cmd == EXIT:
+                self.chan.finish(False)
+                return
+            try:
+                if cmd == FORWARD:
+                    self.forward()
+                elif cmd == PING:
+                    self.chan.barrier()
+                self.chan.finish(False)
+            except AbortError:
+                self.chan.finish(False)
+            except Exception:  # noqa: BLE001 (the main worker reports it; the traceback goes to the console)
+                traceback.print_exc()
+                self.chan.finish(True)
+
+    def forward(self) -> None:
+        b = self.chan.block
+        n, pos, cache_id, n_ctx = b.load(N_TOKENS), b.load(POS), b.load(CACHE), b.load(N_CTX)
+        cache = self.caches.get(cache_id)
+        if cache is None:
+            self.caches = {cache_id: self.model.new_cache(n_ctx)}      # one conversation at a time
+            cache = self.caches[cache_id]
+        if pos > cache.n:
+            raise PyEngineError(f"helper {self.chan.index + 1}: asked for position {pos}, holds {cache.n}")
+        cache.truncate(pos)
+        self.model.forward(b.read_ints(TOKENS, n), cache, LOGITS_MODES[b.load(LOGITS)])
 
 
-# ---------------------------------------------------------------------------
-
-
-def load_shard(sources: list, spec: dict, index: int, block: Any) -> ShardServer:
-    """Shard ``index``'s server: its rows of every matrix of ``spec`` read from ``sources`` (byte
-    sources over the same files as the main worker's) in the main model's weight forms. Raises
-    PyEngineError."""
-    with open_gguf(sources) as g:
-        locals_ = [None if m is None else load_rows(g, m["names"], *m["ranges"][index + 1], m["form"])
-                   for m in spec["matrices"]]
-    return ShardServer(locals_, index, spec, block)
+def load_helper(gguf, plan: dict, index: int, block: Any) -> Helper:
+    """Helper ``index``'s server: its shard of ``gguf`` (an opened GGUFFile) in the plan's forms. Raises
+    PyEngineError (GGUFError, ModelError) when its shard cannot be read."""
+    shard, forms, widths = read_plan(plan, index)
+    chan = Channel(block, index, plan["layout"], widths)
+    model = load_model(gguf, shard=shard, forms=forms, weights=plan["weights"], comm=chan)
+    return Helper(model, chan)

@@ -25,6 +25,8 @@ HEAP_HEADROOM = 32 * 2**20           # bytes reserved past the weights: a load's
 FILE_RATIO = 3.0                     # in the browser, all workers' wasm heaps within this many times the file
 RUNTIME_BYTES = 100 * 2**20          # a worker's heap besides the weights: Python, numpy, KV cache, work arrays
 RAM_SHARE = 0.6                      # in CPython, the weights within this share of the memory available
+HEAP_MAX = 4 * 2**30 - 2**27         # a wasm32 worker's heap can reach 4 GiB; less room for growth steps
+ARRAY_MAX = 2**31 - 1                # numpy's largest array on wasm32, in bytes
 
 
 class Weights(NamedTuple):
@@ -113,6 +115,26 @@ def available_memory() -> int:
     except OSError:
         pass
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_fits(matrices: list[Matrix], forms: dict, nbytes: int, n_workers: int, file_bytes: int) -> None:
+    """In the browser, refuse weights of ``nbytes`` per worker that no worker's heap can hold (``HEAP_MAX``
+    with ``RUNTIME_BYTES``), or an array past ``ARRAY_MAX``: a PyEngineError saying what the model needs,
+    what the browser allows, and what would fit. Nothing in CPython (the system says)."""
+    if sys.platform != "emscripten":
+        return
+    biggest = max(matrix_nbytes(m, forms[m.key]) for m in matrices)
+    if nbytes + RUNTIME_BYTES <= HEAP_MAX and biggest <= ARRAY_MAX:
+        return
+    compact = forms_nbytes(matrices, dict.fromkeys(forms, Form.COMPACT)) + RUNTIME_BYTES
+    gib = 2**30
+    hint = (f"the low-memory form (Memory: low memory) would need {compact / gib:.2f} GiB a worker"
+            if compact <= HEAP_MAX else f"even the low-memory form needs {compact / gib:.2f} GiB a worker: "
+            f"more workers, or a smaller quantization of the model")
+    raise PyEngineError(f"this model ({file_bytes / gib:.2f} GiB of tensors) needs "
+                        f"{(nbytes + RUNTIME_BYTES) / gib:.2f} GiB in each of {n_workers} worker(s) in this "
+                        f"form, largest array {biggest / gib:.2f} GiB; a browser worker holds at most 4 GiB, "
+                        f"one array at most 2 GiB: {hint}")
 
 
 def forms_nbytes(matrices: list[Matrix], forms: dict) -> int:
