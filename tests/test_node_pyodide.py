@@ -42,6 +42,7 @@ PROBES = '''
 import hashlib
 import numpy as np
 from pyengine.gguf import open_gguf
+from pyengine.inspect import plain
 
 
 def sha(a):
@@ -66,7 +67,8 @@ def describe(path, tensors="all"):
             t = g.tensor(name)
             values[name] = [str(t.dtype), list(t.shape), sha(t)]
         return {"version": g.version, "alignment": g.alignment, "data_offset": g.data_offset,
-                "metadata": g.metadata, "value_types": g.value_types, "tensors": infos, "values": values}
+                "metadata": {k: plain(v) for k, v in g.metadata.items()}, "value_types": g.value_types,
+                "tensors": infos, "values": values}
 
 
 def render_chat(path, messages):

@@ -47,7 +47,8 @@ for name, v in json.load(open("/golden/tokenize_variants.json")).items():
         meta = {**open_gguf(path(v["source"])).metadata, **v["changes"]}
         if v["add_tokens"]:
             meta["tokenizer.ggml.tokens"] = meta["tokenizer.ggml.tokens"] + v["add_tokens"]
-            meta["tokenizer.ggml.token_type"] = meta["tokenizer.ggml.token_type"] + [1] * len(v["add_tokens"])
+            types = [int(t) for t in meta["tokenizer.ggml.token_type"]]
+            meta["tokenizer.ggml.token_type"] = types + [1] * len(v["add_tokens"])
         result[name] = [len(v["cases"]), run(Tokenizer.from_metadata(meta), v["cases"], "ids_special")]
 result
 '''

@@ -150,7 +150,7 @@ class Tokenizer:
 
     @classmethod
     def from_metadata(cls, metadata: dict) -> Tokenizer:
-        """Build the tokenizer from GGUF metadata (``GGUFFile.metadata``: plain Python values).
+        """Build the tokenizer from GGUF metadata (``GGUFFile.metadata``: Python values and numpy arrays).
 
         Raises :class:`TokenizerError` naming the key for an unsupported or inconsistent vocab.
         """

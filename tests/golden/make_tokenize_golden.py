@@ -88,7 +88,7 @@ def variant_metadata(meta: dict, changes: dict, add_tokens: list[str]) -> dict:
     meta = {**meta, **changes}
     if add_tokens:
         meta["tokenizer.ggml.tokens"] = meta["tokenizer.ggml.tokens"] + add_tokens
-        meta["tokenizer.ggml.token_type"] = meta["tokenizer.ggml.token_type"] + [1] * len(add_tokens)
+        meta["tokenizer.ggml.token_type"] = [int(t) for t in meta["tokenizer.ggml.token_type"]] + [1] * len(add_tokens)
     return meta
 
 
