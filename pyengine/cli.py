@@ -13,7 +13,7 @@ import sys
 import time
 
 from pyengine.errors import PyEngineError
-from pyengine.weights.budget import WEIGHT_FORMS
+from pyengine.weights.budget import CHOICES
 
 
 def _add_sampling(p: argparse.ArgumentParser) -> None:
@@ -27,11 +27,11 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("-c", "--ctx-size", type=int, default=0, help="context length in tokens (0 = the model's)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
-    p.add_argument("--weights", choices=("auto",) + tuple(WEIGHT_FORMS), default="auto",
-                   help="weight form: f32 float32, the most memory (auto's choice in CPython up to 2 GiB); "
-                        "packed int8 codes three to an int64, 2/3 of f32's memory; mixed packed, the "
-                        "vocabulary partly int8 (the browser's default, under 3x the file); int8 the least "
-                        "memory, slower; auto picks by model size (default)")
+    p.add_argument("--weights", choices=CHOICES, default="auto",
+                   help="weight form: f32 float32, the fastest here with BLAS, the most memory; quantized "
+                        "the file's own codes, a code in each lane of an int64; compact the file's codes "
+                        "packed tight, the least memory; auto: f32 when it fits this machine's memory, "
+                        "else the file's codes (default)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -132,7 +132,7 @@ def cmd_tokenize(args: argparse.Namespace) -> int:
 # --- what generate and chat share
 
 def _load(paths: list[str], weights: str = "auto"):
-    """Load the model in weight form ``weights`` (see :data:`pyengine.weights.budget.WEIGHT_FORMS`), telling
+    """Load the model in weight policy ``weights`` (see :data:`pyengine.weights.budget.WEIGHT_FORMS`), telling
     stderr how it goes."""
     from pyengine.generation import load
     name = os.path.basename(paths[0])

@@ -43,3 +43,13 @@ def smollm2_path() -> Path:
 @pytest.fixture(scope="session")
 def fixtures_reference() -> dict:
     return json.loads((FIXTURES / "fixtures-reference.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def q8_qwen2(tmp_path_factory) -> Path:
+    """tiny-qwen2 with its matrices in Q8_0 (gguf-py's quantizer): a quantized model whose heads and
+    FFN units can be cut over workers."""
+    from gguf_write import quantized_copy
+    path = tmp_path_factory.mktemp("q8") / "tiny-qwen2-q8_0.gguf"
+    quantized_copy(TINY["qwen2"], path)
+    return path

@@ -91,3 +91,27 @@ def gguf_bytes(kvs: list[tuple[str, str, object]],
         out += bytes(data_start + off - len(out)) + data
     out += bytes(pad(len(out), alignment) - len(out))  # the last tensor is padded too
     return bytes(out)
+
+
+def quantized_copy(src, dst, type_name: str = "Q8_0") -> None:
+    """Write the GGUF ``src`` to ``dst`` with every matrix whose rows are whole blocks quantized to
+    ``type_name`` by gguf-py's quantizer (``gguf.quants.quantize``: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0); the
+    metadata and the other tensors as they are."""
+    import gguf
+    import gguf.quants
+
+    from pyengine.gguf import open_gguf
+    from pyengine.gguf.ggml_types import GGML_TYPES_BY_NAME
+
+    qtype = GGML_TYPES_BY_NAME[type_name]
+    with open_gguf(src) as g:
+        kvs = [(k, t, g.metadata[k]) for k, t in g.value_types.items()]
+        tensors = []
+        for name, info in g.tensors.items():
+            if len(info.shape) == 2 and info.shape[0] % qtype.block_size == 0:
+                blocks = gguf.quants.quantize(g.tensor(name), gguf.GGMLQuantizationType[type_name])
+                tensors.append((name, info.shape, qtype.id, blocks.tobytes()))
+            else:
+                tensors.append((name, info.shape, info.type.id, g.tensor_bytes(name).tobytes()))
+    with open(dst, "wb") as f:
+        f.write(gguf_bytes(kvs, tensors))

@@ -110,7 +110,7 @@ def test_generate_bad_options(cli, argv, message):
     assert ("loaded" in err) == (message.startswith("more than"))   # option errors come before loading
 
 
-@pytest.mark.parametrize("form", ["f32", "mixed", "int8"])
+@pytest.mark.parametrize("form", ["f32", "quantized", "compact"])
 def test_generate_weights(cli, form):
     """--weights reaches the model: the JSON and stderr name the form, and the ids are the greedy
     ones of a model loaded in that form here."""
@@ -123,10 +123,10 @@ def test_generate_weights(cli, form):
     assert got["text"] == "".join(gen) and got["ids"] == gen.ids
 
 
-def test_chat_weights_int8(cli):
-    rc, out, err = cli(["chat", QWEN2, "-n", "3", "--json", "--weights", "int8"], "hello\nis it the end?\n")
+def test_chat_weights_compact(cli):
+    rc, out, err = cli(["chat", QWEN2, "-n", "3", "--json", "--weights", "compact"], "hello\nis it the end?\n")
     replies = [json.loads(line) for line in out.splitlines()]
-    assert rc == 0 and [r["weights"] for r in replies] == ["int8", "int8"] and "int8 weights" in err
+    assert rc == 0 and [r["weights"] for r in replies] == ["compact", "compact"] and "compact weights" in err
 
 
 @pytest.mark.parametrize("command", [["generate", LLAMA, "-p", "x"], ["chat", LLAMA]])
@@ -134,7 +134,7 @@ def test_bad_weights_is_a_usage_error(command, capsys):
     with pytest.raises(SystemExit) as e:
         main(command + ["--weights", "int4"])
     err = capsys.readouterr().err
-    assert e.value.code == 2 and "--weights: invalid choice: 'int4'" in err and "'int8'" in err
+    assert e.value.code == 2 and "--weights: invalid choice: 'int4'" in err and "'compact'" in err
 
 
 def test_missing_model_file(cli, tmp_path):

@@ -17,14 +17,11 @@ from conftest import TINY
 
 import pyengine.model.transformer as transformer
 import pyengine.weights.budget as budget
-import pyengine.weights.build as build
 import pyengine.weights.matmul as matmul
-import pyengine.weights.rows as weight_rows
 from pyengine.errors import ModelError, PyEngineError
 from pyengine.gguf import open_gguf
 from pyengine.model import load_model
-from pyengine.model.load import model_tensors
-from pyengine.weights.forms import Form, Int8Rows, Packed, RowSplit
+from pyengine.model.load import budget_matrices, model_tensors, shard_matrices
 
 RNG = np.random.default_rng(0)
 F32_FIXTURES = ["llama", "qwen2", "qwen3", "gemma3"]
@@ -265,114 +262,54 @@ def test_progress_reports_every_tensor(files):
     assert [c[0] for c in calls] == list(range(27))
 
 
-def test_int8_weights_take_a_quarter_and_stay_close(files, models, monkeypatch):
-    monkeypatch.setattr(weight_rows, "LOAD_CHUNK_BYTES", 100 * 4 * 64)   # several reads per tensor (328 rows)
-    m8 = load_model(files["llama"], weights="int8")
-    m32 = models["llama"]
-    assert m8.layers[0].wqkv.q.dtype == np.int8 and m32.layers[0].wqkv.w.dtype == np.float32
-    assert 0.25 < m8.weights_nbytes / m32.weights_nbytes < 0.3
-    a = m32.forward([1, 5, 9, 42], m32.new_cache(8))
-    b = m8.forward([1, 5, 9, 42], m8.new_cache(8))
-    assert np.abs(a - b).max() < 0.05 * a.std()
+@pytest.mark.parametrize("form", ["quantized", "compact"])
+def test_the_file_codes_give_llama_cpps_logits(form, files, fixtures_reference):
+    """The quantized forms multiply the Q4_K_M fixture's own codes as llama.cpp does (activations
+    rounded to 8-bit blocks per type, exact integer block sums): its logits to float rounding."""
+    r = ref(fixtures_reference, "llama-q4km")
+    m = load_model(files["llama-q4km"], weights=form)
+    assert m.weights == form and {f.name for f in m.forms.values()} == {form.upper()}
+    logits = m.forward(r["prompt_ids"], m.new_cache(64), logits="all")
+    np.testing.assert_allclose(logits[-1], r["last_pos_logits"], rtol=0, atol=1e-4)
+    for pos, want in enumerate(r["per_position_top5"]):
+        assert top(logits[pos]) == [i for i, _ in want]
+    ids, _ = greedy(m, r["prompt_ids"], 8)
+    assert ids == r["greedy_next_ids"]
 
 
-def test_weight_budgets_pick_the_form(files, monkeypatch):
-    assert load_model(files["llama"]).weights == "f32"                # 1.9 MB: under F32_BUDGET
-    monkeypatch.setattr(budget, "F32_BUDGET", 100_000)
-    m = load_model(files["llama"])
-    assert m.weights == "mixed" and m.layers[0].wqkv.form is Form.PACKED
-    monkeypatch.setattr(budget, "WEIGHTS_BUDGET", 100_000)
-    m = load_model(files["llama"])
-    assert m.weights == "int8" and m.layers[0].wqkv.q.dtype == np.int8
+def test_the_quantized_forms_hold_less(files, models):
+    """Q4_K_M as float32, expanded codes (a code a 16- or 21-bit lane) and compact codes; an F32 file
+    stays float32 in every form."""
+    f32 = models["llama-q4km"].weights_nbytes
+    sizes = {w: load_model(files["llama-q4km"], weights=w).weights_nbytes for w in ("quantized", "compact")}
+    assert 0.45 < sizes["quantized"] / f32 < 0.75 and 0.15 < sizes["compact"] / f32 < 0.35
+    assert load_model(files["llama"], weights="compact").weights_nbytes == models["llama"].weights_nbytes
+
+
+def test_the_budget_picks_the_forms(files):
+    g = files["llama-q4km"]
+    f32 = load_model(g, weights="f32").weights_nbytes
+    assert load_model(g, budget=f32).weights == "f32"                        # float32 when it fits
+    compact = load_model(g, weights="compact").weights_nbytes
+    quantized = load_model(g, weights="quantized").weights_nbytes
+    m = load_model(g, budget=(compact + quantized) // 2)                      # some expanded, the rest compact
+    assert m.weights == "mixed" and compact < m.weights_nbytes <= (compact + quantized) // 2
+    assert {f.name for f in m.forms.values()} == {"QUANTIZED", "COMPACT"}
+    assert load_model(g, budget=compact).weights == "compact"
     with pytest.raises(PyEngineError, match="weights must be"):
-        load_model(files["llama"], weights="f16")
+        load_model(g, weights="f16")
 
 
 @pytest.mark.parametrize("form", list(budget.WEIGHT_FORMS))
 @pytest.mark.parametrize("name", ["llama", "gemma3", "llama-q4km"])
-def test_form_nbytes_is_what_a_load_holds(form, name, files):
-    """The estimate the heap reservation and the "mixed" budget use: within 3% of the weights loaded on
-    these tiny models (the stacked q/k/v and gate/up pad a row or two fewer than the tensors one by
-    one; 0.01% on gemma-3-270m)."""
-    m = load_model(files[name], weights=form)
-    shapes = [(n, tuple(t.shape)) for n, t in files[name].tensors.items()]
-    q8_0 = {n for n, t in files[name].tensors.items() if t.type.name == "Q8_0"}
-    limit = int(budget.MIXED_FILE_RATIO * sum(t.n_bytes for t in files[name].tensors.values()))
-    rows = budget.mixed_vocab_rows(shapes, limit, q8_0)
-    assert 0 <= budget.form_nbytes(shapes, form, rows, q8_0) / m.weights_nbytes - 1 < 0.03
-
-
-def test_mixed_packs_the_vocabulary_up_to_the_budget(files, models, monkeypatch):
-    """"mixed": packed layers; the output matrix's first rows packed while the whole stays within
-    MIXED_FILE_RATIO x the file's tensors, the rest int8 with row and column scales (a RowSplit)."""
-    g, m32 = files["llama"], models["llama"]
-    shapes = [(n, tuple(t.shape)) for n, t in g.tensors.items()]
-    file_bytes = sum(t.n_bytes for t in g.tensors.values())
-    rest = budget.form_nbytes(shapes, "mixed", 0)                        # every output row int8
-    per_row = (budget.matrix_nbytes(Form.PACKED, (64, 3)) - 3 * (64 + 4)) / 3   # a packed row, less an int8 one
-    monkeypatch.setattr(budget, "MIXED_FILE_RATIO", (rest + 120 * per_row + 1) / file_bytes)   # 120 rows
-    m = load_model(g, weights="mixed")
-    out = m.output                                                          # untied: (328, 64)
-    assert isinstance(out, RowSplit) and [p.shape[0] for p in out.parts] == [120, 208]
-    assert isinstance(out.parts[0], Packed) and isinstance(out.parts[1], Int8Rows) and out.parts[1].q.dtype == np.int8
-    assert m.token_embd.q.dtype == np.int8 and isinstance(m.token_embd, Int8Rows)   # only its rows are read
-    assert budget.form_nbytes(shapes, "mixed", 120) <= budget.MIXED_FILE_RATIO * file_bytes \
-        < budget.form_nbytes(shapes, "mixed", 123)
-    x = RNG.standard_normal((2, 64)).astype(np.float32)
-    np.testing.assert_array_equal(out(x), np.concatenate([out.parts[0](x), out.parts[1](x)], axis=-1))
-    ids = [0, 119, 120, 327, 5]
-    np.testing.assert_array_equal(out.rows(ids)[[0, 1, 4]], out.parts[0].rows([0, 119, 5]))
-    np.testing.assert_array_equal(out.rows(ids)[[2, 3]], out.parts[1].rows([0, 207]))
-    np.testing.assert_allclose(out.rows(ids), m32.output.w[ids], atol=0.02 * np.abs(m32.output.w).max())
-    a = m32.forward([1, 5, 9, 42], m32.new_cache(8))
-    b = m.forward([1, 5, 9, 42], m.new_cache(8))
-    assert 0 < np.abs(a - b).max() < 0.06 * a.std()
-
-
-@pytest.mark.parametrize("name", ALL_FIXTURES)
-def test_packed_weights_stay_close_and_keep_the_greedy_ids(name, files, models, fixtures_reference):
-    m, m32 = load_model(files[name], weights="packed"), models[name]
-    assert all(isinstance(w, Packed) for w in (m.output, m.layers[0].wqkv, m.layers[-1].w_down))
-    assert 0.6 < m.weights_nbytes / m32.weights_nbytes < 0.75                # 8/3 + scales of 4 bytes
-    a = m32.forward([1, 5, 9, 42], m32.new_cache(8))
-    b = m.forward([1, 5, 9, 42], m.new_cache(8))
-    assert 0 < np.abs(a - b).max() < 0.12 * a.std()   # measured up to 0.10 (qwen2's random weights)
-    r = ref(fixtures_reference, name)
-    margins = [s[0][1] - s[1][1] for s in r["greedy_step_top5"]]        # llama.cpp's top-1 minus top-2
-    k0 = next((k for k, v in enumerate(margins) if v < 0.1), len(margins))   # qwen2: 0.037 at step 0
-    ids, steps = greedy(m, r["prompt_ids"], k0 + 1 if k0 < len(margins) else len(margins))
-    assert ids[:k0] == r["greedy_next_ids"][:k0]
-    if k0 < len(margins):                                                # a near-tie: either of the two
-        assert r["greedy_next_ids"][k0] in np.argsort(-steps[k0])[:2]
-
-
-def test_int8_keeps_the_vocabulary_int8_by_rows(files, models, monkeypatch):
-    """int8 token_embd / output with a scale per row and per column (the "int8" form's vocabulary, and
-    the rows of "mixed" past its budget), read in several chunks (the fixture has 328 rows: the column
-    scales see them all)."""
-    monkeypatch.setattr(weight_rows, "LOAD_CHUNK_BYTES", 100 * 4 * 64)   # 100 rows of 64 float32s per read
-    m = load_model(files["llama"], weights="int8")
-    m32 = models["llama"]
-    for name in ("token_embd", "output"):
-        lin, ref32 = getattr(m, name), getattr(m32, name).w                  # (328, 64)
-        assert lin.q.dtype == np.int8 and lin.scale.shape == (328, 1) and lin.col.shape == (64,)
-        np.testing.assert_allclose(lin.col, np.abs(ref32).max(axis=0) / np.abs(ref32).max(), rtol=1e-6)
-        back = lin.q * lin.scale * lin.col                                     # (328, 64)
-        assert np.abs(back - ref32).max() <= (lin.scale * lin.col).max() / 2 * 1.001
-        assert np.abs(lin.q).max(axis=1).min() == 127                          # each row's scale is its largest
-        np.testing.assert_allclose(lin.rows([3, 0, 3]), back[[3, 0, 3]], rtol=1e-6)
-        np.testing.assert_allclose(lin(m32.output_norm), back @ m32.output_norm, rtol=1e-5, atol=1e-5)
-
-
-def test_column_scales_come_from_chunks_spread_over_the_rows(files, models, monkeypatch):
-    monkeypatch.setattr(build, "COL_SAMPLE", (3, 40))                 # rows 0-39, 144-183, 288-327 of 328
-    w = models["llama"].token_embd.w                                       # (328, 64) float32
-    seen = np.abs(np.concatenate([w[0:40], w[144:184], w[288:328]])).max(axis=0)
-    col = build.column_scale(files["llama"], ["token_embd.weight"])
-    np.testing.assert_allclose(col, seen / seen.max(), rtol=1e-6)
-    lin = load_model(files["llama"], weights="int8").token_embd
-    assert np.abs(lin.q).max(axis=1).min() == 127                          # rows outside the sample: no clipping
-    assert np.abs(lin.q * lin.scale * lin.col - w).max() <= (lin.scale * lin.col).max() / 2 * 1.001
+def test_the_estimate_is_what_a_load_holds(form, name, files):
+    """What the heap reservation and the budget count: the weights' bytes, biases and norms aside."""
+    g = files[name]
+    m = load_model(g, weights=form, budget=1 << 40)
+    listed = budget_matrices(shard_matrices(m.config, g.tensors, m.shard), g.tensors)
+    vectors = sum(a.nbytes for layer in m.layers for a in vars(layer).values() if isinstance(a, np.ndarray))
+    vectors += m.output_norm.nbytes
+    assert budget.forms_nbytes(listed, m.forms) == m.weights_nbytes - vectors
 
 
 def test_fused_weights_layout(models):

@@ -1,10 +1,10 @@
-// A helper ("shard") worker: started by worker.js when the page is cross-origin isolated and
-// more than one worker is chosen. It holds some rows of the model's vocabulary matrix and
-// computes their logits whenever the main worker asks through shared memory
-// (pyengine/parallel has the protocol): no message per token.
-//   in:  {type: "load", files, spec, index, sab}  (files: the same File objects as the main worker's)
+// A helper worker: started by worker.js when the page is cross-origin isolated and more than one
+// worker is chosen. It holds its shard of the model (some attention heads, FFN units and
+// vocabulary rows) and runs every forward pass in step with the main worker, meeting the others
+// through shared memory (pyengine/parallel has the protocol): no message per token.
+//   in:  {type: "load", files, plan, index, sab}  (files: the same File objects as the main worker's)
 //   out: {type: "booted"} | {type: "boot-error", message}
-//        {type: "ready", bytes, heap} once its rows are loaded (then it serves until told to exit)
+//        {type: "ready", bytes, heap} once its shard is loaded (then it serves until told to exit)
 //        {type: "error", message} when the load failed;  {type: "exited"} after the serving loop
 import { bootPython, heapBytes } from "./pyodide_boot.js";
 
@@ -25,7 +25,7 @@ self.onmessage = async (e) => {
   if (!shard) return post({ type: "error", message: "Python did not start in this worker" });
   try {
     // Blocks this worker until the main worker sends EXIT (a new model, or a failed load elsewhere).
-    shard.serve_shard(msg.files, msg.spec, msg.index, msg.sab,
+    shard.serve_helper(msg.files, msg.plan, msg.index, msg.sab,
       (bytes) => post({ type: "ready", bytes, heap: heapBytes(pyodide) }));
     post({ type: "exited" });
   } catch (err) {

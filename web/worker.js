@@ -13,13 +13,12 @@ let pyodide = null;
 let setup = null;          // resolves when "init" came (the interrupt buffer and the worker count)
 const inited = new Promise((resolve) => { setup = resolve; });
 
-const SHARD_MS = 600_000;  // a helper that has not booted and loaded its rows by then is given up
+const SHARD_MS = 600_000;  // a helper that has not booted and loaded its shard by then is given up
 
 // The helper workers. wanted: workers in all (the page's setting; 1 when not isolated).
-// A change applies at the next load: Python sends the old shards out of their loop first.
+// A change applies at the next load: Python sends the old helpers out of their loop first.
 const pool = {
   wanted: 1,
-  split: "vocab", // "all": the layers' matrices are shared too (the page's ?split=all)
   shards: [], // {worker, booted: Promise<string|null> (null: ok, else the error)}
   spawn() {
     const worker = new Worker(new URL("./shard_worker.js", import.meta.url), { type: "module" });
@@ -35,17 +34,18 @@ const pool = {
     });
     return { worker, booted };
   },
-  resize() {
-    const n = self.crossOriginIsolated ? Math.max(0, this.wanted - 1) : 0;
+  // Python: keep ``workers`` workers in all (helpers: one fewer), default the page's setting.
+  resize(workers) {
+    const n = self.crossOriginIsolated ? Math.max(0, (workers ?? this.wanted) - 1) : 0;
     for (const s of this.shards.splice(n)) s.worker.terminate();
     while (this.shards.length < n) this.shards.push(this.spawn());
   },
   // Python: how many helpers the next load may use.
   size() { return self.crossOriginIsolated ? Math.max(0, this.wanted - 1) : 0; },
-  // Python: every helper loads its rows; resolves to [{ok, message, bytes, heap}] in shard order.
-  load(files, spec, sab) {
-    this.resize();
-    return Promise.all(this.shards.map((s, index) => loadShard(s, { type: "load", files, spec, index, sab })));
+  // Python: helpers 1..count load their shards of the plan; resolves to [{ok, message, bytes, heap}] in order.
+  load(files, plan, sab, count) {
+    this.resize(count + 1);
+    return Promise.all(this.shards.map((s, i) => loadShard(s, { type: "load", files, plan, index: i + 1, sab })));
   },
   // Python: the helpers that failed are replaced at the next load.
   drop(failed) {
@@ -95,7 +95,6 @@ self.onmessage = (e) => {
   if (msg.type === "init") {
     interrupt = msg.interrupt;
     pool.wanted = msg.workers || 1;
-    pool.split = msg.split || "vocab";
     setup();
   } else if (msg.type === "workers") {
     pool.wanted = msg.workers; // from the next load on

@@ -76,7 +76,7 @@ def load_model(gguf_file, progress=None, weights: str = "auto", ggml_rounding: b
     """Build the model that ``gguf_file`` (a :class:`pyengine.gguf.GGUFFile`, or any object with
     ``metadata``, ``tensors`` and ``tensor(name)``) holds, or only ``shard`` of it.
 
-    ``weights``: "auto" or a key of ``weights.budget.WEIGHT_FORMS``; "auto" keeps float32 within
+    ``weights``: one of ``weights.budget.CHOICES``; "auto" keeps float32 within
     ``budget`` bytes of weights (this worker's; default ``weights.budget.default_budget``), else the
     file's own codes (``plan_forms``);
     ``forms``: the form of each matrix, as ``plan_forms`` gave it (a helper worker takes the main
@@ -130,10 +130,20 @@ def shard_matrices(config: ModelConfig, tensors, shard: Shard) -> dict[tuple, tu
 
 
 def budget_matrices(matrices: dict, tensors) -> list[Matrix]:
-    """The matrices as the budget sees them: their parts' types and rows, their columns."""
-    return [Matrix(key, tuple((tensors[n].type.name, b - a) for n, a, b in pieces),
-                   (cols[1] - cols[0]) if cols else tensors[pieces[0][0]].shape[0])
-            for key, (pieces, cols) in matrices.items()]
+    """The matrices as the budget sees them: their parts (runs of pieces of one type, as the Builder
+    holds them) with their rows, their columns."""
+    out = []
+    for key, (pieces, cols) in matrices.items():
+        parts: list[list] = []
+        for name, a, b in pieces:
+            t = tensors[name].type.name
+            if parts and parts[-1][0] == t:
+                parts[-1][1] += b - a
+            else:
+                parts.append([t, b - a])
+        n_in = (cols[1] - cols[0]) if cols else tensors[pieces[0][0]].shape[0]
+        out.append(Matrix(key, tuple(map(tuple, parts)), n_in))
+    return out
 
 
 class _Loader:

@@ -121,12 +121,15 @@ class Channel:
         self.widths = widths           # each shard's vocabulary rows: the logits' columns it gathers
         self.meetings = 0              # all-reduces of the running command (the slot half alternates)
         self.seq = 0                   # the running command
+        self.reported = 0              # the last command a helper's failure was raised for
 
     # --- meeting the other workers
     def barrier(self) -> None:
         """Wait until every worker has arrived. Raises AbortError (a helper, when the main worker gave the
-        command up), PyEngineError naming the workers missing after ``TIMEOUT_S``; KeyboardInterrupt
-        (Stop) gets through between bounded waits."""
+        command up or a helper failed it), PyEngineError (the main worker) naming a helper that failed
+        the command or the workers missing after ``TIMEOUT_S`` (a helper waits for as long as the main
+        worker does, which then gives the command up); KeyboardInterrupt (Stop) gets through between
+        bounded waits."""
         b = self.block
         gen = b.load(GEN)
         b.store(STAMP + self.index, gen + 1)
@@ -139,7 +142,13 @@ class Channel:
         while b.load(GEN) == gen:
             if self.index and b.load(ABORT) == self.seq:
                 raise AbortError()
-            if time.monotonic() - t0 > TIMEOUT_S:
+            failed = [i + 1 for i in range(1, self.count) if b.load(FAIL + i) == self.seq]
+            if failed:                                                    # a helper failed this command
+                if self.index:
+                    raise AbortError()
+                self.reported = self.seq
+                raise PyEngineError(f"worker {failed[0]} failed (see the browser console)")
+            if self.index == 0 and time.monotonic() - t0 > TIMEOUT_S:        # helpers wait for the main worker
                 missing = [i + 1 for i in range(self.count) if b.load(STAMP + i) <= gen]
                 raise PyEngineError(f"worker {', '.join(map(str, missing))} did not answer in {TIMEOUT_S:.0f} s")
             b.wait(GEN, gen, WAIT_MS)
@@ -209,10 +218,11 @@ class Channel:
                     raise PyEngineError(f"worker {i + 1} did not answer in {TIMEOUT_S:.0f} s")
                 b.wait(DONE + i, done, WAIT_MS)
         b.store(COUNT, 0)                                                 # a barrier left mid-way starts anew
-        for i in range(1, self.count):
-            if b.load(FAIL + i) == self.seq and self.seq:
-                b.store(FAIL + i, -1)
-                raise PyEngineError(f"worker {i + 1} failed (see the browser console)")
+        failed = [i for i in range(1, self.count) if b.load(FAIL + i) == self.seq]
+        for i in failed:
+            b.store(FAIL + i, -1)
+        if failed and self.seq and self.reported != self.seq:          # not yet said at a barrier
+            raise PyEngineError(f"worker {failed[0] + 1} failed (see the browser console)")
 
     def abort(self) -> None:
         """Give the running command up (the main worker, on Stop or an error): helpers leave it."""

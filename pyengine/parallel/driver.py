@@ -50,7 +50,7 @@ class SplitModel:
             try:
                 outs.append(self.model.forward(chunk, cache, mode))
             except BaseException:
-                self.chan.abort()
+                self.chan.abort()                                         # the helpers leave it too
                 raise
         if logits == "last":
             return outs[-1]

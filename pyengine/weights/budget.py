@@ -44,6 +44,7 @@ WEIGHT_FORMS = {
     "mixed": Weights(None, None, "mixed: the file's codes, expanded where the budget allows"),
 }
 AUTO_OPTION = "balanced (default)"   # the page's name for weights="auto"
+CHOICES = ("auto",) + tuple(k for k, w in WEIGHT_FORMS.items() if w.form)   # what weights= may ask for
 
 
 class Matrix(NamedTuple):
@@ -72,18 +73,18 @@ def matrix_nbytes(m: Matrix, form: Form) -> int:
 
 
 def plan_forms(matrices: list[Matrix], weights: str, budget: int) -> tuple[str, dict]:
-    """The policy in use and ``{key: Form}`` for ``matrices`` under ``weights`` within ``budget`` bytes.
+    """The policy in use and ``{key: Form}`` for ``matrices`` under ``weights`` (one of ``CHOICES``) within
+    ``budget`` bytes.
 
     "auto": "f32" when every matrix fits as float32, else "mixed": compact lanes for all, then
     expanded in turn, in order, while the whole stays within the budget (all expanded: "quantized",
     none: "compact"). A fixed policy ignores the budget. Raises PyEngineError for an unknown ``weights``.
     """
-    if weights != "auto" and weights not in WEIGHT_FORMS:
-        raise PyEngineError(f"weights must be 'auto', {', '.join(map(repr, WEIGHT_FORMS))}, got {weights!r}")
-    fixed = WEIGHT_FORMS[weights].form if weights != "auto" else None
-    if fixed is not None:
-        return weights, {m.key: fixed for m in matrices}
-    if weights == "auto" and sum(matrix_nbytes(m, Form.F32) for m in matrices) <= budget:
+    if weights not in CHOICES:
+        raise PyEngineError(f"weights must be {', '.join(map(repr, CHOICES))}, got {weights!r}")
+    if weights != "auto":
+        return weights, {m.key: WEIGHT_FORMS[weights].form for m in matrices}
+    if sum(matrix_nbytes(m, Form.F32) for m in matrices) <= budget:
         return "f32", {m.key: Form.F32 for m in matrices}
     forms = {m.key: Form.COMPACT for m in matrices}
     total = sum(matrix_nbytes(m, Form.COMPACT) for m in matrices)
@@ -101,8 +102,13 @@ def default_budget(file_bytes: int, n_workers: int = 1) -> int:
     in the browser ``FILE_RATIO`` times the file over all workers, less each one's runtime; in CPython
     ``RAM_SHARE`` of the memory available."""
     if sys.platform == "emscripten":
-        return int(FILE_RATIO * file_bytes / n_workers - RUNTIME_BYTES)
+        return browser_budget(file_bytes, n_workers)
     return int(RAM_SHARE * available_memory())
+
+
+def browser_budget(file_bytes: int, n_workers: int = 1) -> int:
+    """The browser's budget of weights a worker (see :func:`default_budget`), in any runtime (tests)."""
+    return int(FILE_RATIO * file_bytes / n_workers - RUNTIME_BYTES)
 
 
 def available_memory() -> int:

@@ -1,5 +1,5 @@
-"""The page's Memory setting (the weight form of pyengine.weights.budget.WEIGHT_FORMS): sent with ``load``,
-shown on the model card, and the replies of an int8 model equal the CPython engine's in int8.
+"""The page's Memory setting (the weight policy of pyengine.weights.budget.WEIGHT_FORMS): sent with ``load``,
+shown on the model card, and the replies of a compact model equal the CPython engine's in that form.
 
 The first tests drive pyengine.browser.worker in CPython (a fake pool of 2 workers, as tests/test_parallel.py);
 the browser ones load SmolLM2-135M-Instruct in Chromium, cross-origin isolated: 2 workers.
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 from conftest import TINY
 from test_parallel import FakePool, run, worker_reply
@@ -21,33 +20,32 @@ from browser.test_workers import greedy, load, worker_count
 from pyengine.browser import worker
 from pyengine.gguf import open_gguf
 from pyengine.gguf.source import FileSource
-from pyengine.weights.budget import WEIGHT_FORMS, is_vocab
+from pyengine.weights.budget import WEIGHT_FORMS
+from pyengine.weights.forms import Form
 
-FORMS = {"auto": "balanced (default)", "f32": "fastest, most memory", "packed": "fast, two thirds of that",
-         "int8": "low memory, slower"}
+FORMS = {"auto": "balanced (default)", "f32": "fastest, most memory", "compact": "low memory, slower"}
 
 
 # --- pyengine.browser.worker in CPython -------------------------------------------------------------------
 
-def test_the_worker_loads_int8_and_its_helper_holds_int8_rows():
-    """Every matrix shared with the helper (split "all": the layers' too) is int8 there as here."""
-    path = TINY["llama-q4km"]
-    pool = FakePool(2, split="all")
-    info, text = worker_reply(pool, path, "hello", weights="int8")
+@pytest.mark.parametrize("weights", ["quantized", "compact"])
+def test_the_worker_and_its_helper_hold_the_files_codes(weights, q8_qwen2):
+    """Both workers hold their shard in the form asked for, and the reply is the CPython split's."""
+    pool = FakePool(2)
+    info, text = worker_reply(pool, q8_qwen2, "hello", weights=weights)
     model = worker._session.chat.engine.model
-    assert info["count"] == 2 and model.weights == "int8"
-    helper = [lin for lin in pool.servers[0].locals if lin is not None]
-    assert len(helper) == 1 + 4 * len(model.layers)              # output, then wqkv, wo, w_gate_up, w_down
-    assert {w.q.dtype for w in helper} == {model.output.local.q.dtype} == {np.dtype(np.int8)}
-    assert text == cpython_reply(path, ["hello"], max_tokens=8, weights="int8") != ""
-    _, text_f32 = worker_reply(None, path, "hello", weights="f32")
-    assert text_f32 == cpython_reply(path, ["hello"], max_tokens=8, weights="f32")
+    assert info["count"] == 2 and model.weights == weights
+    for shard in (model, pool.helpers[0].model):
+        assert shard.layers[0].w_gate_up.form is Form[weights.upper()]
+        assert shard.layers[0].w_gate_up.shape[0] == 2 * (shard.shard.ffn[1] - shard.shard.ffn[0])
+    assert text == cpython_reply(q8_qwen2, ["hello"], max_tokens=8, weights=weights, workers=2) != ""
+    model.close()
 
 
 def test_the_card_names_the_form_in_use():
     posted: list[dict] = []
     worker.setup(posted.append)
-    for asked, held in [("int8", "int8"), ("auto", "f32"), (None, "f32")]:  # auto: float32 for a tiny model
+    for asked, held in [("compact", "compact"), ("auto", "f32"), (None, "f32")]:  # auto: float32 for a tiny model
         run(worker.handle({"type": "load", "files": [FileSource(TINY["llama"])], "weights": asked}))
         assert posted[-1]["type"] == "model", posted[-1]
         assert posted[-1]["card"]["weights"] == held == worker._session.chat.engine.model.weights
@@ -56,13 +54,13 @@ def test_the_card_names_the_form_in_use():
 def test_an_unknown_form_is_an_error_that_keeps_the_model():
     posted: list[dict] = []
     worker.setup(posted.append)
-    run(worker.handle({"type": "load", "files": [FileSource(TINY["llama"])], "weights": "int8"}))
+    run(worker.handle({"type": "load", "files": [FileSource(TINY["llama"])], "weights": "compact"}))
     start = len(posted)
     run(worker.handle({"type": "load", "files": [FileSource(TINY["qwen2"])], "weights": "int4"}))
-    assert [m["type"] for m in posted[start:]] == ["error"]   # no "unloaded": the int8 model stays
+    assert [m["type"] for m in posted[start:]] == ["error"]   # no "unloaded": the compact model stays
     forms = ", ".join(repr(f) for f in ("auto", *WEIGHT_FORMS))
     assert f"weights must be {forms}, got 'int4'" in posted[-1]["message"]
-    assert worker._session.chat.engine.model.weights == "int8"
+    assert worker._session.chat.engine.model.weights == "compact"
 
 
 # --- the page in Chromium -------------------------------------------------------------------------
@@ -76,44 +74,43 @@ def test_the_memory_setting_offers_the_forms(app):
 
 
 @pytest.fixture(scope="module")
-def int8_smollm(app, smollm2_path):
-    """The app with SmolLM2-135M-Instruct loaded in int8 (2 workers: the page is cross-origin isolated)."""
-    load(app, smollm2_path, weights="int8")
+def compact_smollm(app, smollm2_path):
+    """The app with SmolLM2-135M-Instruct loaded compact (2 workers: the page is cross-origin isolated)."""
+    load(app, smollm2_path, weights="compact", workers="2")
     return app
 
 
 @pytest.mark.browser
-def test_int8_model_card_and_greedy_reply_equal_cpython_int8(int8_smollm, smollm2_path):
-    page = int8_smollm
+def test_compact_model_card_and_greedy_reply_equal_cpython_compact(compact_smollm, smollm2_path):
+    page = compact_smollm
     card = page.get_by_test_id("model-info")
-    assert card.locator("dd[data-field=weights]").text_content() == "int8: low memory, slower"
+    assert card.locator("dd[data-field=weights]").text_content() == WEIGHT_FORMS["compact"].card
     assert worker_count(page) == 2
     heap = json.loads(page.get_by_test_id("workers-note").get_attribute("data-heap"))
-    with open_gguf(smollm2_path) as g:   # what "f32" would hold as float32 in this worker alone
-        layers_f32 = 4 * sum(t.n_elements for name, t in g.tensors.items() if not is_vocab(name))
-    assert len(heap) == 2 and heap[0] < layers_f32, (heap, layers_f32)   # int8: 221 MB against 425 MB
+    with open_gguf(smollm2_path) as g:   # what float32 would hold in these two workers
+        f32 = 4 * sum(t.n_elements for t in g.tensors.values())
+    assert len(heap) == 2 and sum(heap) < f32, (heap, f32)
     reply = greedy(page, QUESTION, 24)
-    assert reply == cpython_reply(smollm2_path, [QUESTION], max_tokens=24, weights="int8")
+    assert reply == cpython_reply(smollm2_path, [QUESTION], max_tokens=24, weights="compact", workers=2)
     assert error_text(page) is None
 
 
 @pytest.mark.browser
-def test_a_change_applies_at_the_next_load(int8_smollm):
-    page = int8_smollm
+def test_a_change_applies_at_the_next_load(compact_smollm):
+    page = compact_smollm
     page.get_by_test_id("weights").select_option("auto")
     assert page.get_by_test_id("weights-note").text_content() == "from the next model loaded on"
-    assert page.get_by_test_id("model-info").locator("dd[data-field=weights]").text_content().startswith("int8:")
+    assert page.get_by_test_id("model-info").locator("dd[data-field=weights]").text_content().startswith("compact:")
 
 
 @pytest.mark.browser
-def test_the_default_form_replies_as_pyodide_under_node(int8_smollm, smollm2_path):
-    """"auto" (here "mixed": packed layers, int8 vocabulary rows) in the page equals the engine with the
-    same form under Pyodide in Node, token for token. Against CPython the packed forms can part at a
-    near-tie (numpy 2.4 sums float32 in other orders; see browser/pages.py EXACT)."""
+def test_the_default_form_replies_as_pyodide_under_node(compact_smollm, smollm2_path):
+    """"auto" in one worker (the file's codes, expanded where the page's budget allows) equals the engine
+    with the same forms under Pyodide in Node, token for token."""
     from test_node_pyodide import in_pyodide
-    page = int8_smollm
-    load(page, smollm2_path, weights="auto")
-    assert page.get_by_test_id("model-info").locator("dd[data-field=weights]").text_content().startswith("mixed:")
+    page = compact_smollm
+    load(page, smollm2_path, weights="auto", workers="1")
+    shown = page.get_by_test_id("model-info").locator("dd[data-field=weights]").text_content()
     reply = greedy(page, QUESTION, 24)
     node = in_pyodide(f"""
 from pyengine.generation import ChatSession, load
@@ -124,4 +121,4 @@ for _ in turn:
     pass
 [turn.text, session.engine.model.weights]
 """)
-    assert node[1] == "mixed" and reply == node[0] and reply.strip()
+    assert shown == WEIGHT_FORMS[node[1]].card and reply == node[0] and reply.strip()

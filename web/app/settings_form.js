@@ -77,11 +77,14 @@ export function showWorkers(w) {
   el.workersNote.textContent = w.note || `computing in ${w.count} worker${w.count > 1 ? "s" : ""}${heap}`;
 }
 
-// Workers: helper workers share the model's largest matrix through shared memory, so only a
-// cross-origin isolated page can have more than one. Workers and Memory apply to the next model loaded.
+// Workers: each holds a share of the model's heads, FFN units and vocabulary and they meet through
+// shared memory, so only a cross-origin isolated page can have more than one; by default as many as
+// the machine has cores (at most 8). Workers and Memory apply to the next model loaded.
 // onEdit: a sampling field changed.
 export function wireSettings(onEdit) {
-  el.workers.value = isolated ? "2" : "1";
+  const cores = Math.max(1, Math.min(8, navigator.hardwareConcurrency || 1));
+  el.workers.replaceChildren(...[1, 2, 3, 4, 5, 6, 7, 8].map((n) => new Option(String(n), String(n))));
+  el.workers.value = isolated ? String(cores) : "1";
   el.workers.disabled = !isolated;
   el.workersNote.textContent = isolated ? "" : "1 worker: the page is not cross-origin isolated";
   el.workers.addEventListener("change", () => {
@@ -94,5 +97,5 @@ export function wireSettings(onEdit) {
   el.settings.addEventListener("input", onEdit);
 }
 
-// How many workers the next model is computed in (1, 2 or 4).
+// How many workers the next model is computed in (1 to 8).
 export const workersWanted = () => Number(el.workers.value);

@@ -24,10 +24,7 @@ export const worker = {
       if (handle) handle(e.data);
       else console.warn("pyengine: unknown message from the worker", e.data);
     };
-    // The helpers share the vocabulary matrix; ?split=all shares the layers' matrices too (4 sync
-    // points a layer: not faster on the machines measured, see pyengine/parallel).
-    const split = new URLSearchParams(location.search).get("split") === "all" ? "all" : "vocab";
-    post({ type: "init", interrupt, workers, split });
+    post({ type: "init", interrupt, workers });
   },
   // Every file goes as it is: a File is a handle, nothing is read on the page.
   load: (files, weights) => post({ type: "load", files, weights }),

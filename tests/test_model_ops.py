@@ -1,4 +1,4 @@
-"""The kernels against plain float64 formulas: rope (NORM and NEOX), masked GQA attention, RMSNorm, GELU."""
+"""The operations against plain float64 formulas: rope, masked GQA attention, RMSNorm, GELU, activation rounding."""
 
 from __future__ import annotations
 
@@ -123,28 +123,6 @@ def test_q8_k_activation_rounding():
     np.testing.assert_array_equal(round_activations(x, "F16"), x.astype(np.float16).astype(np.float32))
 
 
-@pytest.mark.parametrize("block, k", [(64, 640), (64, 100), (32, 96)])
-def test_int8_blocks_and_their_matmul(block, k, monkeypatch):
-    from pyengine.weights import matmul
-    from pyengine.weights.matmul import matmul_int8, quantize_int8
-    w = RNG.standard_normal((50, k)).astype(np.float32) * np.linspace(0.1, 3, k, dtype=np.float32)
-    q, scale = quantize_int8(w, block)
-    nb = k // block if k % block == 0 else 1                     # 100 % 64: one block per row
-    assert q.dtype == np.int8 and scale.shape == (50, nb) and np.abs(q).max() == 127
-    back = (q.reshape(50, nb, -1) * scale[:, :, None]).reshape(50, k)
-    assert np.all(np.abs(back - w) <= scale.repeat(k // nb, axis=1) * 0.5 + 1e-7)   # half a step at most
-    x1 = RNG.standard_normal(k).astype(np.float32)
-    xt = RNG.standard_normal((9, k)).astype(np.float32)
-    np.testing.assert_allclose(matmul_int8(q, scale, x1), back @ x1, rtol=1e-4, atol=1e-4)
-    monkeypatch.setattr(matmul, "TMP_ELEMENTS", 50 * nb * 4)       # 4 tokens per einsum
-    np.testing.assert_allclose(matmul_int8(q, scale, xt), xt @ back.T, rtol=1e-4, atol=1e-4)
-    w[3] = 0                                                     # a zero row: scales 0, codes 0
-    q, scale = quantize_int8(w, block)
-    q2, scale2 = np.empty_like(q), np.empty_like(scale)
-    assert quantize_int8(w.copy(), block, out=(q2, scale2))[0] is q2     # in place: the same bits
-    assert np.array_equal(q2, q) and np.array_equal(scale2, scale) and not scale[3].any() and not q[3].any()
-
-
 def test_absmax_reads_the_bits_as_the_values():
     from pyengine.weights.matmul import absmax
     x = RNG.standard_normal((7, 5, 64)).astype(np.float32) * 100
@@ -152,61 +130,3 @@ def test_absmax_reads_the_bits_as_the_values():
     x[4, 1, 7] = -np.inf
     np.testing.assert_array_equal(absmax(x), np.abs(x).max(axis=-1))
     assert np.isnan(absmax(np.array([1.0, np.nan, -2.0], np.float32)))
-
-
-def test_packed_lanes_hold_three_rows_exactly():
-    """Three int8 rows in one int64: packing a chunk at a time at any row offset, the extremes included,
-    and the lanes of sums of 64 products of extreme codes (1,032,256 < 2**20) come back exactly."""
-    from pyengine.weights.lanes import LANE_HALF, pack_rows, unpack_lanes
-    q = RNG.integers(-127, 128, size=(11, 64), dtype=np.int8)
-    q[0], q[1], q[2] = 127, -127, 0
-    whole, parts = np.zeros((4, 64), np.int64), np.zeros((4, 64), np.int64)
-    pack_rows(q, whole)
-    for a, b in ((0, 1), (1, 5), (5, 11)):                              # chunks that cut triples anywhere
-        pack_rows(q[a:b], parts, a)
-    assert np.array_equal(whole, parts)
-    assert np.array_equal(unpack_lanes(whole.copy())[:11], q) and not unpack_lanes(whole.copy())[11:].any()
-    x = np.full(64, 127, np.int64)                                      # the largest activation codes
-    sums = unpack_lanes((whole @ x)[:, None])[:, 0]                     # (12,) lane sums
-    assert sums[0] == 64 * 127 * 127 < LANE_HALF and sums[1] == -64 * 127 * 127
-    np.testing.assert_array_equal(sums[:11], q.astype(np.int64) @ x)
-
-
-def test_x_levels_leave_no_field_room_to_spill():
-    from pyengine.weights.lanes import LANE_HALF, x_levels
-    assert x_levels(np.full((2, 64), -127, np.int8), 64) == (LANE_HALF - 1) // (64 * 127) == 129
-    q = RNG.integers(-20, 21, size=(5, 128), dtype=np.int8)
-    l1 = np.abs(q.astype(np.int64)).reshape(5, 2, 64).sum(-1).max()
-    assert x_levels(q, 64) == (LANE_HALF - 1) // l1 and x_levels(q, 64) * l1 < LANE_HALF
-
-
-@pytest.mark.parametrize("n, k, levels", [(1, 64, 127), (7, 640, 127), (100, 640, 300), (5, 48, 200)])
-def test_packed_matmul_is_the_exact_integer_product(n, k, levels, monkeypatch):
-    """matmul_packed = sum over blocks of scale * d_x * (exact integer dot of codes): against a float64
-    reference from the same codes, one token or many, in chunks of rows and tokens."""
-    from pyengine.weights import lanes
-    from pyengine.weights.lanes import LANES, matmul_packed, pack_block, pack_rows, quantize_q8, x_levels
-    from pyengine.weights.matmul import quantize_int8
-    block = pack_block(k)
-    w = RNG.standard_normal((n, k)).astype(np.float32) * 0.3
-    q, scale = quantize_int8(w, block)
-    levels = min(levels, x_levels(q, block))
-    m = -(-n // LANES)
-    p, sc = np.zeros((m, k), np.int64), np.zeros((LANES * m, k // block), np.float32)
-    pack_rows(q, p)
-    sc[:n] = scale
-    xt = RNG.standard_normal((6, k)).astype(np.float32) * np.linspace(0.2, 5, k, dtype=np.float32)
-
-    def reference(x):
-        xq, dx = quantize_q8(x, block, levels)                          # (K,) codes, (B,) scales
-        assert np.abs(xq).max() == levels
-        dots = (q.astype(np.int64).reshape(n, -1, block) * xq.reshape(-1, block)).sum(-1)   # (n, B) exact
-        return (dots * scale.astype(np.float64) * dx.astype(np.float64)).sum(-1)
-
-    want = np.stack([reference(x) for x in xt])                          # (6, n)
-    got1 = matmul_packed(p, sc, xt[0], levels)
-    assert got1.shape == (LANES * m,) and not got1[n:].any()
-    np.testing.assert_allclose(got1[:n], want[0], rtol=1e-5, atol=1e-5)
-    monkeypatch.setattr(lanes, "TMP_ELEMENTS", 2 * (k // block))          # 2 packed rows, 1 token per einsum
-    np.testing.assert_allclose(matmul_packed(p, sc, xt, levels)[:, :n], want, rtol=1e-5, atol=1e-5)
-    assert np.abs(want - xt @ w.T).max() < 0.05 * np.abs(xt @ w.T).max()   # and near the float32 product
