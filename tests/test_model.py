@@ -300,7 +300,14 @@ def test_the_budget_picks_the_forms(files):
         load_model(g, weights="f16")
 
 
-@pytest.mark.parametrize("form", list(budget.WEIGHT_FORMS))
+def test_the_browser_budget_is_three_times_the_file_over_the_workers():
+    mib = 2**20
+    assert budget.browser_budget(400 * mib, 2) == 600 * mib - budget.RUNTIME_BYTES
+    assert budget.browser_budget(400 * mib, 1) == 1200 * mib - budget.RUNTIME_BYTES
+    assert budget.browser_budget(mib, 1) == budget.MIN_BUDGET == 64 * mib    # a fixture keeps float32
+
+
+@pytest.mark.parametrize("form", [c for c in budget.CHOICES if c != "auto"])
 @pytest.mark.parametrize("name", ["llama", "gemma3", "llama-q4km"])
 def test_the_estimate_is_what_a_load_holds(form, name, files):
     """What the heap reservation and the budget count: the weights' bytes, biases and norms aside."""

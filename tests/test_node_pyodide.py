@@ -34,6 +34,7 @@ pytestmark = pytest.mark.node
 
 HARNESS = Path(__file__).resolve().parent / "node" / "run_pyodide.mjs"
 GREEDY_STEPS = 8
+NEAR_TIE = 0.1       # a top-2 logit margin under this may flip with the summation order
 PROMPT_IDS = [1, 5, 9, 42]  # the fixtures' reference prompt (tests/fixtures/README.md)
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -80,15 +81,18 @@ def render_chat(path, messages):
 
 
 def greedy_ids(model, prompt_ids, n_steps):
-    """Argmax ids after ``prompt_ids`` straight from ``model.forward``, and the first step's logits."""
+    """Argmax ids after ``prompt_ids`` straight from ``model.forward``, each step's top-2 margin, and the
+    first step's logits."""
     cache = model.new_cache(len(prompt_ids) + n_steps)
     logits = model.forward(list(prompt_ids), cache)
     first = logits.astype(float).tolist()
-    ids = []
+    ids, margins = [], []
     for _ in range(n_steps):
         ids.append(int(np.argmax(logits)))
+        top2 = np.partition(logits, -2)[-2:]
+        margins.append(float(top2[1] - top2[0]))
         logits = model.forward([ids[-1]], cache)
-    return {"greedy_ids": ids, "logits": first}
+    return {"greedy_ids": ids, "margins": margins, "logits": first}
 
 
 def greedy(path, prompt_ids, n_steps):
@@ -99,11 +103,11 @@ def greedy(path, prompt_ids, n_steps):
 
 def chat(path, messages, n_steps):
     """The worker's path: generate.load, a ChatSession and a temperature-0 reply streamed piece by
-    piece; then, on the same model, greedy_ids from the same prompt ids. The "mixed" weights (the
-    page's default: "auto" keeps float32 in CPython) in both runtimes."""
+    piece; then, on the same model, greedy_ids from the same prompt ids. The "compact" weights (what
+    the page's "auto" picks for a model past its budget; in CPython "auto" keeps float32) in both runtimes."""
     from pyengine.generation import ChatSession, load
     from pyengine.generation.sampling import SamplerParams
-    engine = load(path, weights="mixed")
+    engine = load(path, weights="compact")
     session = ChatSession(engine)
     turn = session.send(messages[-1]["content"], SamplerParams(temperature=0.0), max_tokens=n_steps)
     pieces = list(turn)
@@ -217,17 +221,19 @@ def test_greedy_chat_reply_in_pyodide_matches_cpython_on_smollm2(real_runs):
     pyodide, cpython = (run["reply"] for run in real_runs)
     assert pyodide["prompt"] == cpython["prompt"] == real_runs[1]["chat"]["text"]
     assert pyodide["prompt_ids"] == cpython["prompt_ids"] and len(pyodide["prompt_ids"]) > 10
-    assert pyodide["ids"] == cpython["ids"], "greedy tokens differ between Pyodide and CPython"
-    assert pyodide["pieces"] == cpython["pieces"] and "".join(pyodide["pieces"]).strip()
-    assert pyodide["stop"] == cpython["stop"] and (pyodide["stop"] == "eog" or len(pyodide["ids"]) == GREEDY_STEPS)
     # the session's reply is the argmax chain of plain forward passes (until it stops)
     assert pyodide["greedy_ids"][:len(pyodide["ids"])] == pyodide["ids"]
-    assert pyodide["greedy_ids"] == cpython["greedy_ids"]
+    assert cpython["greedy_ids"][:len(cpython["ids"])] == cpython["ids"]
     # numpy 2.4 and 2.0 sum float32 reductions in different orders, so a few activations round to the
-    # other 8-bit code (the packed layers), and 30 layers spread that: with float32 weights the logits
-    # agreed to 4e-5; with "mixed" they move by RMS 0.07, max 0.32 (logits spanning 34) -- well within
-    # what llama.cpp moves from itself with another KV cache type (RMS 0.14-0.45).
+    # other 8-bit code, and 30 layers spread that: with float32 weights the logits agreed to 4e-5; with
+    # 8-bit activations in every matrix they move by RMS 0.17, max 0.85 (logits spanning 34) -- within what llama.cpp
+    # moves from itself with another KV cache type (RMS 0.14-0.45). So the two greedy paths may part only
+    # where CPython's top-2 margin is under NEAR_TIE.
+    k0 = next((k for k, m in enumerate(cpython["margins"]) if m < NEAR_TIE), GREEDY_STEPS)
+    assert pyodide["greedy_ids"][:k0] == cpython["greedy_ids"][:k0], "greedy tokens part before a near-tie"
+    assert k0 >= 3 and "".join(pyodide["pieces"]).strip()
+    assert pyodide["stop"] == "eog" or len(pyodide["ids"]) == GREEDY_STEPS
     p, c = np.array(pyodide["logits"]), np.array(cpython["logits"])
     print("pyodide vs cpython logits: rms", np.sqrt(np.mean((p - c) ** 2)), "max", np.abs(p - c).max())
-    assert np.sqrt(np.mean((p - c) ** 2)) < 0.15 and np.abs(p - c).max() < 0.6
+    assert np.sqrt(np.mean((p - c) ** 2)) < 0.3 and np.abs(p - c).max() < 1.0
     assert np.argmax(p) == np.argmax(c) and len(set(np.argsort(-p)[:5]) & set(np.argsort(-c)[:5])) >= 4

@@ -15,8 +15,21 @@ from typing import Any
 from pyengine.errors import PyEngineError
 from pyengine.model.load import load_model
 from pyengine.model.shard import Shard
-from pyengine.parallel.channel import (CACHE, CMD, EXIT, FORWARD, LOGITS, LOGITS_MODES, N_CTX, N_TOKENS, PING, POS,
-                                       TOKENS, AbortError, Channel)
+from pyengine.parallel.channel import (
+    CACHE,
+    CMD,
+    EXIT,
+    FORWARD,
+    LOGITS,
+    LOGITS_MODES,
+    N_CTX,
+    N_TOKENS,
+    PING,
+    POS,
+    TOKENS,
+    AbortError,
+    Channel,
+)
 
 
 def plan_message(shards: list[Shard], forms: dict, weights: str, lay: dict) -> dict:

@@ -24,6 +24,7 @@ from pyengine.weights.quantized import Layout
 HEAP_HEADROOM = 32 * 2**20           # bytes reserved past the weights: a load's chunks, a forward pass's arrays
 FILE_RATIO = 3.0                     # in the browser, all workers' wasm heaps within this many times the file
 RUNTIME_BYTES = 100 * 2**20          # a worker's heap besides the weights: Python, numpy, KV cache, work arrays
+MIN_BUDGET = 64 * 2**20              # the browser's budget is never less: a small model keeps float32
 RAM_SHARE = 0.6                      # in CPython, the weights within this share of the memory available
 HEAP_MAX = 4 * 2**30 - 2**27         # a wasm32 worker's heap can reach 4 GiB; less room for growth steps
 ARRAY_MAX = 2**31 - 1                # numpy's largest array on wasm32, in bytes
@@ -99,7 +100,8 @@ def plan_forms(matrices: list[Matrix], weights: str, budget: int) -> tuple[str, 
 
 def default_budget(file_bytes: int, n_workers: int = 1) -> int:
     """Bytes of weights one of ``n_workers`` workers may hold for a model of ``file_bytes`` bytes of tensors:
-    in the browser ``FILE_RATIO`` times the file over all workers, less each one's runtime; in CPython
+    in the browser ``FILE_RATIO`` times the file over all workers, less each one's runtime (at least
+    ``MIN_BUDGET``); in CPython
     ``RAM_SHARE`` of the memory available."""
     if sys.platform == "emscripten":
         return browser_budget(file_bytes, n_workers)
@@ -107,8 +109,9 @@ def default_budget(file_bytes: int, n_workers: int = 1) -> int:
 
 
 def browser_budget(file_bytes: int, n_workers: int = 1) -> int:
-    """The browser's budget of weights a worker (see :func:`default_budget`), in any runtime (tests)."""
-    return int(FILE_RATIO * file_bytes / n_workers - RUNTIME_BYTES)
+    """The browser's budget of weights a worker (see :func:`default_budget`), in any runtime (tests), at
+    least ``MIN_BUDGET``."""
+    return max(int(FILE_RATIO * file_bytes / n_workers - RUNTIME_BYTES), MIN_BUDGET)
 
 
 def available_memory() -> int:

@@ -51,7 +51,7 @@ def wait_status(page, states: tuple[str, ...], timeout_ms: float = 60_000) -> st
 
 
 # The Memory setting the tests load with unless they say otherwise: float32, whose replies equal the
-# CPython engine's (browser/reference.py). The packed forms round activations to 8-bit codes, and the
+# CPython engine's (browser/reference.py). The quantized forms round activations to 8-bit codes, and the
 # last bits in which numpy 2.0 (Pyodide) and 2.4 (here) sum float32 flip a few of those roundings, so
 # their greedy replies part at near-ties; the default form is checked against Pyodide under Node instead.
 EXACT = "f32"
