@@ -9,7 +9,9 @@ rounds to float16 as ggml's does and so turns float32 differences into float16 s
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -121,38 +123,47 @@ def test_a_failed_or_silent_helper_is_an_error_and_stop_leaves_the_helpers_ready
 class FakePool:
     """worker.js's pool as pyengine.browser.worker sees it, with the helpers as threads of this process."""
 
-    def __init__(self, n_workers: int, fail: str | None = None):
-        self.n, self.fail, self.helpers, self.dropped = n_workers, fail, [], []
+    def __init__(self, n_workers: int, fail: str | None = None, boot_fail: str | None = None):
+        self.n, self.fail, self.boot_fail, self.helpers, self.dropped = n_workers, fail, boot_fail, [], []
 
     def size(self) -> int:
         return self.n - 1
 
-    async def load(self, files, plan, block, count):
-        results = []
-        for i in range(1, count + 1):
+    async def start(self):
+        return [self.boot_fail] + [None] * (self.n - 2)
+
+    def load(self, files, plan, block, count):
+        """Helpers 1..count each load in a thread of its own at once, then serve; an awaitable of their
+        results, as worker.js's Promise."""
+        results, ready = [None] * count, [threading.Event() for _ in range(count)]
+
+        def helper(i: int) -> None:
             if self.fail and i == 1:
-                results.append({"ok": False, "message": self.fail})
-                continue
-            helper = server.load_helper(open_gguf(files), plan, i, block)
-            threading.Thread(target=helper.serve, daemon=True).start()
-            self.helpers.append(helper)
-            results.append({"ok": True, "bytes": helper.model.weights_nbytes, "heap": 1000 + i})
-        return results
+                results[0] = {"ok": False, "message": self.fail}
+                return ready[0].set()
+            h = server.load_helper(open_gguf([f.path for f in files]), plan, i, block)   # a reader of its own
+            self.helpers.append(h)
+            results[i - 1] = {"ok": True, "bytes": h.model.weights_nbytes, "heap": 1000 + i}
+            ready[i - 1].set()
+            h.serve()
+
+        for i in range(1, count + 1):
+            threading.Thread(target=helper, args=(i,), daemon=True).start()
+        return asyncio.get_running_loop().run_in_executor(None, lambda: [e.wait() for e in ready] and results)
 
     def drop(self, failed) -> None:
         self.dropped += list(failed)
+        self.n -= len(failed)
 
     def resize(self, workers=None) -> None:
         pass
 
 
 def run(coro) -> None:
-    """Drive a coroutine whose awaits never suspend (no event loop needed)."""
-    try:
-        while True:
-            coro.send(None)
-    except StopIteration:
-        pass
+    """Drive a coroutine to its end on an event loop in a thread of its own (Playwright's sync API may
+    keep one running in this thread)."""
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, coro).result()
 
 
 def worker_reply(pool: FakePool | None, path, text: str, weights: str = "auto") -> tuple[dict, str]:
@@ -161,6 +172,13 @@ def worker_reply(pool: FakePool | None, path, text: str, weights: str = "auto") 
     run(worker.handle({"type": "load", "files": [FileSource(path)], "weights": weights}))
     model_msg = next(m for m in posted if m["type"] in ("model", "error"))
     assert model_msg["type"] == "model", model_msg
+    # the progress is the whole load's, summed over the workers
+    last = [m for m in posted if m["type"] == "progress"][-1]
+    with open_gguf(path) as g:
+        assert last["tensors"] == last["n_tensors"] > 0 and last["bytes"] == last["total_bytes"]
+        file_bytes = sum(t.n_bytes for t in g.tensors.values())
+    # each worker reads the norms whole: a little more than the file (9% on tiny-gemma3's 4 norms a layer)
+    assert file_bytes <= last["total_bytes"] <= 1.1 * file_bytes
     run(worker.handle({"type": "chat", "text": text, "system": "", "settings": {"temperature": 0, "max_tokens": 8}}))
     return model_msg["workers"], "".join(m["text"] for m in posted if m["type"] == "piece")
 
@@ -174,6 +192,17 @@ def test_the_worker_splits_the_model_and_replies_as_one_worker(name):
     assert two == {"count": 2, "heap": [12345, 1001], "note": ""}
     assert worker._session.chat.engine.model.workers == 2
     assert text2 == text and len(text) > 0
+    worker._session.model.close()
+
+
+def test_a_helper_that_cannot_start_leaves_the_others():
+    pool = FakePool(3, boot_fail="Python did not start: no memory")
+    one, text = worker_reply(None, TINY["qwen2"], "hello")
+    two, text2 = worker_reply(pool, TINY["qwen2"], "hello")
+    assert pool.dropped == [0] and two.pop("sync_us") > 0
+    assert two == {"count": 2, "heap": [12345, 1001],
+                   "note": "running in 2 workers (worker 2 failed: Python did not start: no memory)"}
+    assert text2 == text
     worker._session.model.close()
 
 

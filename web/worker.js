@@ -19,20 +19,27 @@ const SHARD_MS = 600_000;  // a helper that has not booted and loaded its shard 
 // A change applies at the next load: Python sends the old helpers out of their loop first.
 const pool = {
   wanted: 1,
-  shards: [], // {worker, booted: Promise<string|null> (null: ok, else the error)}
+  shards: [], // {worker, booted: Promise<string|null> (null: ok, else the error), failed}
   spawn() {
     const worker = new Worker(new URL("./shard_worker.js", import.meta.url), { type: "module" });
-    const booted = new Promise((resolve) => {
+    const shard = { worker, failed: null }; // failed: why it cannot start, once known
+    shard.booted = new Promise((resolve) => {
       worker.onmessage = (e) => {
         if (e.data.type === "booted") resolve(null);
-        else if (e.data.type === "boot-error") resolve(`Python did not start: ${e.data.message}`);
+        else if (e.data.type === "boot-error") resolve((shard.failed = `Python did not start: ${e.data.message}`));
       };
       worker.onerror = (e) => {
         e.preventDefault(); // handled here: not an error of this worker for the page to see
-        resolve(`could not start: ${e.message || "see the console"}`);
+        resolve((shard.failed = `could not start: ${e.message || "see the console"}`));
       };
     });
-    return { worker, booted };
+    return shard;
+  },
+  // Python: the page's helpers started; resolves to each one's failure (null: it runs Python).
+  start() {
+    this.resize();
+    const late = new Promise((resolve) => setTimeout(() => resolve("did not start in time"), SHARD_MS));
+    return Promise.all(this.shards.map((s) => Promise.race([s.booted, late])));
   },
   // Python: keep ``workers`` workers in all (helpers: one fewer), default the page's setting.
   resize(workers) {
@@ -53,15 +60,16 @@ const pool = {
   },
 };
 
-async function loadShard(s, msg) {
-  const timeout = new Promise((resolve) => setTimeout(() => resolve("did not answer in time"), SHARD_MS));
-  const bootError = await Promise.race([s.booted, timeout]);
-  if (bootError) return { ok: false, message: bootError };
+// Posted at once, while Python still runs (the helper waits for its own Python to start): every
+// worker then reads its shard at the same time as this one.
+function loadShard(s, msg) {
+  if (s.failed) return Promise.resolve({ ok: false, message: s.failed });
   const answer = new Promise((resolve) => {
     s.worker.onmessage = (e) => {
       const m = e.data;
       if (m.type === "ready") resolve({ ok: true, bytes: m.bytes, heap: m.heap });
       else if (m.type === "error") resolve({ ok: false, message: m.message.trim().split("\n").pop() });
+      else if (m.type === "boot-error") resolve({ ok: false, message: `Python did not start: ${m.message}` });
     };
     s.worker.onerror = (e) => {
       e.preventDefault();
@@ -69,8 +77,8 @@ async function loadShard(s, msg) {
     };
   });
   s.worker.postMessage(msg);
-  const got = await Promise.race([answer, timeout]);
-  return typeof got === "string" ? { ok: false, message: got } : got;
+  const timeout = new Promise((resolve) => setTimeout(() => resolve("did not answer in time"), SHARD_MS));
+  return Promise.race([answer, timeout]).then((got) => (typeof got === "string" ? { ok: false, message: got } : got));
 }
 
 async function boot() {

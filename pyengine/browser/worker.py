@@ -78,12 +78,41 @@ from pyengine.generation.chat import ChatSession
 from pyengine.generation.engine import Engine, text_parts
 from pyengine.inspect import describe
 from pyengine.model.config import ModelConfig
-from pyengine.model.load import check_tensors, load_model
+from pyengine.model.load import check_tensors, load_model, load_nbytes
 from pyengine.parallel.channel import Channel
 from pyengine.parallel.driver import SplitModel, channel_layout, plan_load
 from pyengine.parallel.server import plan_message
 
 PROGRESS_EVERY = 0.1  # seconds between two progress messages while loading
+
+
+class LoadProgress:
+    """The ``progress(done_tensors, total_tensors, done_bytes, total_bytes)`` callback of
+    :func:`pyengine.model.load_model`: posts ``progress`` at most every PROGRESS_EVERY seconds, with this
+    worker's tensors and bytes, or given a Channel the whole load's (``total_bytes`` over every worker)."""
+
+    def __init__(self, post: Callable, chan: Channel | None = None, total_bytes: int = 0):
+        self.post, self.chan, self.total_bytes = post, chan, total_bytes
+        self.last, self.n_tensors = 0.0, 0
+
+    def __call__(self, done: int, total: int, done_bytes: int, total_bytes: int) -> None:
+        self.n_tensors = total
+        if self.chan is not None:
+            self.chan.report_load(done, done_bytes)
+        if time.perf_counter() - self.last >= PROGRESS_EVERY or done == total:
+            if self.chan is None:
+                self.send(done, done_bytes, total_bytes)
+            else:
+                self.post_whole()
+
+    def post_whole(self) -> None:
+        """Post what every worker has read so far (the helpers write it to the shared buffer)."""
+        self.send(*self.chan.load_progress(), self.total_bytes)
+
+    def send(self, tensors: int, done_bytes: int, total_bytes: int) -> None:
+        self.last = time.perf_counter()
+        self.post({"type": "progress", "stage": "reading tensors", "tensors": tensors, "n_tensors": self.n_tensors,
+                   "bytes": done_bytes, "total_bytes": total_bytes})
 
 
 class WorkerSession:
@@ -121,10 +150,11 @@ class WorkerSession:
         config = ModelConfig.from_metadata(gguf.metadata, gguf.tensors)   # an unsupported architecture fails here
         tokenizer, template, template_error = text_parts(gguf)
         check_tensors(gguf, config)
-        wanted = 1 + (int(self.pool.size()) if self.pool is not None else 0)
+        wanted, note = await self._start_helpers()
         plan = plan_load(gguf, config, weights, wanted)                   # an unknown form or no room fails here
+        plan.note = plan.note or note
         self._unload()
-        model, workers = await self._load_shards(gguf, config, files, sources, plan)
+        model, workers = await self._load_shards(gguf, config, files, plan)
         chat = ChatSession(Engine(gguf, model, tokenizer, template, template_error))
         self.chat, self.model = chat, model
         self.rules = setting_rules(config.n_vocab, chat.cache.n_ctx)
@@ -142,7 +172,21 @@ class WorkerSession:
         gc.collect()                           # a chat and its last reply refer to each other
         self.post({"type": "unloaded"})
 
-    async def _load_shards(self, gguf, config, files: list, sources: list, plan) -> tuple:
+    async def _start_helpers(self) -> tuple[int, str]:
+        """The workers a load may use (this one and the helpers that run Python), and a note naming the
+        first helper that cannot start (it is replaced at the next load)."""
+        if self.pool is None or not int(self.pool.size()):
+            return 1, ""
+        failures = await self.pool.start()
+        failures = list(failures.to_py() if hasattr(failures, "to_py") else failures)
+        bad = [i for i, f in enumerate(failures) if f]
+        if not bad:
+            return 1 + len(failures), ""
+        self.pool.drop(_to_js(bad))
+        n = 1 + len(failures) - len(bad)
+        return n, f"running in {n} worker{'s' * (n > 1)} (worker {bad[0] + 2} failed: {failures[bad[0]]})"
+
+    async def _load_shards(self, gguf, config, files: list, plan) -> tuple:
         """This worker's shard, read while the helpers read theirs; the model (a SplitModel over several
         workers) and the ``workers`` field of the ``model`` message. A helper that cannot start or load
         is a PyEngineError naming it (the page offers to load again)."""
@@ -150,7 +194,7 @@ class WorkerSession:
         if self.pool is not None and n == 1:
             self.pool.resize(1)                                            # helpers left from an earlier load go
         if n == 1:
-            model = load_model(gguf, self._progress(sources), shard=plan.shards[0], forms=plan.forms,
+            model = load_model(gguf, LoadProgress(self.post), shard=plan.shards[0], forms=plan.forms,
                                weights=plan.weights)
             return model, {"count": 1, "heap": self._heap(), "note": plan.note}
         lay = channel_layout(config, plan.shards)
@@ -159,9 +203,14 @@ class WorkerSession:
         helpers = self.pool.load(_to_js(files), _to_js(plan_message(plan.shards, plan.forms, plan.weights, lay)),
                                  getattr(block, "sab", block), n - 1)
         chan = Channel(block, 0, lay, [s.vocab[1] - s.vocab[0] for s in plan.shards])
-        main = load_model(gguf, self._progress(sources), shard=plan.shards[0], forms=plan.forms,
-                          weights=plan.weights, comm=chan)
-        results = await helpers
+        progress = LoadProgress(self.post, chan, sum(load_nbytes(gguf, config, s) for s in plan.shards))
+        main = load_model(gguf, progress, shard=plan.shards[0], forms=plan.forms, weights=plan.weights, comm=chan)
+        helpers = asyncio.ensure_future(helpers)
+        while not helpers.done():                                         # the helpers still reading
+            progress.post_whole()
+            await asyncio.wait([helpers], timeout=PROGRESS_EVERY)
+        progress.post_whole()
+        results = helpers.result()
         results = results.to_py() if hasattr(results, "to_py") else list(results)
         failed = [i for i, r in enumerate(results) if not r["ok"]]
         if failed:
@@ -175,19 +224,6 @@ class WorkerSession:
     def _heap(self) -> list[int]:
         return [int(self.heap())] if self.heap is not None else []
 
-    def _progress(self, sources: list) -> Callable:
-        """A ``progress(done_tensors, total_tensors, done_bytes, total_bytes)`` callback for
-        :func:`pyengine.model.load_model` that posts ``progress`` (this worker's share of the tensors: bytes
-        read of it, tensors) at most every PROGRESS_EVERY seconds."""
-        last = [0.0]
-
-        def progress(done: int, total: int, done_bytes: int, total_bytes: int) -> None:
-            now = time.perf_counter()
-            if now - last[0] >= PROGRESS_EVERY or done == total:
-                last[0] = now
-                self.post({"type": "progress", "stage": "reading tensors", "tensors": done, "n_tensors": total,
-                           "bytes": done_bytes, "total_bytes": total_bytes})
-        return progress
 
     # --- chat
     def check(self, fields: dict, bad_input: list) -> None:

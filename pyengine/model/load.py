@@ -20,7 +20,7 @@ from pyengine.model.config import ModelConfig
 from pyengine.model.shard import Shard, whole
 from pyengine.model.transformer import Layer, Model
 from pyengine.weights.budget import HEAP_HEADROOM, Matrix, default_budget, forms_nbytes, plan_forms, reserve_heap
-from pyengine.weights.build import Builder
+from pyengine.weights.build import Builder, piece_nbytes
 
 
 def layer_tensors(c: ModelConfig) -> list[tuple[str, tuple, bool]]:
@@ -146,6 +146,20 @@ def budget_matrices(matrices: dict, tensors) -> list[Matrix]:
     return out
 
 
+def vector_names(gguf_file, names: list[str]) -> list[str]:
+    """The 1-D tensors among ``names``, read whole (norms, biases, rope factors)."""
+    return [n for n in names if len(_squeeze(gguf_file.tensors[n].shape)) == 1]
+
+
+def load_nbytes(gguf_file, config: ModelConfig, shard: Shard) -> int:
+    """The file's bytes a load of ``shard`` stands for (its progress' total): its rows' share of each
+    matrix, and the 1-D tensors whole."""
+    pieces = [(p, cols) for ps, cols in shard_matrices(config, gguf_file.tensors, shard).values() for p in ps]
+    vectors = vector_names(gguf_file, check_tensors(gguf_file, config))
+    return sum(piece_nbytes(gguf_file.tensors[n], a, b, cols) for (n, a, b), cols in pieces) + \
+        sum(gguf_file.tensors[n].n_bytes for n in vectors)
+
+
 class _Loader:
     """Reads this shard's tensors once, reports progress, and lays the weights out for the hot loop."""
 
@@ -153,16 +167,13 @@ class _Loader:
         self.gf, self.config, self.shard, self.progress = gguf_file, config, shard, progress
         self.names = check_tensors(gguf_file, config)
         self.matrices = shard_matrices(config, gguf_file.tensors, shard)
-        pieces = [p for ps, _ in self.matrices.values() for p in ps]
-        self.total_bytes = sum(gguf_file.tensors[n].type.n_bytes(gguf_file.tensors[n].shape[0]) * (b - a)
-                               for n, a, b in pieces) + sum(gguf_file.tensors[n].n_bytes for n in self.vectors())
-        self.total = len(pieces) + len(self.vectors())
+        self.total_bytes = load_nbytes(gguf_file, config, shard)
+        self.total = sum(len(ps) for ps, _ in self.matrices.values()) + len(self.vectors())
         self.done, self.done_bytes = 0, 0
         self.build = Builder(gguf_file, ggml_rounding, tick=self._tick)
 
     def vectors(self) -> list[str]:
-        """The 1-D tensors, read whole (norms, biases, rope factors)."""
-        return [n for n in self.names if len(_squeeze(self.gf.tensors[n].shape)) == 1]
+        return vector_names(self.gf, self.names)
 
     def _tick(self, name: str, nbytes: int) -> None:
         self.done += 1

@@ -16,6 +16,7 @@ The buffer, ``Int32`` control words then ``Float32`` data::
     ctl[ABORT]                a command the main worker gave up (Stop): helpers leave it at once
     ctl[STAMP + i]            the last barrier generation worker i reached (who is missing)
     ctl[DONE + i], [FAIL + i] the last command helper i finished, and failed
+    ctl[LOADED + 3i ..]       worker i's load: tensors read, bytes read (low 31 bits, the rest)
     ints[TOKENS ..]           the command's token ids
     data[reduce slots]        2 x workers x REDUCE_ROWS x n_embd floats
     data[gather slots]        workers x GATHER_ROWS x the largest vocabulary slice
@@ -48,7 +49,8 @@ SEQ, CMD, N_TOKENS, POS, LOGITS, CACHE, N_CTX, COUNT, GEN, ABORT = range(10)
 STAMP = 16
 DONE = STAMP + MAX_WORKERS
 FAIL = DONE + MAX_WORKERS
-TOKENS = FAIL + MAX_WORKERS
+LOADED = FAIL + MAX_WORKERS
+TOKENS = LOADED + 3 * MAX_WORKERS
 CTL_WORDS = TOKENS + MAX_TOKENS
 FORWARD, PING, EXIT = 1, 2, 3
 LOGITS_MODES = ("none", "last", "all")
@@ -122,6 +124,18 @@ class Channel:
         self.meetings = 0              # all-reduces of the running command (the slot half alternates)
         self.seq = 0                   # the running command
         self.reported = 0              # the last command a helper's failure was raised for
+
+    # --- loading: every worker reads its shard at once
+    def report_load(self, tensors: int, done_bytes: int) -> None:
+        """This worker has read ``tensors`` tensors, ``done_bytes`` bytes of its shard."""
+        at = LOADED + 3 * self.index
+        for i, v in enumerate((tensors, done_bytes & 0x7FFFFFFF, done_bytes >> 31)):
+            self.block.store(at + i, v)
+
+    def load_progress(self) -> tuple[int, int]:
+        """The whole load so far: the fewest tensors any worker has read, and the bytes read by all."""
+        words = [[self.block.load(LOADED + 3 * i + j) for j in range(3)] for i in range(self.count)]
+        return min(w[0] for w in words), sum(w[1] + (w[2] << 31) for w in words)
 
     # --- meeting the other workers
     def barrier(self) -> None:

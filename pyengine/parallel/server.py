@@ -94,5 +94,8 @@ def load_helper(gguf, plan: dict, index: int, block: Any) -> Helper:
     PyEngineError (GGUFError, ModelError) when its shard cannot be read."""
     shard, forms, widths = read_plan(plan, index)
     chan = Channel(block, index, plan["layout"], widths)
-    model = load_model(gguf, shard=shard, forms=forms, weights=plan["weights"], comm=chan)
+
+    def progress(done: int, total: int, done_bytes: int, total_bytes: int) -> None:
+        chan.report_load(done, done_bytes)                  # the main worker shows the sum
+    model = load_model(gguf, progress, shard=shard, forms=forms, weights=plan["weights"], comm=chan)
     return Helper(model, chan)

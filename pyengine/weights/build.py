@@ -32,6 +32,12 @@ def _by_lane(per_row: np.ndarray, m: int, lay: Layout) -> np.ndarray:
     return np.ascontiguousarray(per_row.reshape(m, lay.phases, lay.lanes, -1).transpose(1, 2, 3, 0))
 
 
+def piece_nbytes(info, a: int, b: int, cols: tuple[int, int] | None) -> int:
+    """The file's bytes of rows a..b-1 of tensor ``info``, columns ``cols`` only (None: all): the share of
+    the file a shard stands for (its reads take whole rows)."""
+    return info.type.n_bytes(info.shape[0] if cols is None else cols[1] - cols[0]) * (b - a)
+
+
 class Builder:
     """Makes weight forms from the rows of ``gguf_file``'s tensors.
 
@@ -64,16 +70,16 @@ class Builder:
     def _act(self, name: str) -> str | None:
         return VEC_DOT_TYPE.get(self.gf.tensors[name].type.name) if self.ggml_rounding else None
 
-    def _chunks(self, pieces: list[Piece]):
+    def _chunks(self, pieces: list[Piece], cols: tuple[int, int] | None):
         """Yield ``(name, a, b, r)``: rows a..b-1 of tensor ``name``, rows r..r+b-a-1 of the stack, a chunk
-        of ``rows.chunk_rows`` at a time; ``tick(name, bytes read)`` once a piece's rows are all used."""
+        of ``rows.chunk_rows`` at a time; ``tick(name, piece_nbytes)`` once a piece's rows are all used."""
         r = 0
         for name, lo, hi in pieces:
             info = self.gf.tensors[name]
             step = chunk_rows(info.shape[0])
             for a in range(lo, hi, step):
                 yield name, a, min(hi, a + step), r + a - lo
-            self.tick(name, info.type.n_bytes(info.shape[0]) * (hi - lo))
+            self.tick(name, piece_nbytes(info, lo, hi, cols))
             r += hi - lo
 
     def f32(self, pieces: list[Piece], cols: tuple[int, int] | None = None) -> F32:
@@ -81,7 +87,7 @@ class Builder:
         n_in = self.gf.tensors[pieces[0][0]].shape[0]
         c0, c1 = cols or (0, n_in)
         w = np.empty((sum(b - a for _, a, b in pieces), c1 - c0), np.float32)   # (n_out, n_in)
-        for name, a, b, r in self._chunks(pieces):
+        for name, a, b, r in self._chunks(pieces, cols):
             if cols is None:
                 dequantized_rows(self.gf, name, a, b, out=w[r:r + b - a])
             else:
@@ -99,7 +105,7 @@ class Builder:
         m = -(-n_out // lay.rows)
         q = np.zeros((m, c1 - c0), np.int64)                              # (M, K) packed lane codes
         scale = shift = None
-        for name, a, b, r in self._chunks(pieces):
+        for name, a, b, r in self._chunks(pieces, cols):
             codes, sc, sh = lane_codes(self._codes(name, a, b, cols), b - a, c1 - c0, bits)
             if scale is None:
                 scale = np.zeros((m * lay.rows, sc.shape[1]), np.float32)   # rows in order, then laid out

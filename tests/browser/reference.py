@@ -6,6 +6,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 from split_threads import start
 
 from pyengine import generation
@@ -14,6 +15,7 @@ from pyengine.generation.sampling import SamplerParams
 from pyengine.gguf import open_gguf
 
 GREEDY = SamplerParams(temperature=0.0)
+NEAR_TIE = 0.1       # a top-2 logit margin under this may flip with the summation order
 
 
 @lru_cache(maxsize=2)
@@ -25,15 +27,36 @@ def _engine(path: Path, weights: str, workers: int) -> Engine:
     return Engine(g, model, *text_parts(g))
 
 
+def _turn(path: Path, turns: list[str], max_tokens: int, system: str | None = None,
+          params: SamplerParams = GREEDY, weights: str = "f32", workers: int = 1):
+    chat = generation.ChatSession(_engine(Path(path), weights, workers), system=system)
+    chat.messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns[:-1])]
+    turn = chat.send(turns[-1], params, max_tokens)
+    for _ in turn:
+        pass
+    return chat, turn
+
+
+def reply_before_near_tie(path: Path, turns: list[str], max_tokens: int, weights: str, workers: int = 1) -> str:
+    """The start of the greedy reply (as :func:`cpython_reply`) up to its first step whose top-2 logit
+    margin is under NEAR_TIE: what the page must reply too in a form that rounds activations to 8 bits,
+    whose last bits numpy 2.0 (Pyodide) and 2.4 (here) sum differently (see browser/pages.py ``EXACT``)."""
+    chat, turn = _turn(path, turns, max_tokens, weights=weights, workers=workers)
+    model = chat.engine.model
+    cache = model.new_cache(len(turn.prompt_ids) + len(turn.ids) + 1)
+    logits = model.forward(list(turn.prompt_ids), cache)
+    for k, tid in enumerate(turn.ids):
+        top2 = np.partition(logits, -2)[-2:]
+        if top2[1] - top2[0] < NEAR_TIE:
+            return chat.engine.tokenizer.decode(turn.ids[:k])
+        logits = model.forward([tid], cache)
+    return turn.text
+
+
 def cpython_reply(path: Path, turns: list[str], max_tokens: int, system: str | None = None,
                   params: SamplerParams = GREEDY, weights: str = "f32", workers: int = 1) -> str:
     """The reply to the last of ``turns`` (user, assistant, user, ... ; earlier assistant turns as
     the page showed them), greedy unless ``params`` say otherwise, with the model's weights in
     form ``weights`` (pyengine.weights.budget.WEIGHT_FORMS, or "auto" as the page's default; float32 as the
     tests load by default, see browser/pages.py ``EXACT``)."""
-    chat = generation.ChatSession(_engine(Path(path), weights, workers), system=system)
-    chat.messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns[:-1])]
-    turn = chat.send(turns[-1], params, max_tokens)
-    for _ in turn:
-        pass
-    return turn.text
+    return _turn(path, turns, max_tokens, system, params, weights, workers)[1].text

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from conftest import TINY
 from gguf_split import split_gguf
@@ -150,8 +152,11 @@ def test_gemma3_card(app, gemma3_path):
     pick_files(app, [gemma3_path])
     wait_loaded(app)
     shown = [text for text, _ in app.evaluate("window.progressUpdates")]
-    assert any(t.endswith("of 241.4 MiB · 0 / 236 tensors") for t in shown), shown
-    assert any(t.endswith("241.4 MiB of 241.4 MiB · 236 / 236 tensors") for t in shown), shown
+    # every worker's share summed: the file's 239.8 MiB of tensors (each worker reads the norms whole)
+    reading = [re.fullmatch(r"reading tensors: (.+) of (239\.[89] MiB) · (\d+) / 236 tensors", t) for t in shown]
+    reading = [m.groups() for m in reading if m]
+    assert reading and reading[0][0] == "0 bytes" and reading[0][2] == "0", shown
+    assert reading[-1][0] == reading[-1][1] == reading[0][1] and reading[-1][2] == "236", shown
     assert app.get_by_test_id("progress").is_hidden()
     assert app.get_by_test_id("status").text_content() == "ready", error_text(app)
     assert card_field(app, "architecture") == "gemma3"

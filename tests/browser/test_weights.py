@@ -14,13 +14,13 @@ from conftest import TINY
 from test_parallel import FakePool, run, worker_reply
 
 from browser.pages import error_text
-from browser.reference import cpython_reply
+from browser.reference import cpython_reply, reply_before_near_tie
 from browser.test_chat import QUESTION
 from browser.test_workers import greedy, load, worker_count
 from pyengine.browser import worker
 from pyengine.gguf import open_gguf
 from pyengine.gguf.source import FileSource
-from pyengine.weights.budget import WEIGHT_FORMS
+from pyengine.weights.budget import CHOICES, WEIGHT_FORMS
 from pyengine.weights.forms import Form
 
 FORMS = {"auto": "balanced (default)", "f32": "fastest, most memory", "compact": "low memory, slower"}
@@ -58,7 +58,7 @@ def test_an_unknown_form_is_an_error_that_keeps_the_model():
     start = len(posted)
     run(worker.handle({"type": "load", "files": [FileSource(TINY["qwen2"])], "weights": "int4"}))
     assert [m["type"] for m in posted[start:]] == ["error"]   # no "unloaded": the compact model stays
-    forms = ", ".join(repr(f) for f in ("auto", *WEIGHT_FORMS))
+    forms = ", ".join(repr(f) for f in CHOICES)
     assert f"weights must be {forms}, got 'int4'" in posted[-1]["message"]
     assert worker._session.chat.engine.model.weights == "compact"
 
@@ -91,7 +91,8 @@ def test_compact_model_card_and_greedy_reply_equal_cpython_compact(compact_smoll
         f32 = 4 * sum(t.n_elements for t in g.tensors.values())
     assert len(heap) == 2 and sum(heap) < f32, (heap, f32)
     reply = greedy(page, QUESTION, 24)
-    assert reply == cpython_reply(smollm2_path, [QUESTION], max_tokens=24, weights="compact", workers=2)
+    start = reply_before_near_tie(smollm2_path, [QUESTION], max_tokens=24, weights="compact", workers=2)
+    assert reply.startswith(start) and len(start) > 10, (reply, start)
     assert error_text(page) is None
 
 
