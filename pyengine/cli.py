@@ -13,6 +13,7 @@ import sys
 import time
 
 from pyengine.errors import PyEngineError
+from pyengine.generation.lookup import LOOKUP_DEFAULT
 from pyengine.weights.budget import CHOICES
 
 
@@ -25,6 +26,9 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeat-penalty", type=float, default=1.0)
     p.add_argument("--repeat-last-n", type=int, default=64)
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--lookup", type=int, default=LOOKUP_DEFAULT, metavar="N",
+                   help="prompt lookup: draft up to N tokens per step from n-grams already in the conversation and "
+                        f"check them in one forward pass; 0 = off (default {LOOKUP_DEFAULT})")
     p.add_argument("-c", "--ctx-size", type=int, default=0, help="context length in tokens (0 = the model's)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     p.add_argument("--weights", choices=CHOICES, default="auto",
@@ -75,7 +79,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     params, n_ctx = _sampler_params(args), _n_ctx(args)      # bad options fail before the slow load
     engine = _load(args.model, args.weights)
     prompt_ids = engine.tokenizer.encode(args.prompt, add_special=True, parse_special=True)
-    gen = generate(engine.model, engine.tokenizer, prompt_ids, params, args.n_predict, n_ctx=_fit_ctx(n_ctx, engine))
+    gen = generate(engine.model, engine.tokenizer, prompt_ids, params, args.n_predict, n_ctx=_fit_ctx(n_ctx, engine),
+                   lookup=args.lookup)
     _reply(gen, args.json, engine.model.weights)
     return 0
 
@@ -92,7 +97,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     weights = session.engine.model.weights
     if messages is not None:
         session.messages = messages
-        _reply(session.respond(params, args.n_predict), args.json, weights, session)
+        _reply(session.respond(params, args.n_predict, lookup=args.lookup), args.json, weights, session)
         return 0
     interactive = sys.stdin.isatty()
     while True:
@@ -102,7 +107,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         if not line:
             return 0
         if line.strip():
-            turn = session.send(line.rstrip("\n"), params, args.n_predict)
+            turn = session.send(line.rstrip("\n"), params, args.n_predict, lookup=args.lookup)
             try:
                 _reply(turn, args.json, weights, session)
             except KeyboardInterrupt:
@@ -132,7 +137,7 @@ def cmd_tokenize(args: argparse.Namespace) -> int:
 # --- what generate and chat share
 
 def _load(paths: list[str], weights: str = "auto"):
-    """Load the model in weight policy ``weights`` (see :data:`pyengine.weights.budget.WEIGHT_FORMS`), telling
+    """Load the model in weight policy ``weights`` (one of :data:`pyengine.weights.budget.CHOICES`), telling
     stderr how it goes."""
     from pyengine.generation import load
     name = os.path.basename(paths[0])
@@ -159,9 +164,11 @@ def _sampler_params(args: argparse.Namespace):
 
 
 def _n_ctx(args: argparse.Namespace) -> int | None:
-    """The context size from ``-c`` (None: the model's), once ``-n`` and ``-c`` are checked."""
+    """The context size from ``-c`` (None: the model's), once ``-n``, ``-c`` and ``--lookup`` are checked."""
     if args.n_predict < 1:
         raise PyEngineError(f"-n/--n-predict must be at least 1 token, got {args.n_predict}")
+    if args.lookup < 0:
+        raise PyEngineError(f"--lookup must be a number of tokens >= 0 (0 = off), got {args.lookup}")
     if args.ctx_size < 0:
         raise PyEngineError(f"-c/--ctx-size must be >= 0 (0 = the model's), got {args.ctx_size}")
     return args.ctx_size or None

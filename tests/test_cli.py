@@ -103,11 +103,35 @@ def test_generate_as_a_program():
     (["--top-p", "0"], "top_p"),
     (["-c", "-1"], "ctx-size"),
     (["-c", "4"], "more than the context of 4 tokens"),
+    (["--lookup", "-1"], "--lookup must be a number of tokens >= 0"),
 ])
 def test_generate_bad_options(cli, argv, message):
     rc, _, err = cli(["generate", LLAMA, "-p", "hello the world"] + argv)
     assert rc == 1 and message in err
     assert ("loaded" in err) == (message.startswith("more than"))   # option errors come before loading
+
+
+@pytest.mark.parametrize("command", [["generate", LLAMA, "-p", "the cat sat on the mat. the cat sat on the mat. the"],
+                                     ["chat", LLAMA, "--messages"]])
+def test_lookup_gives_the_same_reply_and_its_counts(cli, command, tmp_path):
+    """--lookup N drafts from the conversation: the same greedy ids, the drafted and accepted counts
+    in --json's stats and on stderr's summary line (only when on)."""
+    if command[-1] == "--messages":
+        path = tmp_path / "m.json"
+        path.write_text(json.dumps([{"role": "user", "content": "the cat sat on the mat. the cat sat on the mat"}]))
+        command = command + [str(path)]
+    runs = {}
+    for k in ("0", "8"):
+        rc, out, _ = cli(command + ["-n", "24", "--lookup", k, "--json"])
+        runs[k] = json.loads(out)["stats"], json.loads(out)["ids"]
+        assert rc == 0 and runs[k][0]["lookup"] == int(k)
+    (off, off_ids), (on, on_ids) = runs["0"], runs["8"]
+    assert on_ids == off_ids and off["drafted_tokens"] == 0 and on["drafted_tokens"] >= on["accepted_tokens"]
+    assert on["accepted_tokens"] > 0 or command[0] == "chat"      # the raw prompt repeats itself: drafts taken
+    _, _, err = cli(command + ["-n", "24", "--lookup", "8"])
+    assert f"lookup 8: {on['accepted_tokens']} of {on['drafted_tokens']} drafted tokens accepted" in err
+    _, _, err = cli(command + ["-n", "4"])
+    assert "lookup" not in err.splitlines()[-1]                     # off by default
 
 
 @pytest.mark.parametrize("form", ["f32", "quantized", "compact"])

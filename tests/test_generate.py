@@ -30,23 +30,29 @@ class FakeCache:
 
 
 class ScriptedModel:
-    """Greedy sampling from this model yields ``script`` in order; every forward call is recorded."""
+    """Greedy sampling from this model yields ``script`` in order: the logits after the token at
+    position ``first + j`` (``first``: the prompt's last position) pick ``script[j]``, however the
+    positions are batched; every forward call is recorded."""
 
     def __init__(self, script: list[int], n_vocab: int = 300):
-        self.script, self.n_vocab, self.calls = script, n_vocab, []
+        self.script, self.n_vocab, self.calls, self.first = script, n_vocab, [], None
 
     def new_cache(self, n_ctx=None):
         return FakeCache(n_ctx or 64)
 
     def forward(self, tokens, cache, logits="last"):
         assert cache.n + len(tokens) <= cache.n_ctx
+        if self.first is None:
+            self.first = cache.n + len(tokens) - 1
+        positions = range(cache.n, cache.n + len(tokens))
         cache.n += len(tokens)
         self.calls.append(list(tokens))
-        out = np.zeros(self.n_vocab, np.float32)              # (n_vocab,)
-        tok = self.script[min(len(self.calls) - 1, len(self.script) - 1)]
-        out[(tok + 1) % self.n_vocab] = 0.75                  # a runner-up, for the repetition penalty
-        out[tok] = 1.0
-        return out
+        out = np.zeros((len(tokens), self.n_vocab), np.float32)     # (T, n_vocab)
+        for row, pos in zip(out, positions):
+            tok = self.script[min(max(pos - self.first, 0), len(self.script) - 1)]
+            row[(tok + 1) % self.n_vocab] = 0.75                    # a runner-up, for the repetition penalty
+            row[tok] = 1.0
+        return out if logits == "all" else out[-1]
 
 
 class ByteTokenizer:

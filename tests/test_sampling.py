@@ -106,6 +106,19 @@ def test_seed_repeats_runs():
     assert len(set(firsts)) > 1
 
 
+def test_distribution_is_what_sample_draws_from():
+    logits = np.random.default_rng(2).standard_normal(5000).astype(np.float32)
+    params = SamplerParams(temperature=0.7, top_k=40, top_p=0.9, min_p=0.02, repeat_penalty=1.2, seed=9)
+    ids, probs = Sampler(params).distribution(logits, [3, 4])
+    assert probs.dtype == np.float64 and abs(probs.sum() - 1) < 1e-12 and len(set(ids.tolist())) == len(ids)
+    assert set(ids.tolist()) == set(our_survivors(logits, params, [3, 4]))       # the chain's survivors
+    a, b = Sampler(params), Sampler(params)
+    assert [a.sample(logits, [3, 4]) for _ in range(30)] == [b.draw(ids, probs) for _ in range(30)]
+    ids, probs = Sampler(SamplerParams(temperature=0, repeat_penalty=1.1)).distribution(
+        np.array([1.0, 2.9, 3.0], np.float32), [2])
+    assert ids.tolist() == [1] and probs.tolist() == [1.0]                        # greedy: a point mass
+
+
 # --- against llama.cpp's own samplers (src/llama-sampler.cpp; golden/reference.json) -------------
 # golden/make_reference_golden.py ran these cases through llama.cpp: the penalties sampler alone, then
 # the chain penalties -> top_k -> top_p -> min_p (``llama_sampler_init_*`` through llama-cpp-python).

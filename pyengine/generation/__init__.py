@@ -2,11 +2,13 @@
 
     prompt ids ──prefill──▶ logits ──sample──▶ id ──detokenize──▶ text piece ──▶ consumer
                               ▲                 │
-                              └────decode◀──────┘   (one token per step, KV cache grows by one)
+                              └────decode◀──────┘   (one token per step, KV cache grows by one;
+                                                     with prompt lookup, a drafted few checked at once)
 
 :mod:`~pyengine.generation.engine` opens a model (:func:`load`),
 :mod:`~pyengine.generation.sampling` is llama.cpp's sampler chain,
-:mod:`~pyengine.generation.loop` produces one reply a token at a time, and
+:mod:`~pyengine.generation.loop` produces one reply a token at a time,
+:mod:`~pyengine.generation.lookup` drafts tokens from n-grams of the conversation, and
 :mod:`~pyengine.generation.chat` keeps a conversation and its KV cache across turns.
 """
 

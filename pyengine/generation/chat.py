@@ -16,6 +16,7 @@ from typing import Any
 
 from pyengine.errors import PyEngineError, TemplateError
 from pyengine.generation.engine import Engine
+from pyengine.generation.lookup import LOOKUP_DEFAULT
 from pyengine.generation.loop import Generation
 from pyengine.generation.sampling import Sampler, SamplerParams
 from pyengine.text.chat_template import ChatTemplate, check_messages
@@ -67,7 +68,8 @@ class ChatSession:
     ends (however: end of turn, limit, stop, error) its emitted text becomes the assistant message,
     so the conversation always reads as the user saw it. ``respond()`` answers the conversation as
     it stands (``messages`` may be set directly). ``params`` is a :class:`SamplerParams` or a ready
-    :class:`Sampler`. Only one reply runs at a time: a new one closes the last. ``system`` is sent
+    :class:`Sampler`; ``lookup`` is the most tokens prompt lookup drafts per step (0 = off; the
+    conversation is what it copies from). Only one reply runs at a time: a new one closes the last. ``system`` is sent
     as a first ``system`` message (the template decides what it does).
     """
     engine: Engine
@@ -101,22 +103,22 @@ class ChatSession:
         return ([{"role": "system", "content": self.system}] if self.system else []) + self.messages
 
     def send(self, text: str, params: SamplerParams | None = None, max_tokens: int = 256,
-             stop_strings: Iterable[str] = ()) -> Generation:
+             stop_strings: Iterable[str] = (), lookup: int = LOOKUP_DEFAULT) -> Generation:
         """Add the user's ``text`` and start the reply. Raises TemplateError / PyEngineError (the
         conversation is then left as it was)."""
         self._close_turn()
         user = {"role": "user", "content": text}
-        turn = self._start(self.conversation() + [user], params, max_tokens, stop_strings)
+        turn = self._start(self.conversation() + [user], params, max_tokens, stop_strings, lookup)
         self.messages.append(user)
         return turn
 
     def respond(self, params: SamplerParams | None = None, max_tokens: int = 256,
-                stop_strings: Iterable[str] = ()) -> Generation:
+                stop_strings: Iterable[str] = (), lookup: int = LOOKUP_DEFAULT) -> Generation:
         """Start a reply to the conversation as it stands."""
         self._close_turn()
-        return self._start(self.conversation(), params, max_tokens, stop_strings)
+        return self._start(self.conversation(), params, max_tokens, stop_strings, lookup)
 
-    def _start(self, conversation: list[dict], params, max_tokens: int, stop_strings) -> Generation:
+    def _start(self, conversation: list[dict], params, max_tokens: int, stop_strings, lookup: int) -> Generation:
         engine = self.engine
         prompt, ids = chat_prompt(engine.template, engine.tokenizer, check_messages(conversation))
         if len(ids) >= self.cache.n_ctx:
@@ -128,7 +130,7 @@ class ChatSession:
         self.prompt = prompt
         sampler = params if isinstance(params, Sampler) else Sampler(params)
         self.turn = Generation(engine.model, engine.tokenizer, ids, sampler, max_tokens,
-                               stop_strings, self.cache, on_finish=self._finished)
+                               stop_strings, self.cache, on_finish=self._finished, lookup=lookup)
         return self.turn
 
     def _finished(self, turn: Generation) -> None:

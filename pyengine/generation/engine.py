@@ -33,7 +33,7 @@ def load(paths_or_gguf: Any, progress: Callable[[int, int], None] | None = None,
     byte sources, a list for a split model) or an opened ``GGUFFile``.
 
     ``progress(done_tensors, total_tensors)`` is called while the weights are read; ``weights`` is
-    passed to :func:`pyengine.model.load_model` ("auto" or a key of ``weights.budget.WEIGHT_FORMS``).
+    passed to :func:`pyengine.model.load_model` (one of ``weights.budget.CHOICES``).
     The tokenizer and template are read first, so a bad vocab fails before the slow part. Files
     opened here are closed once the weights are in memory (``engine.gguf`` keeps its metadata and
     tensor table). Raises GGUFError, TokenizerError, ModelError.

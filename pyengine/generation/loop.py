@@ -1,15 +1,18 @@
-"""The generation loop: a prompt turned into streamed text, one token at a time.
+"""The generation loop: a prompt turned into streamed text, a token or a few at a time.
 
 :class:`Generation` is one reply. Each :meth:`Generation.step` runs one forward
-pass (the first one is the prefill of the whole prompt), samples one token and
-returns the text it completes (``""`` while a UTF-8 character or a possible
-stop string is held back), or ``None`` when the reply is over. It is also an
-iterator of those pieces, so ``for piece in gen`` streams, and the consumer may
-stop between any two tokens (``gen.close()``, a ``should_stop()`` callback, or
-just not asking for more). Stops: an end-of-generation token
-(``tokenizer.eog_ids``; not part of the text), a stop string (the text before
-it is emitted, it is not), ``max_tokens``, the context limit (``n_ctx``).
-Statistics per reply: :class:`TurnStats`.
+pass (the first one is the prefill of the whole prompt), samples one token, or
+with prompt lookup (``lookup`` > 0, :mod:`pyengine.generation.lookup`) checks a
+draft of several and keeps the ones the model agrees with, and returns the text
+they complete (``""`` while a UTF-8 character or a possible stop string is held
+back), or ``None`` when the reply is over. It is also an iterator of those
+pieces, so ``for piece in gen`` streams, and the consumer may stop between any
+two steps (``gen.close()``, a ``should_stop()`` callback, or just not asking for
+more). Stops: an end-of-generation token (``tokenizer.eog_ids``; not part of the
+text), a stop string (the text before it is emitted, it is not), ``max_tokens``,
+the context limit (``n_ctx``); they fall on the same token with lookup as
+without, a draft running past them is cut there. Statistics per reply:
+:class:`TurnStats`.
 """
 
 from __future__ import annotations
@@ -19,7 +22,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 from pyengine.errors import PyEngineError
+from pyengine.generation.lookup import LOOKUP_DEFAULT, NgramIndex
 from pyengine.generation.sampling import Sampler, SamplerParams
 
 STOP_REASONS = ("eog", "stop_string", "max_tokens", "context", "stopped", "error")
@@ -69,9 +75,12 @@ class TurnStats:
     cached_tokens: int = 0          # of which the KV cache already held (prefix reuse)
     prefill_tokens: int = 0         # run through the model in the prefill (prompt - cached)
     generated_tokens: int = 0       # ids of the reply (an end-of-generation id is not counted)
-    decode_tokens: int = 0          # one-token forward passes after the prefill
+    decode_tokens: int = 0          # tokens sampled after the first (an end-of-generation id counted)
+    lookup: int = 0                 # prompt lookup's most tokens drafted per step (0 = off)
+    drafted_tokens: int = 0         # draft tokens run through the model
+    accepted_tokens: int = 0        # of which the model sampled the same token
     prefill_seconds: float = 0.0
-    decode_seconds: float = 0.0     # those passes plus sampling after the first token
+    decode_seconds: float = 0.0     # the forward passes and sampling after the first token
     ttft_seconds: float = 0.0       # first step: prefill + sampling the first token
     stop_reason: str = ""           # one of STOP_REASONS
 
@@ -91,15 +100,18 @@ class TurnStats:
                 f"prefill {self.prefill_tokens} tok in {self.prefill_seconds:.2f} s ({self.prefill_tok_s:.1f} tok/s), "
                 f"decode {self.decode_tokens} tok in {self.decode_seconds:.2f} s ({self.decode_tok_s:.1f} tok/s), "
                 f"first token after {self.ttft_seconds:.2f} s, {self.generated_tokens} generated, "
-                f"stop: {self.stop_reason}")
+                + (f"lookup {self.lookup}: {self.accepted_tokens} of {self.drafted_tokens} drafted tokens accepted, "
+                   if self.lookup else "")
+                + f"stop: {self.stop_reason}")
 
 
 class Generation:
-    """One reply to ``prompt_ids``, produced a token at a time (see the module doc).
+    """One reply to ``prompt_ids``, produced a step at a time (see the module doc).
 
     ``cache``: a KV cache whose first ``cache.n`` positions already hold ``prompt_ids[:cache.n]``
     (the caller's promise); only the rest is prefilled. At least the last prompt token is always
-    run, for its logits. ``on_finish(gen)`` is called once when the reply ends, however it ends.
+    run, for its logits. ``lookup``: the most tokens drafted per step by prompt lookup (0 = off).
+    ``on_finish(gen)`` is called once when the reply ends, however it ends.
 
     Attributes: ``prompt_ids``, ``ids`` (generated), ``text`` (emitted so far), ``tokens`` (the
     ids whose keys and values the cache holds), ``stats``, ``done``.
@@ -108,10 +120,13 @@ class Generation:
     def __init__(self, model: Any, tokenizer: Any, prompt_ids: Sequence[int], sampler: Sampler,
                  max_tokens: int, stop_strings: Iterable[str] = (), cache: Any = None,
                  should_stop: Callable[[], bool] | None = None,
-                 on_finish: Callable[[Generation], None] | None = None, n_ctx: int | None = None):
+                 on_finish: Callable[[Generation], None] | None = None, n_ctx: int | None = None,
+                 lookup: int = LOOKUP_DEFAULT):
         from pyengine.text.stream import StreamDecoder
         self.model, self.tokenizer, self.sampler = model, tokenizer, sampler
         self.prompt_ids = [int(t) for t in prompt_ids]
+        if isinstance(lookup, bool) or not isinstance(lookup, int) or lookup < 0:
+            raise PyEngineError(f"lookup must be a number of tokens >= 0 (0 = off), got {lookup!r}")
         self.cache = model.new_cache(n_ctx) if cache is None else cache
         if not self.prompt_ids:
             raise PyEngineError("the prompt is empty: there is nothing to continue")
@@ -126,8 +141,10 @@ class Generation:
         self.text = ""
         self.done = False
         self.stats = TurnStats(prompt_tokens=len(self.prompt_ids), cached_tokens=self.cache.n,
-                               prefill_tokens=len(self.prompt_ids) - self.cache.n)
+                               prefill_tokens=len(self.prompt_ids) - self.cache.n, lookup=lookup)
         self._history = list(self.prompt_ids)       # the repetition penalty's window: prompt + reply
+        self._lookup = lookup
+        self._ngrams = NgramIndex(self.prompt_ids) if lookup else None
         self._decoder = StreamDecoder(tokenizer)
         self._stops = StopStrings(stop_strings)
         self._eog = tokenizer.eog_ids
@@ -143,41 +160,32 @@ class Generation:
         return piece
 
     def close(self) -> None:
-        """Stop here (between tokens); the reply keeps the text emitted so far."""
+        """Stop here (between steps); the reply keeps the text emitted so far."""
         if not self.done:
             self._finish("stopped")
 
     def step(self) -> str | None:
-        """Run one token: returns the text it completes ("" if none yet), None when the reply is over."""
+        """Run one forward pass: returns the text its tokens complete ("" if none yet), None when the
+        reply is over."""
         if self.done:
             return None
         t0 = time.perf_counter()
         try:
-            if len(self.tokens) < len(self.prompt_ids):                       # first step: the prefill
+            draft: list[int] = []
+            prefill = len(self.tokens) < len(self.prompt_ids)
+            if prefill:                                                       # first step: the prefill
                 if self.max_tokens <= 0:
                     return self._finish("max_tokens")
-                logits = self._forward(self.prompt_ids[len(self.tokens):])     # (n_vocab,)
+                logits = self._forward(self.prompt_ids[len(self.tokens):], "last")   # (1, n_vocab)
                 self.stats.prefill_seconds = time.perf_counter() - t0
             else:
                 if self.should_stop is not None and self.should_stop():
                     return self._finish("stopped")
                 if self.cache.n >= self.cache.n_ctx:
                     return self._finish("context")
-                logits = self._forward([self.ids[-1]])                          # (n_vocab,)
-                self.stats.decode_tokens += 1
-            tok = self.sampler.sample(logits, self._history)
-            self._time(t0)
-            if tok in self._eog:
-                return self._finish("eog")
-            self.ids.append(tok)
-            self._history.append(tok)
-            piece, hit = self._stops.push(self._decoder.push(tok))
-            self.text += piece
-            if hit:
-                return self._finish("stop_string", piece)
-            if len(self.ids) >= self.max_tokens:
-                return self._finish("max_tokens", piece)
-            return piece
+                draft = self._draft()
+                logits = self._forward([self.ids[-1]] + draft, "all" if draft else "last")  # (1 + k, n_vocab)
+            return self._verify(logits, draft, t0, prefill)
         except KeyboardInterrupt:
             self._finish("stopped")
             raise
@@ -185,14 +193,67 @@ class Generation:
             self._finish("error")
             raise
 
-    def _forward(self, tokens: list[int]):
-        logits = self.model.forward(tokens, self.cache, logits="last")
-        self.tokens.extend(tokens)
-        return logits
+    def _draft(self) -> list[int]:
+        """Prompt lookup's guess of the next tokens, as many as fit: each pass samples one token past
+        its draft, so a draft is at most ``max_tokens`` - 1 - generated long, and the cache must hold
+        the last token and the draft."""
+        room = min(self._lookup, self.max_tokens - len(self.ids) - 1, self.cache.n_ctx - self.cache.n - 1)
+        return self._ngrams.draft(room) if self._ngrams is not None else []
 
-    def _time(self, t0: float) -> None:
+    def _forward(self, tokens: list[int], logits: str) -> np.ndarray:
+        """Run ``tokens`` through the model: (1, n_vocab) float32 logits of the last one
+        (``logits="last"``) or (T, n_vocab) of each (``"all"``)."""
+        out = self.model.forward(tokens, self.cache, logits=logits)
+        self.tokens.extend(tokens)
+        return out.reshape(-1, out.shape[-1])
+
+    def _verify(self, logits: np.ndarray, draft: list[int], t0: float, prefill: bool) -> str:
+        """Sample a token from each row of ``logits`` ((1 + len(draft), n_vocab)) in turn, going on
+        to the next row while the sample equals the draft's token (:mod:`pyengine.generation.lookup`'s
+        rule), book each token, and keep in the cache only the positions whose next token was sampled:
+        the cache then holds what plain decoding's would. Returns the step's text."""
+        piece, reason, sampled, accepted = "", None, 0, 0
+        for row in logits:
+            tok = self.sampler.sample(row, self._history)              # the history as plain decoding's
+            sampled += 1
+            hit = sampled <= len(draft) and tok == draft[sampled - 1]
+            accepted += hit
+            text, reason = self._take(tok)
+            piece += text
+            if reason is not None or not hit:
+                break
+        self._keep(len(self.tokens) - len(logits) + sampled)
+        self.stats.decode_tokens += 0 if prefill else sampled
+        self.stats.drafted_tokens += len(draft)
+        self.stats.accepted_tokens += accepted
+        self._time(t0, prefill)
+        return self._finish(reason, piece) if reason is not None else piece
+
+    def _take(self, tok: int) -> tuple[str, str | None]:
+        """Add a sampled token to the reply: (the text it completes, the stop reason or None)."""
+        if tok in self._eog:
+            return "", "eog"
+        self.ids.append(tok)
+        self._history.append(tok)
+        if self._ngrams is not None:
+            self._ngrams.append(tok)
+        piece, hit = self._stops.push(self._decoder.push(tok))
+        self.text += piece
+        if hit:
+            return piece, "stop_string"
+        if len(self.ids) >= self.max_tokens:
+            return piece, "max_tokens"
+        return piece, None
+
+    def _keep(self, n: int) -> None:
+        """Forget the cache's positions past ``n`` (a rejected draft's)."""
+        if n < len(self.tokens):
+            self.cache.truncate(n)
+            del self.tokens[n:]
+
+    def _time(self, t0: float, prefill: bool) -> None:
         dt = time.perf_counter() - t0
-        if self.stats.decode_tokens == 0:
+        if prefill:
             self.stats.ttft_seconds = dt
         else:
             self.stats.decode_seconds += dt
@@ -214,10 +275,12 @@ class Generation:
 
 def generate(model: Any, tokenizer: Any, prompt_ids: Sequence[int], params: SamplerParams | None = None,
              max_tokens: int = 128, stop_strings: Iterable[str] = (), cache: Any = None,
-             should_stop: Callable[[], bool] | None = None, n_ctx: int | None = None) -> Generation:
+             should_stop: Callable[[], bool] | None = None, n_ctx: int | None = None,
+             lookup: int = LOOKUP_DEFAULT) -> Generation:
     """Continue ``prompt_ids``: a :class:`Generation` to iterate for text pieces (see its doc).
     ``params`` default to llama.cpp's sampling defaults; ``n_ctx`` sizes a new cache (default: the
-    model's training context). Raises PyEngineError for an empty prompt or one longer than the context."""
+    model's training context); ``lookup`` is the most tokens drafted per step (0 = off). Raises
+    PyEngineError for an empty prompt, one longer than the context, or a bad ``lookup``."""
     return Generation(model, tokenizer, prompt_ids, Sampler(params), max_tokens, stop_strings, cache,
-                      should_stop, n_ctx=n_ctx)
+                      should_stop, n_ctx=n_ctx, lookup=lookup)
 

@@ -19,6 +19,9 @@ each step as in src/llama-sampler.cpp), leaving out the steps that are off by de
 * **dist** draws from the softmax of the survivors with a numpy ``Generator`` (seeded:
   repeatable; llama.cpp's mt19937 draws differ, so sampled, not greedy, runs differ from it).
 
+:meth:`Sampler.distribution` is the chain up to ``dist``: the ids and probabilities the token is
+drawn from; :meth:`Sampler.draw` is ``dist``; :meth:`Sampler.sample` is both.
+
 The vocabulary can be 262,144 wide: top-k bounds the k-th largest logit from a 1/16 sample,
 ``argpartition``s the few hundred candidates above it and sorts only the k survivors; top-p
 without top-k first tries the 256 most likely tokens, as llama.cpp does, then 8 times more at
@@ -170,8 +173,19 @@ class Sampler:
 
     def sample(self, logits: np.ndarray, history: Sequence[int] = ()) -> int:
         """The next token id for ``logits`` ((n_vocab,) float32) after the tokens ``history``
-        (the prompt and everything generated so far: the penalties' window). Raises PyEngineError
-        when the logits hold a NaN or +inf (a file whose weights are not finite)."""
+        (the prompt and everything generated so far: the penalties' window): greedy's argmax, or a
+        draw from :meth:`distribution`. Raises PyEngineError when the logits hold a NaN or +inf (a
+        file whose weights are not finite)."""
+        ids, probs = self.distribution(logits, history)
+        if self.params.temperature <= 0.0:
+            return int(ids[0])                                       # greedy: no draw
+        return self.draw(ids, probs)
+
+    def distribution(self, logits: np.ndarray, history: Sequence[int] = ()) -> tuple[np.ndarray, np.ndarray]:
+        """The distribution the next token is drawn from, after the whole chain: (ids (n,) int64,
+        probs (n,) float64 summing to 1), n the survivors of top-k, top-p and min-p, in no promised
+        order. Greedy (temperature 0) is the argmax after penalties with probability 1. Raises
+        PyEngineError as :meth:`sample` does."""
         sp = self.params
         logits = apply_penalties(logits, history, sp.repeat_penalty, sp.repeat_last_n)
         best = int(np.argmax(logits))                                # a NaN, if there is one
@@ -179,10 +193,14 @@ class Sampler:
             raise PyEngineError(f"the model's logits hold {logits[best]} (token {best}): its weights are not "
                                 f"all finite numbers")
         if sp.temperature <= 0.0:
-            return best                                              # greedy
+            return np.array([best]), np.ones(1)                      # greedy
         ids, vals, is_sorted = top_k(logits, sp.top_k)
         ids, vals, is_sorted = top_p(ids, vals, is_sorted, sp.top_p)
         ids, vals, is_sorted = min_p(ids, vals, is_sorted, sp.min_p)
-        probs = softmax(vals / np.float32(sp.temperature))           # (n_kept,) float64
+        return ids, softmax(vals / np.float32(sp.temperature))       # (n_kept,) int64, float64
+
+    def draw(self, ids: np.ndarray, probs: np.ndarray) -> int:
+        """One id drawn from ``probs`` ((n,) float64) with one uniform of the generator: the id whose
+        slice of the cumulative sum the uniform lands in (``dist``)."""
         i = int(np.searchsorted(np.cumsum(probs), self.rng.random() * probs.sum(), side="right"))
         return int(ids[min(i, ids.shape[0] - 1)])
