@@ -1,6 +1,6 @@
 """Decode and prefill speed of the browser app with 1, 2 and 4 Pyodide workers (pyengine/parallel).
 
-    python bench/bench_workers.py [--model models/gemma-3-270m-q4_k_m.gguf] [--runs 3] [--workers 1 2 2:all 4 2@packed]
+    python bench/bench_workers.py [--model models/gemma-3-270m-q4_k_m.gguf] [--runs 3] [--workers 1 2 4 2@compact]
 
 Each run is a fresh headless Chromium (Debian's /usr/bin/chromium) on the app as built in static/,
 served cross-origin isolated by build_scripts/serve.py: choose the worker count on the page, pick
@@ -10,9 +10,9 @@ of each worker). The worker counts are interleaved (1, 2, 4, 1, 2, 4, ...) so a 
 disturbs them alike; medians and the spread (min-max) over the runs are printed as a table and
 written to bench/workers.json. Requests to any host other than 127.0.0.1 are aborted.
 
-A setting ``N`` shares the vocabulary matrix over N workers, ``N:all`` every matrix (the page's
-``?split=all``); ``@form`` loads with that Memory setting (pyengine.weights.budget.WEIGHT_FORMS)
-instead of "auto". Before each round, two processes spin side by side (``cpu_parallel``: the
+A setting ``N`` splits the model over N workers (pyengine.parallel.split: heads, FFN units and
+vocabulary rows); ``@form`` loads with that Memory setting (pyengine.weights.budget.CHOICES) instead
+of "auto". Before each round, two processes spin side by side (``cpu_parallel``: the
 speed-up two busy processes get over one, 2.0 when both cores are free, 1.0 when other work holds one): workers can
 only be faster when it is near 2.
 """
@@ -59,11 +59,10 @@ def cpu_parallel() -> float:
 
 
 def one_run(pw, url: str, model: Path, setting: str) -> dict:
-    """A fresh browser: boot, choose the workers (``"N"`` or ``"N:all"``, then ``@form`` for a Memory
-    setting other than "auto"), load ``model``, one greedy reply. Seconds, tok/s, bytes."""
+    """A fresh browser: boot, choose the workers (``"N"``, then ``@form`` for a Memory setting other than
+    "auto"), load ``model``, one greedy reply. Seconds, tok/s, bytes."""
     label = setting
-    workers, _, split = setting.partition("@")[0].partition(":")
-    weights = setting.partition("@")[2]
+    workers, _, weights = setting.partition("@")
     workers = int(workers)
     browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
     try:
@@ -71,7 +70,7 @@ def one_run(pw, url: str, model: Path, setting: str) -> dict:
         guard = NetworkGuard(context)
         page = context.new_page()
         t0 = time.monotonic()
-        page.goto(url + ("?split=all" if split == "all" else ""))
+        page.goto(url)
         wait_status(page, ("no model",), BOOT_MS)
         boot_s = time.monotonic() - t0
         page.get_by_test_id("workers").select_option(str(workers))
@@ -138,7 +137,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", type=Path, default=ROOT / "models" / "gemma-3-270m-q4_k_m.gguf")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--workers", nargs="+", default=["1", "2", "2:all", "4"])
+    ap.add_argument("--workers", nargs="+", default=["1", "2", "4"])
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "workers.json")
     args = ap.parse_args()
     if not (STATIC / "index.html").is_file():

@@ -29,7 +29,7 @@ def instrument(model) -> tuple[dict, dict]:
     """Wrap the kernels the forward pass calls with timers; returns (seconds, calls), both by label."""
     import pyengine.model.transformer as transformer
     from pyengine.model.ops import Rope
-    from pyengine.weights import forms
+    from pyengine.weights import forms, quantized
 
     seconds, calls = defaultdict(float), defaultdict(int)
 
@@ -45,14 +45,14 @@ def instrument(model) -> tuple[dict, dict]:
         return wrapper
 
     out = model.output
-    roles = {id(out): f"matmul output {out.shape[0]}x{out.shape[1]}"}
+    roles = {id(out): f"matmul output {out.shape[0]}x{out.shape[1]} ({out.form.name.lower()})"}
     for part, a, b in zip(getattr(out, "parts", []), getattr(out, "starts", [])[:-1], getattr(out, "starts", [])[1:]):
         roles[id(part)] = f"matmul output rows {a}-{b} ({part.form.name.lower()})"
     for layer in model.layers:
         for name, value in vars(layer).items():
             if hasattr(value, "form"):
-                roles.setdefault(id(value), f"matmul {name}")
-    for cls in (forms.F32, forms.Int8Blocks, forms.Int8Rows, forms.Packed, forms.RowSplit):
+                roles.setdefault(id(value), f"matmul {name} ({value.form.name.lower()})")
+    for cls in (forms.F32, quantized.Quantized, forms.RowSplit):
         if "__call__" in vars(cls):
             cls.__call__ = timed(lambda a: roles.get(id(a[0]), "matmul ?"), cls.__call__)
     Rope.__call__ = timed(lambda a: "rope", Rope.__call__)
@@ -136,7 +136,7 @@ def main() -> None:
     ap.add_argument("--decode", type=int, default=16, help="decode steps (default 16)")
     ap.add_argument("--node", action="store_true", help="in Pyodide under Node")
     ap.add_argument("--cprofile", action="store_true", help="cProfile's top functions of the decode steps")
-    ap.add_argument("--weights", default="auto", help="weight form (pyengine.weights.budget.WEIGHT_FORMS, or auto)")
+    ap.add_argument("--weights", default="auto", help="weight form (pyengine.weights.budget.CHOICES)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     path = run.MODELS.get(args.model) or Path(args.model).resolve()

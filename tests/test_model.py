@@ -22,6 +22,7 @@ from pyengine.errors import ModelError, PyEngineError
 from pyengine.gguf import open_gguf
 from pyengine.model import load_model
 from pyengine.model.load import budget_matrices, model_tensors, shard_matrices
+from pyengine.weights.forms import Form
 
 RNG = np.random.default_rng(0)
 F32_FIXTURES = ["llama", "qwen2", "qwen3", "gemma3"]
@@ -286,7 +287,8 @@ def test_the_quantized_forms_hold_less(files, models):
     assert load_model(files["llama"], weights="compact").weights_nbytes == models["llama"].weights_nbytes
 
 
-def test_the_budget_picks_the_forms(files):
+def test_the_budget_picks_the_forms(files, monkeypatch):
+    monkeypatch.setattr(budget, "SMALL_WEIGHTS", 0)                          # no matrix is small
     g = files["llama-q4km"]
     f32 = load_model(g, weights="f32").weights_nbytes
     assert load_model(g, budget=f32).weights == "f32"                        # float32 when it fits
@@ -298,6 +300,19 @@ def test_the_budget_picks_the_forms(files):
     assert load_model(g, budget=compact).weights == "compact"
     with pytest.raises(PyEngineError, match="weights must be"):
         load_model(g, weights="f16")
+
+
+def test_small_matrices_are_float32_before_any_is_expanded(files, monkeypatch):
+    g = files["llama-q4km"]
+    c = load_model(g, weights="compact")
+    listed = budget_matrices(shard_matrices(c.config, g.tensors, c.shard), g.tensors)
+    small = [m for m in listed if m.key[-1] == "wo"]
+    monkeypatch.setattr(budget, "SMALL_WEIGHTS", small[0].n_in * small[0].parts[0][1])  # wo; the others are bigger
+    extra = sum(budget.matrix_nbytes(m, Form.F32) - budget.matrix_nbytes(m, Form.COMPACT) for m in small)
+    m = load_model(g, budget=budget.forms_nbytes(listed, c.forms) + extra)
+    assert m.weights == "mixed" and {k: f for k, f in m.forms.items() if f is not Form.COMPACT} == \
+        {k.key: Form.F32 for k in small}
+    assert m.layers[0].wo.form is Form.F32 and m.layers[0].w_down.form is Form.COMPACT
 
 
 def test_the_browser_budget_is_three_times_the_file_over_the_workers():

@@ -73,7 +73,8 @@ def test_rows_and_product(type_name, compact, monkeypatch):
     want = reference(w, x, type_name, None if c.plus is None else c.plus.reshape(n_rows, -1))
     scale = np.abs(want).max()
     np.testing.assert_allclose(q(x[0]), want[0], rtol=0, atol=2e-6 * scale)
-    monkeypatch.setattr(quantized, "TMP_ELEMENTS", 3 * q.layout.lanes * (n_in // q.sub))   # chunks of 3 int64 rows
+    post = 5 * q.layout.phases * q.layout.lanes * (n_in // q.sub)
+    monkeypatch.setattr(quantized, "POST_ELEMENTS", 3 * post)                  # chunks of 3 int64 rows
     monkeypatch.setattr(quantized, "PHASE_ELEMENTS", 2 * n_in)
     np.testing.assert_allclose(q(x), want, rtol=0, atol=2e-6 * scale)
 

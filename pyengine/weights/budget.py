@@ -28,6 +28,8 @@ MIN_BUDGET = 64 * 2**20              # the browser's budget is never less: a sma
 RAM_SHARE = 0.6                      # in CPython, the weights within this share of the memory available
 HEAP_MAX = 4 * 2**30 - 2**27         # a wasm32 worker's heap can reach 4 GiB; less room for growth steps
 ARRAY_MAX = 2**31 - 1                # numpy's largest array on wasm32, in bytes
+SMALL_WEIGHTS = 1 << 20              # "auto": a matrix this small is float32 first (its product's fixed cost
+                                     # in the quantized forms outweighs its bytes)
 
 
 class Weights(NamedTuple):
@@ -77,9 +79,10 @@ def plan_forms(matrices: list[Matrix], weights: str, budget: int) -> tuple[str, 
     """The policy in use and ``{key: Form}`` for ``matrices`` under ``weights`` (one of ``CHOICES``) within
     ``budget`` bytes.
 
-    "auto": "f32" when every matrix fits as float32, else "mixed": compact lanes for all, then
-    expanded in turn, in order, while the whole stays within the budget (all expanded: "quantized",
-    none: "compact"). A fixed policy ignores the budget. Raises PyEngineError for an unknown ``weights``.
+    "auto": "f32" when every matrix fits as float32, else "mixed": compact lanes for all, then in
+    turn, in order, while the whole stays within the budget: float32 for the matrices of at most
+    ``SMALL_WEIGHTS`` weights, then expanded lanes for the others (all expanded: "quantized", none:
+    "compact"). A fixed policy ignores the budget. Raises PyEngineError for an unknown ``weights``.
     """
     if weights not in CHOICES:
         raise PyEngineError(f"weights must be {', '.join(map(repr, CHOICES))}, got {weights!r}")
@@ -89,20 +92,22 @@ def plan_forms(matrices: list[Matrix], weights: str, budget: int) -> tuple[str, 
         return "f32", {m.key: Form.F32 for m in matrices}
     forms = {m.key: Form.COMPACT for m in matrices}
     total = sum(matrix_nbytes(m, Form.COMPACT) for m in matrices)
-    for m in matrices:
-        extra = matrix_nbytes(m, Form.QUANTIZED) - matrix_nbytes(m, Form.COMPACT)
+    small = {m.key for m in matrices if sum(n for _, n in m.parts) * m.n_in <= SMALL_WEIGHTS}
+    upgrades = [(m, Form.F32) for m in matrices if m.key in small]
+    upgrades += [(m, Form.QUANTIZED) for m in matrices if m.key not in small]
+    for m, form in upgrades:
+        extra = matrix_nbytes(m, form) - matrix_nbytes(m, Form.COMPACT)
         if total + extra <= budget:
-            forms[m.key], total = Form.QUANTIZED, total + extra
-    n_expanded = sum(f is Form.QUANTIZED for f in forms.values())
-    name = "quantized" if n_expanded == len(forms) else "compact" if n_expanded == 0 else "mixed"
+            forms[m.key], total = form, total + extra
+    held = set(forms.values())
+    name = "compact" if held == {Form.COMPACT} else "quantized" if held == {Form.QUANTIZED} else "mixed"
     return name, forms
 
 
 def default_budget(file_bytes: int, n_workers: int = 1) -> int:
     """Bytes of weights one of ``n_workers`` workers may hold for a model of ``file_bytes`` bytes of tensors:
     in the browser ``FILE_RATIO`` times the file over all workers, less each one's runtime (at least
-    ``MIN_BUDGET``); in CPython
-    ``RAM_SHARE`` of the memory available."""
+    ``MIN_BUDGET``); in CPython ``RAM_SHARE`` of the memory available."""
     if sys.platform == "emscripten":
         return browser_budget(file_bytes, n_workers)
     return int(RAM_SHARE * available_memory())

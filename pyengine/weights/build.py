@@ -27,9 +27,11 @@ def whole(gguf_file, names: list[str]) -> list[Piece]:
     return [(n, 0, gguf_file.tensors[n].shape[1]) for n in names]
 
 
-def _by_lane(per_row: np.ndarray, m: int, lay: Layout) -> np.ndarray:
-    """Per-row values (m * rows, B) as :class:`Quantized` holds them: (phases, lanes, B, m)."""
-    return np.ascontiguousarray(per_row.reshape(m, lay.phases, lay.lanes, -1).transpose(1, 2, 3, 0))
+def _by_lane(per_row: np.ndarray, m: int, lay: Layout, rows_last: bool = True) -> np.ndarray:
+    """Per-row values (m * rows, B) as :class:`Quantized` holds them: (phases, lanes, B, m), or with
+    ``rows_last=False`` (phases, lanes, m, B)."""
+    by_lane = per_row.reshape(m, lay.phases, lay.lanes, -1)
+    return np.ascontiguousarray(by_lane.transpose(1, 2, 3, 0) if rows_last else by_lane.transpose(1, 2, 0, 3))
 
 
 def piece_nbytes(info, a: int, b: int, cols: tuple[int, int] | None) -> int:
@@ -114,8 +116,8 @@ class Builder:
             scale[r:r + b - a] = sc
             if sh is not None:
                 shift[r:r + b - a] = sh
-        return Quantized(q, _by_lane(scale, m, lay), None if shift is None else _by_lane(shift, m, lay), n_out, lay,
-                         (c1 - c0) // scale.shape[1], type_name)
+        shift = None if shift is None else _by_lane(shift, m, lay, rows_last=False)
+        return Quantized(q, _by_lane(scale, m, lay), shift, n_out, lay, (c1 - c0) // scale.shape[1], type_name)
 
     def _codes(self, name: str, a: int, b: int, cols: tuple[int, int] | None) -> quants.Codes:
         """The stored codes of rows a..b-1 of tensor ``name``, columns ``cols`` only (whole blocks)."""

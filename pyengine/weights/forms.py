@@ -48,7 +48,8 @@ class F32:
     def nbytes(self) -> int:
         return self.w.nbytes
 
-    def __call__(self, x: np.ndarray) -> np.ndarray:
+    def __call__(self, x: np.ndarray, acts: dict | None = None) -> np.ndarray:
+        """(n_in,) -> (n_out,), or (T, n_in) -> (T, n_out); ``acts`` as the quantized form's (unused)."""
         return matmul(self.w, round_activations(x, self.act))
 
     def rows(self, ids) -> np.ndarray:
@@ -73,7 +74,8 @@ class RowSplit:
         return sum(p.nbytes for p in self.parts)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        return np.concatenate([p(x) for p in self.parts], axis=-1)
+        acts: dict = {}                                                   # x's codes, quantized once a type
+        return np.concatenate([p(x, acts) for p in self.parts], axis=-1)
 
     def rows(self, ids) -> np.ndarray:
         ids = np.asarray(ids)

@@ -48,15 +48,14 @@ def quantize_activations(x: np.ndarray, vec_dot_type: str) -> tuple[np.ndarray, 
     if vec_dot_type == "Q8_K":
         i = np.abs(xb).argmax(axis=-1)[..., None]
         mx = np.take_along_axis(xb, i, axis=-1)                           # (..., K/256, 1) signed
-        with np.errstate(divide="ignore", invalid="ignore"):
-            iscale = np.float32(-127.0) / mx
-            q = np.where(mx != 0, np.minimum(np.rint(xb * iscale), 127), np.float32(0.0))
-            d = np.where(mx != 0, np.float32(1.0) / iscale, np.float32(0.0))
+        nonzero = mx != 0                                                 # a block of zeros: scale 0, codes 0
+        iscale = np.divide(np.float32(-127.0), mx, out=np.zeros_like(mx), where=nonzero)
+        q = np.minimum(np.rint(xb * iscale), np.float32(127.0))
+        d = np.divide(np.float32(1.0), iscale, out=np.zeros_like(mx), where=nonzero)
     else:
         amax = absmax(xb)[..., None]                                      # (..., K/32, 1)
         d = (amax / np.float32(127.0)).astype(np.float16).astype(np.float32)
-        with np.errstate(divide="ignore"):
-            inv = np.where(amax > 0, np.float32(127.0) / amax, np.float32(0.0))
+        inv = np.divide(np.float32(127.0), amax, out=np.zeros_like(amax), where=amax > 0)
         q = np.rint(xb * inv)
     return q.reshape(x.shape), d[..., 0], block
 

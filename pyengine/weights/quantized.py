@@ -32,9 +32,10 @@ import numpy as np
 
 from pyengine.gguf import quants
 from pyengine.weights.forms import Form
-from pyengine.weights.matmul import TMP_ELEMENTS, VEC_DOT_TYPE, quantize_activations
+from pyengine.weights.matmul import VEC_DOT_TYPE, quantize_activations
 
-PHASE_ELEMENTS = 1 << 16            # int64 codes of one phase extracted at once (512 KiB: in cache)
+PHASE_ELEMENTS = 1 << 17            # int64 codes of one phase extracted at once (1 MiB: in L2)
+POST_ELEMENTS = 1 << 20             # lane sums scaled at once (tokens x rows x sub-blocks: a few MiB)
 
 
 def _wrap(v: int) -> np.int64:
@@ -100,14 +101,15 @@ class Quantized:
     """A matrix ``W (n_out, n_in)`` of one ggml type, held as its own codes and sub-block scales.
 
     ``q (M, n_in)`` int64 packed codes (see the module doc); ``scale (phases, lanes, B, M)`` float32,
-    0 for the padding rows (the sub-block axis before the rows, so the reductions run over long rows
-    of M); ``shift`` likewise or None (the types with a min: ``w = scale * code + shift``); ``sub``
-    weights per scale; ``ggml_type`` the type's name.
+    0 for the padding rows (the sub-block axis before the rows, so the scaling runs over long rows of
+    M); ``shift (phases, lanes, M, B)`` or None (the types with a min: ``w = scale * code + shift``;
+    the sub-blocks last, a dot product a row); ``sub`` weights per scale; ``ggml_type`` the type's name.
     """
     def __init__(self, q: np.ndarray, scale: np.ndarray, shift: np.ndarray | None, n_out: int,
                  layout: Layout, sub: int, ggml_type: str):
         self.q, self.scale, self.shift = q, scale, shift
         self.n_out, self.layout, self.sub, self.ggml_type = n_out, layout, sub, ggml_type
+        self.vec_dot_type = VEC_DOT_TYPE[ggml_type]
 
     @property
     def form(self) -> Form:
@@ -121,41 +123,52 @@ class Quantized:
     def nbytes(self) -> int:
         return self.q.nbytes + self.scale.nbytes + (0 if self.shift is None else self.shift.nbytes)
 
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        """(n_in,) -> (n_out,), or (T, n_in) -> (T, n_out): the hot loop of the quantized forms."""
+    def __call__(self, x: np.ndarray, acts: dict | None = None) -> np.ndarray:
+        """(n_in,) -> (n_out,), or (T, n_in) -> (T, n_out): the hot loop of the quantized forms. ``acts``
+        keeps x's activation codes for the other parts of a RowSplit, by (vec_dot_type, sub)."""
         xs = x.reshape(-1, x.shape[-1])
         lay, (m, k) = self.layout, self.q.shape
-        y = np.empty((len(xs), lay.phases, lay.lanes, m), np.float32)              # (T, P, lanes, M)
-        xq, dx, xsum, s = quantize_x(xs, self.sub, VEC_DOT_TYPE[self.ggml_type])
-        corr = (lay.bias - xsum * lay.c0 * lay.ones)[:, :, None]                   # (T, B, 1): wraps
-        step = max(1, TMP_ELEMENTS // (len(xs) * (k // self.sub) * lay.lanes))      # int64 rows a chunk
-        if lay.phases > 1:
-            step = min(step, max(1, PHASE_ELEMENTS // k))                           # a phase's codes stay in cache
-        buf = np.empty((min(m, step), k), np.int64) if lay.phases > 1 else None
-        sums = (dx * xsum, s) if self.shift is not None else None
+        t, nb = len(xs), k // self.sub
+        key = (self.vec_dot_type, self.sub)
+        act = None if acts is None else acts.get(key)
+        if act is None:
+            act = quantize_x(xs, self.sub, self.vec_dot_type)
+            if acts is not None:
+                acts[key] = act
+        xq, dx, xsum, s = act
+        corr = (lay.bias - xsum * lay.c0 * lay.ones)[:, None, :, None]              # (T, 1, B, 1): wraps
+        # a min's centering, added back as the sums are decoded: c0 * sum(xq) per sub-block
+        back = None if self.shift is None else np.repeat(xsum * lay.c0, lay.phases, axis=0)[:, :, None]
+        y = np.empty((t, lay.phases, lay.lanes, m), np.float32)                      # (T, P, lanes, M)
+        step = max(1, POST_ELEMENTS // (t * lay.phases * lay.lanes * nb))            # int64 rows a chunk
         for a in range(0, m, step):
             b = min(m, a + step)
-            codes = self.q[a:b]                                                    # (m, K)
-            for p in range(lay.phases):
-                e = codes if lay.phases == 1 else phase(codes, p, lay, buf[:b - a])
-                y[:, p, :, a:b] = self._product(e, p, a, b, xq, dx, corr, sums)
-        y = y.transpose(0, 3, 1, 2).reshape(len(xs), -1)[:, :self.n_out]           # rows in order
+            sums = self._sums(a, b, xq)                                              # (T, P, B, m) int64
+            sums += corr
+            v = decode(sums.reshape(-1, nb, b - a), lay, back)                       # (T * P, lanes, B, m)
+            v = v.reshape(t, lay.phases, lay.lanes, nb, b - a)
+            y[..., a:b] = np.einsum("tpjbm,pjbm,tb->tpjm", v, self.scale[..., a:b], dx)
+            if self.shift is not None:                                               # a min: its offsets
+                y[..., a:b] += np.einsum("pjmb,tb->tpjm", self.shift[:, :, a:b], s)
+        y = y.transpose(0, 3, 1, 2).reshape(t, -1)[:, :self.n_out]                  # rows in order
         return y[0] if x.ndim == 1 else y
 
-    def _product(self, e, p: int, a: int, b: int, xq, dx, corr, sums) -> np.ndarray:
-        """One phase's codes ``e`` (m, K) of int64 rows a..b-1 times the activation codes: (T, lanes, m)."""
-        lay, nb = self.layout, xq.shape[1]
-        s = np.einsum("mbk,tbk->tbm", e.reshape(b - a, nb, self.sub), xq)          # (T, B, m) lane sums
-        s = np.ascontiguousarray(s)
-        s += corr
-        v = decode(s, lay)                                                         # (T, lanes, B, m)
-        v *= dx[:, None, :, None]
-        out = np.einsum("tjbm,jbm->tjm", v, self.scale[p, :, :, a:b])
-        if sums is not None:                                                       # a min: the offsets
-            off = np.einsum("jbm,tb->tjm", self.scale[p, :, :, a:b], sums[0])
-            off *= np.float32(lay.c0)                                              # undoes the centering
-            off += np.einsum("jbm,tb->tjm", self.shift[p, :, :, a:b], sums[1])
-            out += off
+    def _sums(self, a: int, b: int, xq: np.ndarray) -> np.ndarray:
+        """The biased lane sums of int64 rows a..b-1 with the activation codes ``xq`` (T, B, sub): (T, P, B,
+        b - a) int64, each phase's codes taken out of the compact lanes a chunk at a time (in cache)."""
+        lay, k = self.layout, self.q.shape[1]
+        t, nb = xq.shape[:2]
+        if lay.phases == 1:                                    # (an einsum's out= would iterate in its order)
+            s = np.einsum("mbk,tbk->tbm", self.q[a:b].reshape(b - a, nb, self.sub), xq)
+            return np.ascontiguousarray(s).reshape(t, 1, nb, b - a)
+        out = np.empty((t, lay.phases, nb, b - a), np.int64)
+        step = max(1, PHASE_ELEMENTS // k)
+        buf = np.empty((min(step, b - a), k), np.int64)
+        for c in range(a, b, step):
+            d = min(b, c + step)
+            for p in range(lay.phases):
+                e = phase(self.q[c:d], p, lay, buf[:d - c]).reshape(d - c, nb, self.sub)
+                out[:, p, :, c - a:d - a] = np.einsum("mbk,tbk->tbm", e, xq)
         return out
 
     def rows(self, ids) -> np.ndarray:
@@ -171,7 +184,7 @@ class Quantized:
             v = (codes - lay.c0).astype(np.float32).reshape(len(ids), -1, self.sub)
             return (v * scale).reshape(len(ids), k)
         v = codes.astype(np.float32).reshape(len(ids), -1, self.sub)
-        return (v * scale + self.shift[p, j, :, m][:, :, None]).reshape(len(ids), k)
+        return (v * scale + self.shift[p, j, m][:, :, None]).reshape(len(ids), k)
 
 
 def phase(codes: np.ndarray, p: int, lay: Layout, out: np.ndarray) -> np.ndarray:
@@ -184,23 +197,27 @@ def phase(codes: np.ndarray, p: int, lay: Layout, out: np.ndarray) -> np.ndarray
     return out
 
 
-def decode(s: np.ndarray, lay: Layout) -> np.ndarray:
+def decode(s: np.ndarray, lay: Layout, add: np.ndarray | None = None) -> np.ndarray:
     """Biased lane sums (T, B, m) int64 (each lane + 2 ** (L - 1), in [0, 2 ** L)) -> (T, lanes, B, m)
-    float32 signed sums, exactly. ``s`` is overwritten."""
+    float32 signed sums, exactly, plus ``add`` (T, B, 1) int64 when given. ``s`` is overwritten."""
     t, nb, m = s.shape
     v = np.empty((t, lay.lanes, nb, m), np.float32)
     if lay.L == 16:
         s ^= lay.sign                                                      # biased -> two's complement int16
         s16 = s.view(np.int16).reshape(t, nb, m, 4)
         for j in range(4):
-            np.copyto(v[:, j], s16[..., j])
+            if add is None:
+                np.copyto(v[:, j], s16[..., j])
+            else:
+                np.add(s16[..., j], add, out=v[:, j], casting="unsafe")
         return v
     f = np.empty_like(s)
+    bias = np.int64(1 << (lay.L - 1)) if add is None else (1 << (lay.L - 1)) - add
     for j in range(lay.lanes):
         np.right_shift(s, lay.L * j, out=f)
         if j < lay.lanes - 1:
             f &= (1 << lay.L) - 1
-        np.subtract(f, 1 << (lay.L - 1), out=v[:, j], casting="unsafe")
+        np.subtract(f, bias, out=v[:, j], casting="unsafe")
     return v
 
 
