@@ -11,7 +11,7 @@
 //   chat_view.js      the messages, the reply as it streams, the statistics line
 //   model_view.js     the model card and the inspector
 import { el } from "./app/dom.js";
-import { addPiece, clearMessages, endTurn, failTurn, setStatsLine, showStats } from "./app/chat_view.js";
+import { addPiece, clearMessages, endTurn, failTurn, setStatsLine, showStats, useStopWords } from "./app/chat_view.js";
 import { checkFailed, checked, offerAgain, settingEdited, wireComposer } from "./app/composer.js";
 import { findDemo, showReading, wireLoading } from "./app/loading.js";
 import { hideModel, showModel, useCards, wireModelView } from "./app/model_view.js";
@@ -27,6 +27,7 @@ const handlers = {
     hideProgress();
     drawSettings(msg.page);
     useCards(msg.page.cards);
+    useStopWords(msg.page.stop_words);
     if (status.phase === "starting") settle();
   },
   "boot-error"(msg) {

@@ -70,8 +70,15 @@ from collections.abc import Callable
 from typing import Any
 
 from pyengine.browser.file_source import BrowserFileSource
-from pyengine.browser.page import error_text, inspector, model_card, open_gguf_plainly
-from pyengine.browser.settings import check_fields, memory_options, sampler_params, setting_rules, weight_cards
+from pyengine.browser.page import STOP_WORDS, error_text, inspector, model_card, open_gguf_plainly
+from pyengine.browser.settings import (
+    check_fields,
+    memory_options,
+    sampler_params,
+    setting_rules,
+    settings_hint,
+    weight_cards,
+)
 from pyengine.browser.shared_memory import new_block
 from pyengine.errors import PyEngineError
 from pyengine.generation.chat import ChatSession
@@ -299,9 +306,11 @@ def setup(post: Callable[[Any], None], should_stop: Callable[[], bool] = lambda:
 
 def page_data() -> Any:
     """What the page builds its settings from before any model is loaded (worker.js sends it with
-    ``booted``): ``settings`` (:func:`setting_rules` with no model limits), ``memory`` (the Memory
-    options) and ``cards`` (the model card's line per weight policy)."""
-    return _to_js({"settings": setting_rules(), "memory": memory_options(), "cards": weight_cards()})
+    ``booted``): ``settings`` (:func:`setting_rules` with no model limits), ``hint`` (the line under
+    them), ``memory`` (the Memory options), ``cards`` (the model card's line per weight policy) and
+    ``stop_words`` (why a reply ended, in words, per stop reason)."""
+    return _to_js({"settings": setting_rules(), "hint": settings_hint(), "memory": memory_options(),
+                   "cards": weight_cards(), "stop_words": STOP_WORDS})
 
 
 def _to_js(value: Any) -> Any:

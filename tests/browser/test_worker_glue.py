@@ -95,6 +95,15 @@ def test_the_fields_start_with_the_sampler_defaults():
     assert [r["placeholder"] for r in rules if r["placeholder"]] == ["random"]  # only the seed may be blank
 
 
+def test_page_data_says_the_hint_and_the_stop_reasons_in_words():
+    from pyengine.generation.loop import STOP_REASONS
+    data = worker.page_data()
+    assert data["hint"] == ("Temperature 0 is greedy: the same reply every time. Leave Seed blank for a random seed "
+                            "each reply; every other field needs a number.")
+    assert list(data["stop_words"]) == list(STOP_REASONS)
+    assert data["stop_words"]["max_tokens"] == "token limit" and data["stop_words"]["eog"] == "end of turn"
+
+
 # A field's rule, the text typed in it, and what it reads as (the tiny llama: 328 tokens, a context of 256).
 READ = [
     ("temperature", "0.8", 0.8),

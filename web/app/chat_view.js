@@ -6,9 +6,9 @@ import { el, make } from "./dom.js";
 // failed if the reply fails); text, the reply so far.
 const turn = { reply: null, asked: null, text: "" };
 
-// Why a reply ended (pyengine.generation.loop.STOP_REASONS), in words.
-const STOP_REASONS = { eog: "end of turn", stop_string: "stop string", max_tokens: "token limit",
-  context: "context full", stopped: "stopped", error: "error" };
+// Why a reply ended, in words: stop reason -> words (pyengine.browser.page.STOP_WORDS, sent with booted).
+let stopWords = {};
+export const useStopWords = (words) => { stopWords = words; };
 
 export const scrollToEnd = () => { el.messages.scrollTop = el.messages.scrollHeight; };
 
@@ -89,7 +89,7 @@ export function showStats(s) {
     `${s.generated_tokens} generated`,
     s.decode_tokens ? `decode ${s.decode_tok_s.toFixed(1)} tok/s` : null,
     `first token ${s.ttft_seconds.toFixed(2)} s`,
-    STOP_REASONS[s.stop_reason] || s.stop_reason,
+    stopWords[s.stop_reason] || s.stop_reason,
   ];
   el.stats.textContent = parts.filter(Boolean).join(" · ");
   el.stats.dataset.stats = JSON.stringify(s); // the numbers as measured, for scripts (bench/bench_workers.py)

@@ -18,6 +18,7 @@ export const el = {
   modelInfo: byId("model-info"),
   systemPrompt: byId("system-prompt"),
   settings: byClass("settings"),
+  settingsHint: byId("settings-hint"),
   workers: byId("workers"),
   workersNote: byId("workers-note"),
   weights: byId("weights"),

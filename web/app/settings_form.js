@@ -10,9 +10,10 @@ import { isolated, worker } from "./worker_client.js";
 const fields = new Map(); // setting name -> its <input>
 
 // page: what Python sends once it is up (pyengine.browser.worker.page_data): the sampling rules with
-// no model limits and the Memory options.
+// no model limits, the line under them and the Memory options.
 export function drawSettings(page) {
   el.settings.replaceChildren(...page.settings.map(drawField));
+  el.settingsHint.textContent = page.hint;
   useRules(page.settings);
   // The first option ("auto") is the one selected.
   el.weights.replaceChildren(...page.memory.map((o) => new Option(o.label, o.value)));
