@@ -7,12 +7,15 @@
 //   worker_client.js  the worker: starting it, the commands the page sends it
 //   loading.js        the file picker, the drop zone, the demo model
 //   settings_form.js  the sampling fields (drawn from Python's rules), Memory and Workers
-//   composer.js       the message box: Send (the settings checked first), Stop, New chat
+//   composer.js       the message box: Send, Stop, New chat, and the settings' check before every reply
+//   turns.js          the conversation the page keeps: send, regenerate, edit and resend, delete, copy
 //   chat_view.js      the messages, the reply as it streams, the statistics line
+//   markdown.js       a reply's Markdown as clean nodes (markdown-it, DOMPurify, highlight.js from vendor/)
 //   model_view.js     the model card and the inspector
 import { el } from "./app/dom.js";
-import { addPiece, clearMessages, endTurn, failTurn, setStatsLine, showStats, useStopWords } from "./app/chat_view.js";
-import { checkFailed, checked, offerAgain, settingEdited, wireComposer } from "./app/composer.js";
+import { addPiece, setStatsLine, showStats, useStopWords } from "./app/chat_view.js";
+import { checkFailed, checked, offerAgain, request, settingEdited, wireComposer } from "./app/composer.js";
+import { chat, replyDone, replyFailed, useMessages, wireTurns } from "./app/turns.js";
 import { findDemo, showReading, wireLoading } from "./app/loading.js";
 import { hideModel, showModel, useCards, wireModelView } from "./app/model_view.js";
 import { drawSettings, showWorkers, useRules, wireSettings, workersWanted } from "./app/settings_form.js";
@@ -45,7 +48,7 @@ const handlers = {
     status.hasModel = true;
     showModel(msg.card, msg.inspect);
     useRules(msg.settings);
-    clearMessages(true);
+    useMessages(chat.messages); // the conversation goes on with the new model
     setStatsLine(`loaded in ${msg.seconds.toFixed(1)} s`);
     showWorkers(msg.workers);
     setPhase("ready");
@@ -54,18 +57,18 @@ const handlers = {
   checked,
   piece(msg) { addPiece(msg.text); },
   done(msg) {
-    endTurn(msg.stopped);
+    replyDone(msg.stopped);
     showStats(msg.stats);
     if (replying()) settle();
   },
   cleared() {
-    clearMessages(status.hasModel);
+    useMessages([]);
     setStatsLine("");
   },
   error(msg) {
     showError(msg.message);
     if (msg.during === "check") checkFailed();
-    if (msg.during === "chat") offerAgain(failTurn(msg.message));
+    if (msg.during === "chat") offerAgain(replyFailed(msg.message));
     if (msg.during === "load") hideProgress();
     if (msg.during === "load" || replying()) settle();
   },
@@ -80,7 +83,8 @@ function start() {
   setPhase("starting");
   wireStatus();
   wireLoading();
-  wireComposer();
+  wireComposer(() => worker.newChat());
+  wireTurns(request, () => {});
   wireModelView();
   wireSettings(settingEdited);
   worker.start(handlers, workerFailed, workersWanted());

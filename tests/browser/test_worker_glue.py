@@ -291,6 +291,33 @@ def test_a_reply_streams_the_cpython_greedy_text(posted):
     assert done["stats"]["stop_reason"] == "max_tokens"
 
 
+def test_a_reply_to_the_messages_the_page_keeps_reuses_the_cache_up_to_an_edit(posted):
+    """"chat" with ``messages``: the page's whole conversation answered; an edited last message prefills
+    only from the edit on, and a bad message is an error naming it."""
+    from browser.reference import cpython_reply
+    from pyengine.generation.chat import chat_prompt, common_prefix
+    load_tiny(posted)
+    first, _ = chat(posted, "hello", max_tokens=4)
+    settings = {"temperature": 0, "max_tokens": 4}
+    talk = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": first}]
+    start = len(posted)
+    run({"type": "chat", "messages": [*talk, {"role": "user", "content": "tell me more"}], "system": "",
+         "settings": settings})
+    done = posted[-1]
+    text = "".join(m["text"] for m in posted[start:] if m["type"] == "piece")
+    assert text == cpython_reply(TINY["llama"], ["hello", first, "tell me more"], max_tokens=4)
+    start = len(posted)
+    run({"type": "chat", "messages": [*talk, {"role": "user", "content": "tell me less"}], "system": "",
+         "settings": settings})
+    edited = posted[-1]["stats"]
+    engine = worker._session.chat.engine
+    ids = [chat_prompt(engine.template, engine.tokenizer, [*talk, {"role": "user", "content": f"tell me {w}"}])[1]
+           for w in ("more", "less")]
+    assert edited["cached_tokens"] == common_prefix(*ids) > done["stats"]["cached_tokens"]   # up to the edit
+    run({"type": "chat", "messages": [{"role": "robot", "content": "x"}], "system": "", "settings": settings})
+    assert posted[-1]["type"] == "error" and "role must be one of" in posted[-1]["message"]
+
+
 def test_a_cooperative_stop_keeps_what_was_shown(posted):
     load_tiny(posted)
     pieces = []
