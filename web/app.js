@@ -8,6 +8,7 @@
 //   loading.js        the file picker, the drop zone, the demo model
 //   settings_form.js  the sampling fields (drawn from Python's rules), Memory and Workers
 //   composer.js       the message box: Send, Stop, New chat, and the settings' check before every reply
+//   chats.js          the saved chats (store.js: IndexedDB): the list, New chat, export and import
 //   turns.js          the conversation the page keeps: send, regenerate, edit and resend, delete, copy
 //   chat_view.js      the messages, the reply as it streams, the statistics line
 //   markdown.js       a reply's Markdown as clean nodes (markdown-it, DOMPurify, highlight.js from vendor/)
@@ -15,6 +16,7 @@
 import { el } from "./app/dom.js";
 import { addPiece, setStatsLine, showStats, useStopWords } from "./app/chat_view.js";
 import { checkFailed, checked, offerAgain, request, settingEdited, wireComposer } from "./app/composer.js";
+import { saveChat, startNewChat, useModelName, wireChats } from "./app/chats.js";
 import { chat, replyDone, replyFailed, useMessages, wireTurns } from "./app/turns.js";
 import { findDemo, showReading, wireLoading } from "./app/loading.js";
 import { hideModel, showModel, useCards, wireModelView } from "./app/model_view.js";
@@ -49,6 +51,7 @@ const handlers = {
     showModel(msg.card, msg.inspect);
     useRules(msg.settings);
     useMessages(chat.messages); // the conversation goes on with the new model
+    useModelName(msg.card.name);
     setStatsLine(`loaded in ${msg.seconds.toFixed(1)} s`);
     showWorkers(msg.workers);
     setPhase("ready");
@@ -58,21 +61,37 @@ const handlers = {
   piece(msg) { addPiece(msg.text); },
   done(msg) {
     replyDone(msg.stopped);
+    replyEnded();
     showStats(msg.stats);
     if (replying()) settle();
   },
-  cleared() {
-    useMessages([]);
+  cleared() { // the worker forgot its conversation (the page's own is the chat shown: chats.js)
     setStatsLine("");
   },
   error(msg) {
     showError(msg.message);
     if (msg.during === "check") checkFailed();
-    if (msg.during === "chat") offerAgain(replyFailed(msg.message));
+    if (msg.during === "chat") {
+      offerAgain(replyFailed(msg.message));
+      replyEnded();
+    }
     if (msg.during === "load") hideProgress();
     if (msg.during === "load" || replying()) settle();
   },
 };
+
+let afterReply = null; // what waits for the reply running to end (New chat pressed during it)
+
+function freshChat() {
+  worker.newChat();
+  startNewChat();
+}
+
+function replyEnded() {
+  const next = afterReply;
+  afterReply = null;
+  next?.();
+}
 
 function workerFailed(message) {
   showError(`the worker failed: ${message}`);
@@ -83,8 +102,12 @@ function start() {
   setPhase("starting");
   wireStatus();
   wireLoading();
-  wireComposer(() => worker.newChat());
-  wireTurns(request, () => {});
+  wireComposer(() => { // New chat: after the reply running, which it stops, has joined its own chat
+    if (replying()) afterReply = freshChat;
+    else freshChat();
+  });
+  wireTurns(request, saveChat);
+  wireChats();
   wireModelView();
   wireSettings(settingEdited);
   worker.start(handlers, workerFailed, workersWanted());

@@ -6,8 +6,9 @@ import { el, make } from "./dom.js";
 import { drawMarkdown } from "./markdown.js";
 
 // The turn under way: reply, the assistant <li> growing; asked, the user <li> it answers (marked
-// failed if the reply fails); text, the reply so far; frame, a drawing asked for the next frame.
-const turn = { reply: null, asked: null, text: "", frame: 0 };
+// failed if the reply fails); text, the reply so far; drawn, the text drawn; frame, a drawing asked for
+// the next frame.
+const turn = { reply: null, asked: null, text: "", drawn: "", frame: 0 };
 
 // Why a reply ended, in words: stop reason -> words (pyengine.browser.page.STOP_WORDS, sent with booted).
 let stopWords = {};
@@ -88,7 +89,7 @@ export function startTurn(text, index) {
 export function startReply() {
   turn.reply = addMessage("assistant", "");
   turn.reply.classList.add("streaming");
-  turn.text = "";
+  turn.text = turn.drawn = "";
 }
 
 export function addPiece(text) {
@@ -101,8 +102,13 @@ function drawReply() {
   turn.frame = 0;
   if (!turn.reply) return;
   const follow = atEnd();
-  setText(turn.reply, turn.text);
+  drawTurn();
   if (follow) scrollToEnd();
+}
+
+function drawTurn() {
+  if (turn.drawn !== turn.text || !turn.text) setText(turn.reply, turn.text);
+  turn.drawn = turn.text;
 }
 
 // note: null for a reply that ended by itself, "stopped" or "failed".
@@ -112,7 +118,7 @@ function finishReply(note) {
   cancelAnimationFrame(turn.frame);
   turn.frame = 0;
   const follow = atEnd();
-  setText(li, turn.text);
+  drawTurn();
   li.classList.remove("streaming");
   if (note) addNote(li, note, note === "stopped" ? "stopped" : "failed, not part of the conversation");
   if (follow) scrollToEnd();

@@ -36,6 +36,35 @@ md.core.ruler.push("align_class", (state) => {
   }
 });
 
+// A table shows at most MAX_TABLE_ROWS rows, and says how many more there are (a reply's text, which Copy
+// copies, keeps them all): a hostile reply's 10,000 rows would cost seconds of layout.
+const MAX_TABLE_ROWS = 500;
+
+md.core.ruler.push("cap_tables", (state) => {
+  const out = [];
+  let rows = 0;
+  let dropping = false;
+  for (const token of state.tokens) {
+    if (token.type === "tbody_open") rows = 0;
+    if (token.type === "tr_open" && rows++ >= MAX_TABLE_ROWS) dropping = true;
+    if (token.type === "tbody_close") dropping = false;
+    if (!dropping) out.push(token);
+    if (token.type === "table_close" && rows > MAX_TABLE_ROWS) out.push(...paragraph(state, `(${rows - MAX_TABLE_ROWS} more rows not shown)`));
+  }
+  state.tokens = out;
+});
+
+// The tokens of a paragraph of plain text (class "note").
+function paragraph(state, text) {
+  const open = new state.Token("paragraph_open", "p", 1);
+  open.attrSet("class", "table-note");
+  const inline = new state.Token("inline", "", 0);
+  const child = new state.Token("text", "", 0);
+  child.content = text;
+  inline.children = [child];
+  return [open, inline, new state.Token("paragraph_close", "p", -1)];
+}
+
 const PURIFY = { RETURN_DOM_FRAGMENT: true, FORBID_TAGS: ["style", "img", "form", "input"], FORBID_ATTR: ["style"] };
 
 DOMPurify.addHook("afterSanitizeAttributes", (node) => {
