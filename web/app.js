@@ -6,6 +6,7 @@
 //   status.js         what the page is doing: the status badge, the progress bar, the error banner
 //   worker_client.js  the worker: starting it, the commands the page sends it
 //   loading.js        the file picker, the drop zone, the demo model
+//   saved_models.js   the models kept in the browser (opfs.js): saved after a load, Load and Forget
 //   settings_form.js  the sampling fields (drawn from Python's rules), Memory and Workers
 //   composer.js       the message box: Send, Stop, New chat, and the settings' check before every reply
 //   chats.js          the saved chats (store.js: IndexedDB): the list, New chat, export and import
@@ -19,6 +20,7 @@ import { checkFailed, checked, offerAgain, request, settingEdited, wireComposer 
 import { saveChat, startNewChat, useModelName, wireChats } from "./app/chats.js";
 import { chat, replyDone, replyFailed, useMessages, wireTurns } from "./app/turns.js";
 import { findDemo, showReading, wireLoading } from "./app/loading.js";
+import { modelLoaded, wireSavedModels } from "./app/saved_models.js";
 import { hideModel, showModel, useCards, wireModelView } from "./app/model_view.js";
 import { drawSettings, showWorkers, useRules, wireSettings, workersWanted } from "./app/settings_form.js";
 import { hideProgress, replying, setPhase, settle, showError, showProgress, status, wireStatus } from "./app/status.js";
@@ -52,6 +54,7 @@ const handlers = {
     useRules(msg.settings);
     useMessages(chat.messages); // the conversation goes on with the new model
     useModelName(msg.card.name);
+    modelLoaded(msg.card.name);
     setStatsLine(`loaded in ${msg.seconds.toFixed(1)} s`);
     showWorkers(msg.workers);
     setPhase("ready");
@@ -102,6 +105,7 @@ function start() {
   setPhase("starting");
   wireStatus();
   wireLoading();
+  wireSavedModels();
   wireComposer(() => { // New chat: after the reply running, which it stops, has joined its own chat
     if (replying()) afterReply = freshChat;
     else freshChat();

@@ -1,17 +1,23 @@
-"""Saved chats (IndexedDB) in a persistent Chromium profile: two chats, one renamed, each with its own system
-prompt, are back after the browser is closed and opened again; a chat exported as JSON and Markdown, and
-the JSON imported back; bad imports are refused with an error that names what is wrong."""
+"""Saved chats (IndexedDB) and models (OPFS) in a persistent Chromium profile: two chats, one renamed, each
+with its own system prompt, and the model picked on the first visit are back after the browser is closed
+and opened again with the server stopped (the service worker serves the page): the model loads with one
+click and answers as the CPython engine does. A chat exported as JSON and Markdown, the JSON imported
+back; bad imports are refused with an error that names what is wrong. A split model is saved as its
+parts, byte for byte, and Forget frees its space."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from conftest import TINY
+from gguf_split import split_gguf
 
-from browser.conftest import CHROMIUM, CHROMIUM_ARGS, NetworkGuard
+from browser.conftest import CHROMIUM, CHROMIUM_ARGS, NetworkGuard, start_server, stop_server
 from browser.pages import (
     BOOT_MS,
     EXACT,
+    drop_files,
     error_text,
     messages,
     pick_files,
@@ -21,6 +27,7 @@ from browser.pages import (
     wait_reply,
     wait_status,
 )
+from browser.reference import cpython_reply
 
 pytestmark = pytest.mark.browser
 
@@ -63,11 +70,29 @@ def profile(tmp_path_factory):
     return tmp_path_factory.mktemp("profile")
 
 
+def wait_model_saved(page) -> None:
+    page.wait_for_function("() => document.querySelectorAll('[data-testid=saved-model-list] li').length > 0"
+                           " && document.querySelector('[data-testid=storage-note]').textContent.startsWith('This')",
+                           timeout=120_000)
+
+
 @pytest.fixture(scope="module")
-def first_visit(playwright, profile, server, smollm2_path):
-    """Two chats made, the second renamed; the browser closed. Returns what the page showed."""
+def own_server(built):
+    """A server of this module's own, stopped before the second visit."""
+    proc, url = start_server()
+    yield proc, url
+    if proc.poll() is None:
+        stop_server(proc)
+
+
+@pytest.fixture(scope="module")
+def first_visit(playwright, profile, own_server, smollm2_path):
+    """The model picked (and saved), two chats made, the second renamed; the browser closed, the server
+    stopped. Returns what the page showed."""
+    proc, server = own_server
     context, page, guard = open_profile(playwright, profile, server)
     try:
+        page.wait_for_function("navigator.serviceWorker.ready.then(() => true)")
         pick_files(page, [smollm2_path], EXACT)
         wait_loaded(page)
         assert page.get_by_test_id("status").text_content() == "ready", error_text(page)
@@ -89,15 +114,20 @@ def first_visit(playwright, profile, server, smollm2_path):
         box.fill("Colours")
         box.press("Enter")
         wait_current(page, "Colours")
+        wait_model_saved(page)
+        assert page.locator(".saved-model small").text_content() == "93.8 MiB"
+        assert "used of" in page.get_by_test_id("storage-note").text_content()
     finally:
         context.close()
+        stop_server(proc)
     assert guard.outside == []
     return first, second
 
 
-def test_chats_are_back_after_the_browser_restarts(playwright, profile, server, first_visit):
+def test_chats_and_the_model_are_back_after_the_browser_restarts_offline(playwright, profile, own_server,
+                                                                         first_visit, smollm2_path):
     first, second = first_visit
-    context, page, guard = open_profile(playwright, profile, server)
+    context, page, guard = open_profile(playwright, profile, own_server[1])
     try:
         wait_saved(page, 2)
         assert chat_titles(page) == ["Colours", FIRST]
@@ -110,6 +140,13 @@ def test_chats_are_back_after_the_browser_restarts(playwright, profile, server, 
         assert page.get_by_test_id("system-prompt").input_value() == SYSTEM
         assert page.get_by_test_id("max-tokens").input_value() == "8"
         export_and_import(page, first)
+        # the saved model, with one click: no file chosen, no server
+        page.get_by_role("button", name="Load the saved model").click()
+        wait_loaded(page)
+        assert page.get_by_test_id("status").text_content() == "ready", error_text(page)
+        send(page, SECOND)
+        reply = wait_reply(page)
+        assert reply == cpython_reply(smollm2_path, [FIRST, first[1][1], SECOND], max_tokens=8, system=SYSTEM)
     finally:
         context.close()
     assert guard.outside == []
@@ -162,3 +199,31 @@ def test_an_import_is_checked_and_stays_inert(app, text, error):
     else:
         assert note.text_content().startswith(f"Not imported: {error}"), note.text_content()
     app.evaluate("document.querySelector('[data-testid=chats-note]').textContent = ''")
+
+
+def test_a_split_model_is_saved_as_its_parts_and_forget_frees_them(app, tmp_path):
+    parts = split_gguf(TINY["llama"], 3, tmp_path)
+    drop_files(app, parts)
+    wait_loaded(app)
+    assert app.get_by_test_id("status").text_content() == "ready", error_text(app)
+    wait_model_saved(app)
+    item = app.locator(f"[data-testid=saved-model-list] li[data-folder='{parts[0].name}']")
+    assert item.locator("small").text_content().endswith("in 3 parts")
+    stored = app.evaluate("""async () => {
+      const dir = await (await navigator.storage.getDirectory()).getDirectoryHandle('models');
+      const out = {};
+      for await (const [, h] of dir.entries()) {
+        for await (const [name, f] of h.entries()) {
+          out[name] = [...new Uint8Array(await (await f.getFile()).arrayBuffer())];
+        }
+      }
+      return out;
+    }""")
+    for p in parts:
+        assert bytes(stored[p.name]) == p.read_bytes()
+    meta = {"files": [p.name for p in parts], "size": sum(p.stat().st_size for p in parts)}
+    assert {k: v for k, v in json.loads(bytes(stored["meta.json"])).items() if k in meta} == meta
+    used = app.evaluate("navigator.storage.estimate().then((e) => e.usage)")
+    item.get_by_role("button", name="Forget").click()
+    app.wait_for_function("() => document.querySelectorAll('[data-testid=saved-model-list] li').length === 0")
+    assert app.evaluate("navigator.storage.estimate().then((e) => e.usage)") < used
