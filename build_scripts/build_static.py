@@ -5,6 +5,7 @@
 static/
   pyodide/            Pyodide 0.27.7 core (npm) + numpy, micropip, packaging wheels (sha256 from its lock file)
   wheels/             pyengine, jinja2, pure-Python markupsafe + manifest.json (install order, sha256)
+  vendor/             the page's libraries from npm: markdown-it, DOMPurify, highlight.js (fetch_vendor.py)
   models/             the demo model (SmolLM2-135M-Instruct Q4_1, hard-linked from models/) + demo.json
   files.json          every file but the models (path, size, sha256) and a version: the service worker's list
   ...                 the page: a copy of web/
@@ -25,9 +26,10 @@ from build_wheels import build_wheels
 from buildlib import ROOT, STATIC, install_bytes, install_file, link_file, prune, sha256_of
 from fetch_models import MODELS, fetch
 from fetch_runtime import build_runtime
+from fetch_vendor import build_vendor
 
 WEB = ROOT / "web"
-RESERVED = ("pyodide", "wheels", "models", "files.json")  # written by the build, not by web/
+RESERVED = ("pyodide", "wheels", "vendor", "models", "files.json")  # written by the build, not by web/
 DEMO_MODEL = ("smollm2", "SmolLM2-135M-Instruct (Q4_1)")   # (key in fetch_models.MODELS, name shown on the page)
 
 
@@ -75,6 +77,7 @@ def main() -> None:
     t0 = time.monotonic()
     steps = [("runtime", lambda: build_runtime(STATIC / "pyodide")),
              ("wheels", lambda: build_wheels(STATIC / "wheels")),
+             ("vendor", lambda: build_vendor(STATIC / "vendor")),
              ("page", lambda: build_page(STATIC))]
     if not args.no_model:
         steps.append(("demo model", lambda: build_demo_model(STATIC / "models")))

@@ -63,6 +63,14 @@ def pip_download(requirement: str, file_name: str, sha256: str, *pip_args: str, 
     return checked_download(file_name, sha256, fetch)
 
 
+def npm_pack(spec: str, file_name: str, sha256: str) -> Path:
+    """``npm pack`` one pinned npm package into the cache (the tarball only; nothing is installed), sha256-checked."""
+    def fetch(tmp: Path) -> Path:
+        run(["npm", "pack", "--silent", "--pack-destination", str(tmp), spec], cwd=tmp)
+        return tmp / file_name
+    return checked_download(file_name, sha256, fetch)
+
+
 def install_bytes(data: bytes, dst: Path) -> str:
     """Write ``data`` to ``dst`` unless it already holds exactly that; return "new", "updated" or "ok"."""
     if dst.is_file() and not dst.is_symlink() and dst.stat().st_size == len(data) and dst.read_bytes() == data:

@@ -13,7 +13,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from buildlib import checked_download, install_bytes, pip_download, run, sha256_bytes, sha256_of
+from buildlib import install_bytes, npm_pack, pip_download, sha256_bytes, sha256_of
 
 # What we download, pinned: (what to ask for, file it arrives as, sha256 of that file).
 PYODIDE_NPM = ("pyodide@0.27.7", "pyodide-0.27.7.tgz",
@@ -31,12 +31,7 @@ LOCK_PACKAGES = ("numpy", "micropip", "packaging")
 
 def download_pyodide() -> Path:
     """``npm pack pyodide@0.27.7`` into the cache (the tarball only; nothing is installed)."""
-    spec, name, sha = PYODIDE_NPM
-
-    def fetch(tmp: Path) -> Path:
-        run(["npm", "pack", "--silent", "--pack-destination", str(tmp), spec], cwd=tmp)
-        return tmp / name
-    return checked_download(name, sha, fetch)
+    return npm_pack(*PYODIDE_NPM)
 
 
 def install_core(tgz: Path, dest: Path) -> dict[Path, str]:

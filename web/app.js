@@ -6,14 +6,21 @@
 //   status.js         what the page is doing: the status badge, the progress bar, the error banner
 //   worker_client.js  the worker: starting it, the commands the page sends it
 //   loading.js        the file picker, the drop zone, the demo model
+//   saved_models.js   the models kept in the browser (opfs.js): saved after a load, Load and Forget
 //   settings_form.js  the sampling fields (drawn from Python's rules), Memory and Workers
-//   composer.js       the message box: Send (the settings checked first), Stop, New chat
+//   composer.js       the message box: Send, Stop, New chat, and the settings' check before every reply
+//   chats.js          the saved chats (store.js: IndexedDB): the list, New chat, export and import
+//   turns.js          the conversation the page keeps: send, regenerate, edit and resend, delete, copy
 //   chat_view.js      the messages, the reply as it streams, the statistics line
+//   markdown.js       a reply's Markdown as clean nodes (markdown-it, DOMPurify, highlight.js from vendor/)
 //   model_view.js     the model card and the inspector
 import { el } from "./app/dom.js";
-import { addPiece, clearMessages, endTurn, failTurn, setStatsLine, showStats } from "./app/chat_view.js";
-import { checkFailed, checked, offerAgain, settingEdited, wireComposer } from "./app/composer.js";
+import { addPiece, setStatsLine, showStats, useStopWords } from "./app/chat_view.js";
+import { checkFailed, checked, offerAgain, request, settingEdited, wireComposer } from "./app/composer.js";
+import { saveChat, startNewChat, useModelName, wireChats } from "./app/chats.js";
+import { chat, replyDone, replyFailed, useMessages, wireTurns } from "./app/turns.js";
 import { findDemo, showReading, wireLoading } from "./app/loading.js";
+import { modelLoaded, wireSavedModels } from "./app/saved_models.js";
 import { hideModel, showModel, useCards, wireModelView } from "./app/model_view.js";
 import { drawSettings, showWorkers, useRules, wireSettings, workersWanted } from "./app/settings_form.js";
 import { hideProgress, replying, setPhase, settle, showError, showProgress, status, wireStatus } from "./app/status.js";
@@ -27,6 +34,7 @@ const handlers = {
     hideProgress();
     drawSettings(msg.page);
     useCards(msg.page.cards);
+    useStopWords(msg.page.stop_words);
     if (status.phase === "starting") settle();
   },
   "boot-error"(msg) {
@@ -44,7 +52,9 @@ const handlers = {
     status.hasModel = true;
     showModel(msg.card, msg.inspect);
     useRules(msg.settings);
-    clearMessages(true);
+    useMessages(chat.messages); // the conversation goes on with the new model
+    useModelName(msg.card.name);
+    modelLoaded(msg.card.name);
     setStatsLine(`loaded in ${msg.seconds.toFixed(1)} s`);
     showWorkers(msg.workers);
     setPhase("ready");
@@ -53,22 +63,38 @@ const handlers = {
   checked,
   piece(msg) { addPiece(msg.text); },
   done(msg) {
-    endTurn(msg.stopped);
+    replyDone(msg.stopped);
+    replyEnded();
     showStats(msg.stats);
     if (replying()) settle();
   },
-  cleared() {
-    clearMessages(status.hasModel);
+  cleared() { // the worker forgot its conversation (the page's own is the chat shown: chats.js)
     setStatsLine("");
   },
   error(msg) {
     showError(msg.message);
     if (msg.during === "check") checkFailed();
-    if (msg.during === "chat") offerAgain(failTurn(msg.message));
+    if (msg.during === "chat") {
+      offerAgain(replyFailed(msg.message));
+      replyEnded();
+    }
     if (msg.during === "load") hideProgress();
     if (msg.during === "load" || replying()) settle();
   },
 };
+
+let afterReply = null; // what waits for the reply running to end (New chat pressed during it)
+
+function freshChat() {
+  worker.newChat();
+  startNewChat();
+}
+
+function replyEnded() {
+  const next = afterReply;
+  afterReply = null;
+  next?.();
+}
 
 function workerFailed(message) {
   showError(`the worker failed: ${message}`);
@@ -79,7 +105,13 @@ function start() {
   setPhase("starting");
   wireStatus();
   wireLoading();
-  wireComposer();
+  wireSavedModels();
+  wireComposer(() => { // New chat: after the reply running, which it stops, has joined its own chat
+    if (replying()) afterReply = freshChat;
+    else freshChat();
+  });
+  wireTurns(request, saveChat);
+  wireChats();
   wireModelView();
   wireSettings(settingEdited);
   worker.start(handlers, workerFailed, workersWanted());

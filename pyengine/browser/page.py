@@ -9,6 +9,10 @@ from typing import Any
 
 from pyengine.errors import GGUFError, PyEngineError
 
+# Why a reply ended (pyengine.generation.loop.STOP_REASONS), in the words of the statistics line.
+STOP_WORDS = {"eog": "end of turn", "stop_string": "stop string", "max_tokens": "token limit",
+              "context": "context full", "stopped": "stopped", "error": "error"}
+
 SHOWN_CHARS = 20_000  # a metadata string longer than this is cut in the inspector (a chat template fits)
 INSPECT_ROWS = 10_000  # metadata keys and tensors sent to the inspector (real models: a few hundred)
 

@@ -141,6 +141,17 @@ def sampler_params(settings: dict, rules: list[dict] | None = None) -> tuple[Any
 
 
 
+def settings_hint(rules: list[dict] | None = None) -> str:
+    """The line under the sampling fields, from the rules (:func:`setting_rules`): what temperature 0 does and
+    which fields may be left blank: "Temperature 0 is greedy: the same reply every time. Leave Seed blank for
+    a random seed each reply; every other field needs a number."."""
+    rules = rules or setting_rules()
+    blanks = [f"Leave {r['label']} blank for {r['blank']} each reply" for r in rules if r["blank"]]
+    temperature = next(r["label"] for r in rules if r["name"] == "temperature")
+    rest = "; every other field needs a number." if blanks else " Every field needs a number."
+    return f"{temperature} 0 is greedy: the same reply every time. " + "; ".join(blanks) + rest
+
+
 def memory_options() -> list[dict]:
     """The page's Memory options, in order: ``{value, label}`` ("auto" first), and the model card's
     line for each weight policy, ``{value, card}``."""

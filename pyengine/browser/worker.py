@@ -13,7 +13,9 @@ command        fields                                              replies
 ``check``      ``settings`` (:data:`SETTINGS` names -> the text    ``checked``
                typed in the field), ``bad_input`` (the names of
                the fields in which the browser found no number)
-``chat``       ``text``, ``system`` (str, may be empty),           ``piece``..., ``done``
+``chat``       ``messages`` (the whole conversation to answer,     ``piece``..., ``done``
+               ``[{role, content}]``; or ``text``: one more
+               user message), ``system`` (str, may be empty),
                ``settings`` (:data:`SETTINGS` names -> numbers,
                None for a blank field)
 ``new-chat``   --                                                  ``cleared``
@@ -70,8 +72,15 @@ from collections.abc import Callable
 from typing import Any
 
 from pyengine.browser.file_source import BrowserFileSource
-from pyengine.browser.page import error_text, inspector, model_card, open_gguf_plainly
-from pyengine.browser.settings import check_fields, memory_options, sampler_params, setting_rules, weight_cards
+from pyengine.browser.page import STOP_WORDS, error_text, inspector, model_card, open_gguf_plainly
+from pyengine.browser.settings import (
+    check_fields,
+    memory_options,
+    sampler_params,
+    setting_rules,
+    settings_hint,
+    weight_cards,
+)
 from pyengine.browser.shared_memory import new_block
 from pyengine.errors import PyEngineError
 from pyengine.generation.chat import ChatSession
@@ -82,6 +91,7 @@ from pyengine.model.load import check_tensors, load_model, load_nbytes
 from pyengine.parallel.channel import Channel
 from pyengine.parallel.driver import SplitModel, channel_layout, plan_load
 from pyengine.parallel.server import plan_message
+from pyengine.text.chat_template import check_messages
 
 PROGRESS_EVERY = 0.1  # seconds between two progress messages while loading
 
@@ -233,18 +243,24 @@ class WorkerSession:
         values, errors = check_fields(fields, bad_input, self.rules)
         self.post({"type": "checked", "settings": values, "errors": errors})
 
-    async def reply(self, text: str, system: str, settings: dict) -> None:
-        """Add the user's message and stream the reply: a ``piece`` message per piece of text, then
-        ``done`` (``stopped``, ``stats``). A stopped reply keeps the text the page has shown; a failed
-        one (an exception, which handle() posts as ``error``) leaves the conversation as it was before
-        the message, so the next turn is not sent the failed one."""
+    async def reply(self, text: str | None, system: str, settings: dict, messages: list | None = None) -> None:
+        """Stream the reply to ``messages`` (the whole conversation, as the page keeps it: the cache's
+        common prefix with the last turn is reused, so a regenerated or edited turn prefills only what
+        changed), or to the conversation so far and one more user message ``text``: a ``piece``
+        message per piece of text, then ``done`` (``stopped``, ``stats``). A stopped reply keeps the
+        text the page has shown; a failed one (an exception, which handle() posts as ``error``) leaves
+        the conversation as it was before, so the next turn is not sent the failed one."""
         if self.chat is None:
             raise PyEngineError("no model is loaded: drop a .gguf file first")
         params, max_tokens = sampler_params(settings, self.rules)
         self.chat.set_system(system)
         shown, turn, before = "", None, list(self.chat.messages)
         try:
-            turn = self.chat.send(text, params, max_tokens)
+            if messages is None:
+                turn = self.chat.send(text, params, max_tokens)
+            else:
+                self.chat.messages = check_messages([dict(m) for m in messages])
+                turn = self.chat.respond(params, max_tokens)
             while (piece := turn.step()) is not None:
                 if piece:
                     self.post({"type": "piece", "text": piece})
@@ -299,9 +315,11 @@ def setup(post: Callable[[Any], None], should_stop: Callable[[], bool] = lambda:
 
 def page_data() -> Any:
     """What the page builds its settings from before any model is loaded (worker.js sends it with
-    ``booted``): ``settings`` (:func:`setting_rules` with no model limits), ``memory`` (the Memory
-    options) and ``cards`` (the model card's line per weight policy)."""
-    return _to_js({"settings": setting_rules(), "memory": memory_options(), "cards": weight_cards()})
+    ``booted``): ``settings`` (:func:`setting_rules` with no model limits), ``hint`` (the line under
+    them), ``memory`` (the Memory options), ``cards`` (the model card's line per weight policy) and
+    ``stop_words`` (why a reply ended, in words, per stop reason)."""
+    return _to_js({"settings": setting_rules(), "hint": settings_hint(), "memory": memory_options(),
+                   "cards": weight_cards(), "stop_words": STOP_WORDS})
 
 
 def _to_js(value: Any) -> Any:
@@ -328,7 +346,9 @@ async def handle(msg: Any) -> None:
         elif kind == "check":
             _session.check(msg.get("settings") or {}, list(msg.get("bad_input") or []))
         elif kind == "chat":
-            await _session.reply(str(msg["text"]), str(msg.get("system") or ""), msg.get("settings") or {})
+            messages = msg.get("messages")
+            text = None if messages is not None else str(msg["text"])
+            await _session.reply(text, str(msg.get("system") or ""), msg.get("settings") or {}, messages)
         elif kind == "new-chat":
             _session.new_chat()
         else:

@@ -28,7 +28,7 @@ from typing import Any
 
 from pyengine.errors import TemplateError
 from pyengine.text.builtin_templates import ARCH_BUILTIN, BUILTIN_BY_NAME, DEFAULT_BUILTIN, Builtin, detect_builtin
-from pyengine.text.jinja_sandbox import jinja_available, render_jinja
+from pyengine.text.jinja_sandbox import check_template, jinja_available, render_jinja
 
 ROLES = ("system", "user", "assistant", "tool")   # the roles a conversation may hold (as llama.cpp's server)
 
@@ -76,7 +76,8 @@ class ChatTemplate:
         format, or jinja2 is missing / ``use_jinja`` is False, the built-in its text looks like),
         else the built-in for ``general.architecture`` (:data:`ARCH_BUILTIN`), else chatml.
         The token texts and add flags are the tokenizer's (see :func:`pyengine.generation.load`).
-        Raises TemplateError when the text matches no built-in and Jinja cannot be used.
+        A Jinja template is compiled here, so a load finds what is wrong with it. Raises TemplateError
+        when the text does not parse, is too long, or matches no built-in and Jinja cannot be used.
         """
         source = metadata.get("tokenizer.chat_template")
         if use_jinja is None:
@@ -91,6 +92,8 @@ class ChatTemplate:
                 raise TemplateError("this model's chat template needs jinja2 (pip install jinja2): "
                                     "it matches no built-in format")
             source = None
+        if source is not None:
+            check_template(source)
         return cls(source, builtin, bos_token, eos_token, add_bos, add_eos)
 
     def render(self, messages: list[dict], add_generation_prompt: bool = True, **extra: Any) -> str:

@@ -3,94 +3,85 @@
 A template is rendered as transformers renders it (``apply_chat_template``: an
 immutable sandbox, ``trim_blocks``, ``lstrip_blocks``, the ``loopcontrols``
 extension, ``raise_exception``, ``strftime_now`` and a ``tojson`` filter). On
-top of the sandbox, which refuses unsafe attributes and mutation, this module
-caps the size of ``*``, ``**``, ``%`` and ``+`` results and of integer
-arguments to calls and filters, the number of template lines executed, the
-wall time, and the size of every string and of the output. Every failure is a
-:class:`~pyengine.errors.TemplateError` with the reason.
+top of jinja's sandbox, which refuses unsafe attributes and mutation, every
+operation a template runs passes through the bounds of
+:mod:`~pyengine.text.template_bounds`: the code generator sends literal lists,
+dicts and tuples, slices and ``~`` through them; the environment every
+arithmetic operator, call and filter; the output every printed value. Filters
+no chat template needs whose cost grows faster than their input are left out
+(``pprint``, ``urlize``, ``striptags``, ``wordwrap``), as are ``lipsum`` and the
+attributes of types (``dict.update(d, ...)`` would change a dict). Every failure
+is a :class:`~pyengine.errors.TemplateError` with the reason.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import sys
-import time
-from collections.abc import Callable
+import types
+import warnings
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from datetime import datetime
 from functools import lru_cache, wraps
 from typing import Any
 
 from pyengine.errors import TemplateError
+from pyengine.text import template_bounds as tb
+from pyengine.text.template_bounds import (
+    MAX_SECONDS,
+    MAX_SOURCE,
+    MAX_STEPS,
+    MAX_TEXT,
+    Budget,
+    LineTracer,
+    check_int,
+)
 
-MAX_TEXT = 1_000_000        # chars: the rendered prompt, and any string or list a template builds
-MAX_INT_ARG = 100_000       # largest integer a template may pass to a call or filter (widths, counts)
-MAX_STEPS = 2_000_000       # template source lines executed per render
-MAX_SECONDS = 10.0          # wall time per render
-MAX_DEPTH = 40              # template frames (the template, its macros and call blocks) active at once
-
-_PRINTF_SPEC = re.compile(r"%[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
-_FORMAT_SPEC = re.compile(r"\{[^{}]*?:([^{}]*)\}")
-
-
-def _check_int(x: Any, what: str) -> None:
-    if isinstance(x, int) and not isinstance(x, bool) and abs(x) > MAX_INT_ARG:
-        raise TemplateError(f"chat template: {what} {x} is larger than {MAX_INT_ARG}")
-
-
-def _check_size(x: Any, what: str) -> Any:
-    if isinstance(x, (str, list, tuple)) and len(x) > MAX_TEXT:
-        raise TemplateError(f"chat template: {what} gives more than {MAX_TEXT} chars or items")
-    return x
+LEFT_OUT = ("pprint", "urlize", "striptags", "wordwrap")     # filters a template may not use
+_BUDGET: ContextVar[Budget | None] = ContextVar("pyengine_template_budget", default=None)
 
 
-def _check_format_string(fmt: str, printf: bool) -> None:
-    """Refuse widths/precisions in a %-format or str.format string that would build a huge string."""
-    specs = _PRINTF_SPEC.findall(fmt) if printf else [(s,) for s in _FORMAT_SPEC.findall(fmt)]
-    for spec in specs:
-        for n in re.findall(r"\d+", "".join(spec)):
-            _check_int(int(n), "format width")
+def _budget() -> Budget:
+    """The running render's bounds (fresh ones outside a render: the optimizer is off, so jinja runs
+    nothing of a template while it compiles it)."""
+    budget = _BUDGET.get()
+    return budget if budget is not None else Budget()
 
 
-def _check_replace(s: Any, old: Any = "", new: Any = "", *_: Any) -> None:
-    """Refuse a replace whose result would pass MAX_TEXT (it is built before any other check)."""
-    if isinstance(s, str) and isinstance(old, str) and isinstance(new, str) and old and \
-            len(s) + s.count(old) * (len(new) - len(old)) > MAX_TEXT:
-        raise TemplateError(f"chat template: replace gives more than {MAX_TEXT} chars")
+def _admit_result(budget: Budget, result: Any, what: str) -> Any:
+    """A call's or filter's result, admitted; an iterator comes back admitting each of its items."""
+    if isinstance(result, Iterator) and not isinstance(result, (str, bytes)):
+        return tb.admitted_items(budget, result, what)
+    return budget.admit(result, what)
 
 
-def _check_binop(operator: str, left: Any, right: Any) -> None:
-    """Refuse ``*``, ``**``, ``%``, ``+`` whose result would be huge, before it is built."""
-    seqs = (str, list, tuple)
-    if operator == "**" and isinstance(left, int) and isinstance(right, int) and right > 0 \
-            and abs(left) > 1 and right * abs(left).bit_length() > 4096:
-        raise TemplateError(f"chat template: {left} ** {right} is too large")
-    if operator == "*":
-        for seq, n in ((left, right), (right, left)):
-            if isinstance(seq, seqs) and isinstance(n, int) and len(seq) * n > MAX_TEXT:
-                raise TemplateError(f"chat template: '*' gives more than {MAX_TEXT} chars or items")
-    if operator == "%" and isinstance(left, str):
-        _check_format_string(left, printf=True)
-        for a in right if isinstance(right, tuple) else (right,):
-            _check_int(a, "format argument")
-    if operator == "+" and isinstance(left, seqs) and isinstance(right, seqs) and len(left) + len(right) > MAX_TEXT:
-        raise TemplateError(f"chat template: '+' gives more than {MAX_TEXT} chars or items")
-
-
-def _guard_filter(f: Callable) -> Callable:
-    """Wrap a Jinja filter so its integer arguments (after the filtered value) are capped."""
+def _guard_filter(name: str, f: Callable) -> Callable:
+    """A Jinja filter whose integer arguments (after the filtered value) are capped, checked by its row
+    of _FILTER_CHECKS before it runs and admitted after."""
     skip = 2 if getattr(f, "jinja_pass_arg", None) else 1    # (context/env,) value, args...
+    check = _FILTER_CHECKS.get(name)
 
     @wraps(f)
     def guarded(*args, **kwargs):
-        for a in list(args[skip:]) + list(kwargs.values()):
-            _check_int(a, f"argument of filter {f.__name__}")
-        if f.__name__ == "do_format" and isinstance(args[skip - 1], str):
-            _check_format_string(args[skip - 1], printf=True)
-        if f.__name__ == "do_replace":
-            _check_replace(*args[skip - 1:skip + 2])
-        return _check_size(f(*args, **kwargs), f"filter {f.__name__}")
+        budget = _budget()
+        budget.check_time()
+        for a in (*args[skip:], *kwargs.values()):
+            check_int(a, f"argument of filter {name}")
+        if check is not None:
+            check(budget, *args[skip - 1:], **kwargs)
+        return _admit_result(budget, f(*args, **kwargs), f"filter {name}")
     return guarded
+
+
+_FILTER_CHECKS: dict[str, Callable] = {
+    "replace": lambda budget, s, *a, **k: tb.check_replace(s, *a, **k),
+    "indent": lambda budget, s, *a, **k: tb.check_indent(s, *a, **k),
+    "trim": lambda budget, s, chars=None: tb.check_scan(s, chars),
+    "format": lambda budget, s, *a, **k: tb.check_printf(budget, s, k or a) if isinstance(s, str) else None,
+    "tojson": lambda budget, value, *a, **k: tb.check_tojson(budget, value, *a[1:2], **{
+        key: v for key, v in k.items() if key in ("indent", "separators")}),
+}
 
 
 def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None, separators=None,
@@ -100,11 +91,131 @@ def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None, separ
 
 
 def _raise_exception(message: str) -> None:
-    raise TemplateError(f"chat template: {message}")
+    raise TemplateError(f"chat template: {str(message)[:500]}")
 
 
 def _strftime_now(fmt: str) -> str:
+    if len(fmt) > 256:
+        raise TemplateError("chat template: strftime_now's format is longer than 256 chars")
     return datetime.now().strftime(fmt)
+
+
+def _make_filters(jinja_filters: dict) -> dict:
+    """Jinja's filters with transformers' tojson, a join and a sum that are bounded, each guarded."""
+    from jinja2.filters import make_attrgetter
+    from jinja2.utils import pass_environment
+
+    @pass_environment
+    def join(environment, value: Any, d: str = "", attribute: Any = None) -> str:
+        if attribute is not None:
+            value = map(make_attrgetter(environment, attribute), value)
+        return tb.checked_join(_budget(), str(d), value, "filter join")
+
+    @pass_environment
+    def sum_numbers(environment, value: Any, attribute: Any = None, start: Any = 0) -> Any:
+        if attribute is not None:
+            value = map(make_attrgetter(environment, attribute), value)
+        total = start
+        for v in (start, *value):
+            if not isinstance(v, (int, float)):
+                raise TemplateError(f"chat template: filter sum adds numbers only, not {type(v).__name__}")
+            total = v if v is start else total + v
+        return total
+
+    filters = {k: f for k, f in jinja_filters.items() if k not in LEFT_OUT}
+    filters.update(tojson=_tojson, join=join, sum=sum_numbers)
+    return {name: _guard_filter(name, f) for name, f in filters.items()}
+
+
+def _bounded_code_generator(base: type) -> type:
+    class BoundedCodeGenerator(base):
+        """Jinja's code generator, with literal containers, slices and ``~`` sent through the bounds."""
+
+        def _admitted(self, visit: Callable, node, frame, what: str) -> None:
+            self.write("environment.admit(")
+            visit(node, frame)
+            self.write(f", {what!r})")
+
+        def visit_List(self, node, frame) -> None:  # noqa: N802 (jinja's visitor names)
+            self._admitted(super().visit_List, node, frame, "a list")
+
+        def visit_Dict(self, node, frame) -> None:  # noqa: N802 (jinja's visitor names)
+            self._admitted(super().visit_Dict, node, frame, "a dict")
+
+        def visit_Tuple(self, node, frame) -> None:  # noqa: N802 (jinja's visitor names)
+            if node.ctx != "load":               # a target: `for a, b in ...`
+                return super().visit_Tuple(node, frame)
+            self._admitted(super().visit_Tuple, node, frame, "a tuple")
+
+        def visit_Getitem(self, node, frame) -> None:  # noqa: N802 (jinja's visitor names)
+            from jinja2 import nodes
+            if not isinstance(node.arg, nodes.Slice):
+                return super().visit_Getitem(node, frame)
+            self._admitted(super().visit_Getitem, node, frame, "a slice")
+
+        def visit_Concat(self, node, frame) -> None:  # noqa: N802 (jinja's visitor names)
+            self.write("environment.concat_parts((")
+            for arg in node.nodes:
+                self.visit(arg, frame)
+                self.write(", ")
+            self.write("))")
+    return BoundedCodeGenerator
+
+
+def _bounded_environment(base: type, code_generator: type) -> type:
+    class BoundedEnvironment(base):
+        """jinja's immutable sandbox with every operator, call, filter and printed value bounded."""
+        code_generator_class = code_generator
+        intercepted_binops = frozenset(["+", "-", "*", "/", "//", "%", "**"])
+
+        @staticmethod
+        def concat(pieces) -> str:              # the output of a macro, a call block, a {% set %} block
+            return tb.checked_join(_budget(), "", pieces, "a block's output")
+
+        @staticmethod
+        def concat_parts(parts: tuple) -> str:
+            return tb.checked_join(_budget(), "", parts, "'~'")
+
+        @staticmethod
+        def admit(value: Any, what: str) -> Any:
+            return _budget().admit(value, what)
+
+        def call_binop(self, context, operator: str, left: Any, right: Any) -> Any:
+            budget = _budget()
+            known = tb.check_binop(budget, operator, left, right)
+            result = super().call_binop(context, operator, left, right)
+            what = f"'{operator}'"
+            return budget.admit(result, what) if known is None else budget.record(result, *known, what)
+
+        def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+            if isinstance(obj, type) or (isinstance(obj, str) and attr not in tb.STR_METHODS):
+                return False
+            return super().is_safe_attribute(obj, attr, value)
+
+        def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (jinja's signature)
+            budget, name = _budget(), getattr(__obj, "__name__", "call")
+            for a in (*args, *kwargs.values()):
+                check_int(a, f"argument of {name}")
+            owner = getattr(__obj, "__self__", None)
+            if isinstance(owner, str) and isinstance(__obj, (types.BuiltinMethodType, types.MethodType)):
+                if name == "join" and len(args) == 1 and not kwargs:
+                    return tb.checked_join(budget, owner, args[0], "str.join", strict=True)
+                tb.check_str_method(owner, name, args, kwargs)
+            return _admit_result(budget, super().call(__context, __obj, *args, **kwargs), name)
+
+        def wrap_str_format(self, value: Any):
+            wrapped = super().wrap_str_format(value)    # str.format and format_map, sandboxed by jinja
+            if wrapped is None:
+                return None
+            fmt, is_map = value.__self__, value.__name__ == "format_map"
+
+            @wraps(wrapped)
+            def checked(*args, **kwargs):
+                budget = _budget()
+                tb.check_format(budget, fmt, args if not is_map else args[:1], {} if is_map else kwargs)
+                return budget.admit(wrapped(*args, **kwargs), "str.format")
+            return checked
+    return BoundedEnvironment
 
 
 @lru_cache(maxsize=1)
@@ -112,8 +223,10 @@ def _make_environment():
     """The Jinja environment transformers uses, with this module's bounds added (None without jinja2)."""
     try:
         from jinja2 import nodes
+        from jinja2.compiler import CodeGenerator
         from jinja2.ext import Extension
         from jinja2.sandbox import ImmutableSandboxedEnvironment
+        from jinja2.utils import Namespace, pass_eval_context
     except ImportError:
         return None
 
@@ -125,90 +238,43 @@ def _make_environment():
             next(parser.stream)
             return parser.parse_statements(("name:endgeneration",), drop_needle=True)
 
-    class BoundedEnvironment(ImmutableSandboxedEnvironment):
-        intercepted_binops = frozenset(["*", "**", "%", "+"])
+    class OpaqueNamespace(Namespace):
+        def __repr__(self) -> str:
+            return "<Namespace>"
 
-        def call_binop(self, context, operator: str, left: Any, right: Any) -> Any:
-            _check_binop(operator, left, right)
-            return _check_size(super().call_binop(context, operator, left, right), f"'{operator}'")
+    @pass_eval_context                 # (so jinja evaluates no printed value while it compiles)
+    def finalize(eval_ctx, value: Any) -> str:
+        return _budget().admit(value if isinstance(value, str) else str(value), "a printed value")
 
-        def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (jinja's signature)
-            for a in list(args) + list(kwargs.values()):
-                _check_int(a, f"argument of {getattr(__obj, '__name__', 'call')}")
-            if isinstance(getattr(__obj, "__self__", None), str) and __obj.__name__ == "replace":
-                _check_replace(__obj.__self__, *args)
-            return _check_size(super().call(__context, __obj, *args, **kwargs), "a call")
-
-        def getattr(self, obj: Any, attribute: str) -> Any:     # every `a.b` (a namespace's value, too)
-            return _check_size(super().getattr(obj, attribute), f"'.{attribute}'")
-
-        def getitem(self, obj: Any, argument: Any) -> Any:     # every `a[b]`
-            return _check_size(super().getitem(obj, argument), "'[]'")
-
-        def wrap_str_format(self, value: Any):
-            wrapped = super().wrap_str_format(value)    # str.format, sandboxed by jinja
-            if wrapped is not None:
-                _check_format_string(value.__self__, printf=False)
-            return wrapped
-
-    env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                             extensions=[GenerationTag, "jinja2.ext.loopcontrols"])
-    env.filters["tojson"] = _tojson
-    env.filters = {name: _guard_filter(f) for name, f in env.filters.items()}
+    environment = _bounded_environment(ImmutableSandboxedEnvironment, _bounded_code_generator(CodeGenerator))
+    env = environment(trim_blocks=True, lstrip_blocks=True, optimized=False, finalize=finalize,
+                      extensions=[GenerationTag, "jinja2.ext.loopcontrols"])
+    env.filters = _make_filters(env.filters)
     del env.globals["lipsum"]                     # paragraphs of filler on demand: no template needs it
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
+    env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now, namespace=OpaqueNamespace)
     return env
 
 
 @lru_cache(maxsize=8)
 def _compile(source: str):
-    """A template compiled once per source text. Raises TemplateError (jinja2 missing, bad syntax)."""
+    """A template compiled once per source text. Raises TemplateError (jinja2 missing, too long, bad syntax)."""
     env = _make_environment()
     if env is None:
         raise TemplateError("this model's chat template needs jinja2: pip install jinja2")
+    if len(source) > MAX_SOURCE:
+        raise TemplateError(f"the chat template is {len(source):,} chars long: more than the {MAX_SOURCE:,} "
+                            "a template may have")
     try:
-        return env.from_string(source)
-    except Exception as e:  # TemplateSyntaxError, or anything else a hostile text provokes
+        with warnings.catch_warnings():               # Python's own remarks on the code jinja wrote
+            warnings.simplefilter("ignore")
+            return env.from_string(source)
+    except Exception as e:  # TemplateSyntaxError, RecursionError, anything else a hostile text provokes
         raise TemplateError(f"chat template does not parse: {e} (line {getattr(e, 'lineno', '?')})") from None
 
 
-class _Bounds:
-    """A ``sys.settrace`` hook that bounds a template's lines executed, wall time, string sizes and
-    macro recursion.
-
-    Only frames of compiled templates (``co_filename == "<template>"``) are traced line by line, so
-    jinja's own code and the filters run at full speed. Raising from the hook raises in the template.
-    Recursion is bounded well before Python's own limit: under Pyodide a deep recursion overflows
-    the JavaScript stack first, a fatal error that no ``except`` catches.
-    """
-
-    def __init__(self, max_steps: int, max_seconds: float):
-        self.steps, self.max_steps = 0, max_steps
-        self.deadline, self.max_seconds = time.monotonic() + max_seconds, max_seconds
-        self.depth = 0
-
-    def __call__(self, frame, event, arg):
-        if frame.f_code.co_filename != "<template>":
-            return None
-        self.depth += 1
-        if self.depth > MAX_DEPTH:
-            raise TemplateError(f"chat template: macros nested more than {MAX_DEPTH} deep (runaway recursion?)")
-        return self.line
-
-    def line(self, frame, event, arg):
-        if event == "return":
-            self.depth -= 1
-        elif event == "line":
-            self.steps += 1
-            if self.steps > self.max_steps:
-                raise TemplateError(f"chat template: more than {self.max_steps} steps (a runaway loop?)")
-            if self.steps % 256 == 0 and time.monotonic() > self.deadline:
-                raise TemplateError(f"chat template: rendering took more than {self.max_seconds:g} s")
-            for v in frame.f_locals.values():
-                if isinstance(v, str) and len(v) > MAX_TEXT:
-                    raise TemplateError(f"chat template: builds a string of more than {MAX_TEXT} chars")
-        return self.line
+def check_template(source: str) -> None:
+    """Compile a template (at load, before it renders anything). Raises TemplateError."""
+    _compile(source)
 
 
 def render_jinja(source: str, context: dict, max_steps: int = MAX_STEPS, max_seconds: float = MAX_SECONDS) -> str:
@@ -219,26 +285,31 @@ def render_jinja(source: str, context: dict, max_steps: int = MAX_STEPS, max_sec
     syntax error, ``raise_exception``, an undefined operation, a sandbox violation, a bound.
     """
     template = _compile(source)
-    bounds, previous = _Bounds(max_steps, max_seconds), sys.gettrace()
+    budget = Budget(max_seconds)
+    token, previous = _BUDGET.set(budget), sys.gettrace()
     out: list[str] = []
     n = 0
-    sys.settrace(bounds)
     try:
+        for key, value in context.items():
+            budget.know(value, f"the variable {key!r}")
+        sys.settrace(LineTracer(budget, max_steps))
         for piece in template.generate(**context):
             n += len(piece)
             if n > MAX_TEXT:
-                raise TemplateError(f"chat template: output longer than {MAX_TEXT} chars")
+                raise TemplateError(f"chat template: output longer than {MAX_TEXT:,} chars")
             out.append(piece)
     except TemplateError:
         raise
     except RecursionError:  # CPython's limit, reached through jinja internals rather than macros
         raise TemplateError("chat template: recursion too deep") from None
+    except MemoryError:
+        raise TemplateError("chat template: ran out of memory") from None
     except Exception as e:  # jinja errors, SecurityError, TypeError, ... from a stranger's template
-        raise TemplateError(f"chat template failed: {type(e).__name__}: {e}") from None
+        raise TemplateError(f"chat template failed: {type(e).__name__}: {str(e)[:500]}") from None
     finally:
         sys.settrace(previous)
+        _BUDGET.reset(token)
     return "".join(out)
-
 
 
 def jinja_available() -> bool:

@@ -10,15 +10,16 @@ LOAD_MS = 300_000   # a real model: read, dequantize, lay out (Gemma 3 270M is 2
 REPLY_MS = 300_000  # a reply of a few dozen tokens at a few tokens/s on a busy machine
 CHECK_MS = 60_000   # the worker's check of the settings before a message goes (milliseconds when idle)
 
-# Records every text the newest assistant message shows, so a test can see the reply grow.
+# Records every text the newest assistant message holds (its data-text: the Markdown as the model wrote
+# it), so a test can see the reply grow.
 WATCH_REPLY = """() => {
   window.replyUpdates = [];
   const list = document.querySelector('.messages');
   new MutationObserver(() => {
-    const all = list.querySelectorAll('[data-testid=message][data-role=assistant] .body');
-    const text = all.length ? all[all.length - 1].textContent : '';
+    const all = list.querySelectorAll('[data-testid=message][data-role=assistant]');
+    const text = all.length ? all[all.length - 1].dataset.text : '';
     if (window.replyUpdates[window.replyUpdates.length - 1] !== text) window.replyUpdates.push(text);
-  }).observe(list, {subtree: true, childList: true, characterData: true});
+  }).observe(list, {subtree: true, childList: true, attributes: true, attributeFilter: ['data-text']});
 }"""
 
 # Records every text and width the progress bar shows while a model loads.
@@ -131,9 +132,10 @@ def conversation(page) -> list[str]:
 
 
 def messages_with_notes(page) -> list[tuple[str, str, str | None]]:
-    """The chat as (role, text, note) triples: note is "stopped", "failed" or None."""
+    """The chat as (role, text, note) triples: text as written (a reply's Markdown source, not its
+    rendering), note "stopped", "failed" or None."""
     triples = page.evaluate("""() => [...document.querySelectorAll('[data-testid=message]')]
-        .map((m) => [m.dataset.role, m.querySelector('.body').textContent, m.dataset.note ?? null])""")
+        .map((m) => [m.dataset.role, m.dataset.text, m.dataset.note ?? null])""")
     return [tuple(t) for t in triples]
 
 

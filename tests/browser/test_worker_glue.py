@@ -95,6 +95,15 @@ def test_the_fields_start_with_the_sampler_defaults():
     assert [r["placeholder"] for r in rules if r["placeholder"]] == ["random"]  # only the seed may be blank
 
 
+def test_page_data_says_the_hint_and_the_stop_reasons_in_words():
+    from pyengine.generation.loop import STOP_REASONS
+    data = worker.page_data()
+    assert data["hint"] == ("Temperature 0 is greedy: the same reply every time. Leave Seed blank for a random seed "
+                            "each reply; every other field needs a number.")
+    assert list(data["stop_words"]) == list(STOP_REASONS)
+    assert data["stop_words"]["max_tokens"] == "token limit" and data["stop_words"]["eog"] == "end of turn"
+
+
 # A field's rule, the text typed in it, and what it reads as (the tiny llama: 328 tokens, a context of 256).
 READ = [
     ("temperature", "0.8", 0.8),
@@ -280,6 +289,33 @@ def test_a_reply_streams_the_cpython_greedy_text(posted):
     assert text == cpython_reply(TINY["llama"], ["hello"], max_tokens=6)
     assert done["stopped"] is False and done["stats"]["generated_tokens"] == 6
     assert done["stats"]["stop_reason"] == "max_tokens"
+
+
+def test_a_reply_to_the_messages_the_page_keeps_reuses_the_cache_up_to_an_edit(posted):
+    """"chat" with ``messages``: the page's whole conversation answered; an edited last message prefills
+    only from the edit on, and a bad message is an error naming it."""
+    from browser.reference import cpython_reply
+    from pyengine.generation.chat import chat_prompt, common_prefix
+    load_tiny(posted)
+    first, _ = chat(posted, "hello", max_tokens=4)
+    settings = {"temperature": 0, "max_tokens": 4}
+    talk = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": first}]
+    start = len(posted)
+    run({"type": "chat", "messages": [*talk, {"role": "user", "content": "tell me more"}], "system": "",
+         "settings": settings})
+    done = posted[-1]
+    text = "".join(m["text"] for m in posted[start:] if m["type"] == "piece")
+    assert text == cpython_reply(TINY["llama"], ["hello", first, "tell me more"], max_tokens=4)
+    start = len(posted)
+    run({"type": "chat", "messages": [*talk, {"role": "user", "content": "tell me less"}], "system": "",
+         "settings": settings})
+    edited = posted[-1]["stats"]
+    engine = worker._session.chat.engine
+    ids = [chat_prompt(engine.template, engine.tokenizer, [*talk, {"role": "user", "content": f"tell me {w}"}])[1]
+           for w in ("more", "less")]
+    assert edited["cached_tokens"] == common_prefix(*ids) > done["stats"]["cached_tokens"]   # up to the edit
+    run({"type": "chat", "messages": [{"role": "robot", "content": "x"}], "system": "", "settings": settings})
+    assert posted[-1]["type"] == "error" and "role must be one of" in posted[-1]["message"]
 
 
 def test_a_cooperative_stop_keeps_what_was_shown(posted):

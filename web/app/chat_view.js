@@ -1,23 +1,63 @@
-// The conversation as the page shows it: the messages, the reply streaming into the last one, the
-// notes under a stopped or failed message, and the statistics line under the list.
+// The conversation as the page shows it: the messages (a reply as Markdown, a message of the user as
+// typed), each with its actions (copy; edit and delete a turn on the user's; regenerate on the last
+// reply), the reply streaming into the last one, the notes under a stopped or failed message, and the
+// statistics line under the list. Every message keeps its text in data-text (what the chat sends).
 import { el, make } from "./dom.js";
+import { drawMarkdown } from "./markdown.js";
 
 // The turn under way: reply, the assistant <li> growing; asked, the user <li> it answers (marked
-// failed if the reply fails); text, the reply so far.
-const turn = { reply: null, asked: null, text: "" };
+// failed if the reply fails); text, the reply so far; drawn, the text drawn; frame, a drawing asked for
+// the next frame.
+const turn = { reply: null, asked: null, text: "", drawn: "", frame: 0 };
 
-// Why a reply ended (pyengine.generation.loop.STOP_REASONS), in words.
-const STOP_REASONS = { eog: "end of turn", stop_string: "stop string", max_tokens: "token limit",
-  context: "context full", stopped: "stopped", error: "error" };
+// Why a reply ended, in words: stop reason -> words (pyengine.browser.page.STOP_WORDS, sent with booted).
+let stopWords = {};
+export const useStopWords = (words) => { stopWords = words; };
 
+// The list follows a reply only while it is scrolled to its end: a reader who scrolled up stays put.
+const atEnd = () => el.messages.scrollHeight - el.messages.scrollTop - el.messages.clientHeight < 48;
 export const scrollToEnd = () => { el.messages.scrollTop = el.messages.scrollHeight; };
 
-function addMessage(role, text) {
-  el.messages.querySelector(".empty")?.remove();
+// The buttons of a message: [action, label, accessible name].
+const ACTIONS = {
+  user: [["copy", "Copy", "Copy this message"], ["edit", "Edit", "Edit this message and send it again"],
+    ["delete", "Delete", "Delete this message and its reply"]],
+  assistant: [["copy", "Copy", "Copy this reply"], ["regenerate", "Regenerate", "Write this reply again"]],
+};
+
+function actionBar(role) {
+  const bar = make("div", "actions");
+  for (const [action, label, name] of ACTIONS[role]) {
+    const b = make("button", "action", label);
+    b.type = "button";
+    b.dataset.action = action;
+    b.setAttribute("aria-label", name);
+    bar.append(b);
+  }
+  return bar;
+}
+
+// A message's <li>: index, its place in the conversation (undefined: not part of it yet).
+function messageItem(role, text, index) {
   const li = make("li", `message ${role}`);
   li.dataset.testid = "message";
   li.dataset.role = role;
-  li.append(make("div", "who", role === "user" ? "You" : "Model"), make("div", "body", text));
+  if (index !== undefined) li.dataset.index = index;
+  li.append(make("div", "who", role === "user" ? "You" : "Model"), make("div", "body"), actionBar(role));
+  setText(li, text);
+  return li;
+}
+
+function setText(li, text) {
+  li.dataset.text = text;
+  const body = li.querySelector(".body");
+  if (li.dataset.role === "user") body.textContent = text;
+  else drawMarkdown(body, text);
+}
+
+function addMessage(role, text, index) {
+  el.messages.querySelector(".empty")?.remove();
+  const li = messageItem(role, text, index);
   el.messages.append(li);
   scrollToEnd();
   return li;
@@ -26,35 +66,72 @@ function addMessage(role, text) {
 // A note under a message: data-note "stopped" or "failed", and the text in words.
 function addNote(li, note, text) {
   li.dataset.note = note;
-  li.append(make("span", "note", text));
+  li.insertBefore(make("span", "note", text), li.querySelector(".actions"));
 }
 
-// The user's message, and an empty reply under it that the pieces fill.
-export function startTurn(text) {
-  turn.asked = addMessage("user", text);
+// The whole conversation drawn again: messages [{role, content, note}], in order.
+export function drawMessages(messages, hasModel) {
+  clearMessages(hasModel);
+  if (messages.length) el.messages.replaceChildren();
+  messages.forEach((m, i) => {
+    const li = addMessage(m.role, m.content, i);
+    if (m.note === "stopped") addNote(li, "stopped", "stopped");
+  });
+}
+
+// The user's message (index: its place), and an empty reply under it that the pieces fill.
+export function startTurn(text, index) {
+  turn.asked = addMessage("user", text, index);
+  startReply();
+}
+
+// An empty reply at the end of the list (a regenerated one: the user's message is already shown).
+export function startReply() {
   turn.reply = addMessage("assistant", "");
   turn.reply.classList.add("streaming");
-  turn.text = "";
+  turn.text = turn.drawn = "";
 }
 
 export function addPiece(text) {
   turn.text += text;
-  turn.reply.querySelector(".body").textContent = turn.text;
-  scrollToEnd();
+  turn.reply.dataset.text = turn.text;
+  if (!turn.frame) turn.frame = requestAnimationFrame(drawReply);
+}
+
+function drawReply() {
+  turn.frame = 0;
+  if (!turn.reply) return;
+  const follow = atEnd();
+  drawTurn();
+  if (follow) scrollToEnd();
+}
+
+function drawTurn() {
+  if (turn.drawn !== turn.text || !turn.text) setText(turn.reply, turn.text);
+  turn.drawn = turn.text;
 }
 
 // note: null for a reply that ended by itself, "stopped" or "failed".
 function finishReply(note) {
   const li = turn.reply;
   if (!li) return;
+  cancelAnimationFrame(turn.frame);
+  turn.frame = 0;
+  const follow = atEnd();
+  drawTurn();
   li.classList.remove("streaming");
   if (note) addNote(li, note, note === "stopped" ? "stopped" : "failed, not part of the conversation");
+  if (follow) scrollToEnd();
   turn.reply = null;
 }
 
-export function endTurn(stopped) {
+// The reply ended (stopped: by the Stop button); index: its place in the conversation. Returns its text.
+export function endTurn(stopped, index) {
+  const text = turn.text;
+  if (turn.reply && index !== undefined) turn.reply.dataset.index = index;
   finishReply(stopped ? "stopped" : null);
   turn.asked = null;
+  return text;
 }
 
 // A reply that failed: the worker dropped the message and the reply from the conversation, so both are
@@ -68,9 +145,10 @@ export function failTurn(message) {
   turn.asked = null;
   setStatsLine("");
   if (!asked) return null;
+  delete asked.dataset.index;
   addNote(asked, "failed", `failed, not part of the conversation: ${message}`);
   scrollToEnd();
-  return asked.querySelector(".body").textContent;
+  return asked.dataset.text;
 }
 
 export function clearMessages(hasModel) {
@@ -78,6 +156,28 @@ export function clearMessages(hasModel) {
   el.messages.replaceChildren(make("li", "empty", hint));
   turn.reply = null;
   turn.asked = null;
+}
+
+// A user message's text in a box, to change and send again: onSend(text) or onCancel().
+export function editMessage(li, onSend, onCancel) {
+  const box = make("textarea", "edit-box");
+  box.value = li.dataset.text;
+  box.setAttribute("aria-label", "The message, edited");
+  const send = make("button", "primary", "Send");
+  const cancel = make("button", "", "Cancel");
+  send.type = cancel.type = "button";
+  const form = make("div", "edit");
+  form.append(box, send, cancel);
+  li.querySelector(".body").replaceWith(form);
+  send.addEventListener("click", () => onSend(box.value));
+  cancel.addEventListener("click", onCancel);
+  box.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      onSend(box.value);
+    } else if (e.key === "Escape") onCancel();
+  });
+  box.focus();
 }
 
 // s: the reply's statistics (pyengine TurnStats.as_dict()).
@@ -89,7 +189,7 @@ export function showStats(s) {
     `${s.generated_tokens} generated`,
     s.decode_tokens ? `decode ${s.decode_tok_s.toFixed(1)} tok/s` : null,
     `first token ${s.ttft_seconds.toFixed(2)} s`,
-    STOP_REASONS[s.stop_reason] || s.stop_reason,
+    stopWords[s.stop_reason] || s.stop_reason,
   ];
   el.stats.textContent = parts.filter(Boolean).join(" · ");
   el.stats.dataset.stats = JSON.stringify(s); // the numbers as measured, for scripts (bench/bench_workers.py)

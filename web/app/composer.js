@@ -1,21 +1,32 @@
-// The message box and its buttons: Send, Stop, New chat. A message goes in two steps: the worker first
-// checks the settings as typed ("check"), and only when it names no bad field does the message join the
-// chat and the reply start ("chat", with the numbers the check read). Otherwise the message stays in the
-// box, the bad fields are marked, and the line under the chat says why; it goes once the fields are right.
+// The message box and its buttons: Send, Stop, New chat; and the gate every reply passes. A reply is
+// asked in two steps: the worker first checks the settings as typed ("check"), and only when it names
+// no bad field does the action run (a message sent, a reply regenerated, an edit sent) with the numbers
+// the check read. Otherwise the message stays in the box, the bad fields are marked, and the line under
+// the chat says why; it goes once the fields are right.
 import { el } from "./dom.js";
-import { scrollToEnd, startTurn } from "./chat_view.js";
+import { scrollToEnd } from "./chat_view.js";
 import { readFields, showCheck } from "./settings_form.js";
 import { clearError, setPhase, status } from "./status.js";
+import { sendText } from "./turns.js";
 import { worker } from "./worker_client.js";
 
-// text: the message waiting for its check (null: none); checks: checks sent and not answered yet.
-const sending = { text: null, checks: 0 };
+// action: what runs once the settings are right (null: none waits); checks: checks sent and not answered yet.
+const sending = { action: null, checks: 0 };
+
+// Run action(settings) once the worker has checked the settings (nothing if a reply cannot start now).
+export function request(action) {
+  if (status.phase !== "ready" || !status.hasModel || sending.action !== null) return;
+  sending.action = action;
+  checkSettings();
+}
 
 function send() {
   const text = el.prompt.value;
-  if (!text.trim() || el.send.disabled || sending.text !== null) return;
-  sending.text = text;
-  checkSettings();
+  if (!text.trim() || el.send.disabled) return;
+  request((settings) => {
+    el.prompt.value = "";
+    sendText(text, settings);
+  });
 }
 
 function checkSettings() {
@@ -30,20 +41,17 @@ export function checked(msg) {
   if (sending.checks > 0) return; // the fields changed since: the answer to the newest check counts
   showCheck(msg.errors);
   scrollToEnd(); // the error line takes room from the messages
-  const text = sending.text;
-  sending.text = null;
-  if (text === null || msg.errors.length || status.phase !== "ready") return;
+  const action = sending.action;
+  sending.action = null;
+  if (action === null || msg.errors.length || status.phase !== "ready") return;
   clearError();
-  el.prompt.value = "";
-  startTurn(text);
-  setPhase("generating");
-  worker.chat(text, el.systemPrompt.value, msg.settings);
+  action(msg.settings);
 }
 
 // A check that failed in the worker (an "error" during "check"): the message stays in the box.
 export function checkFailed() {
   sending.checks = Math.max(0, sending.checks - 1);
-  sending.text = null;
+  sending.action = null;
 }
 
 // The text of a message whose reply failed, offered again in the box (unless the box holds another).
@@ -51,13 +59,14 @@ export function offerAgain(text) {
   if (text !== null && !el.prompt.value) el.prompt.value = text;
 }
 
-function stopReply() {
+export function stopReply() {
   if (status.phase !== "generating") return;
   worker.stop();
   setPhase("stopping");
 }
 
-export function wireComposer() {
+// onNewChat(): New chat pressed (the reply running stopped first).
+export function wireComposer(onNewChat) {
   el.prompt.addEventListener("keydown", (e) => {
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
       e.preventDefault();
@@ -72,8 +81,8 @@ export function wireComposer() {
   el.newChat.addEventListener("click", () => {
     stopReply();
     clearError();
-    sending.text = null;
-    worker.newChat();
+    sending.action = null;
+    onNewChat();
   });
 }
 

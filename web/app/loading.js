@@ -7,10 +7,16 @@ import { memoryChoice } from "./settings_form.js";
 import { worker } from "./worker_client.js";
 
 let demo = null; // models/demo.json: {display_name, file, url, size}
+let last = { files: [], saved: false }; // the files of the load asked last; saved: they came from OPFS
 
-function loadFiles(files) {
+// The files of the load asked last, and whether they are a saved model's (saved_models.js).
+export const lastLoad = () => last;
+
+// Load ``files`` (one model, every part); saved: they are a saved model's.
+export function loadFiles(files, saved = false) {
   files = Array.from(files);
   if (files.length === 0) return;
+  last = { files, saved };
   clearError();
   showProgress(`reading ${files.length > 1 ? `${files.length} files` : files[0].name}`, 0);
   el.progressText.title = files.map((f) => f.name).join("\n");

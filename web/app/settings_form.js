@@ -8,11 +8,14 @@ import { status } from "./status.js";
 import { isolated, worker } from "./worker_client.js";
 
 const fields = new Map(); // setting name -> its <input>
+let waiting = null;       // the values setFields was given before the fields were drawn
 
 // page: what Python sends once it is up (pyengine.browser.worker.page_data): the sampling rules with
-// no model limits and the Memory options.
+// no model limits, the line under them and the Memory options.
 export function drawSettings(page) {
   el.settings.replaceChildren(...page.settings.map(drawField));
+  el.settingsHint.textContent = page.hint;
+  if (waiting) setFields(waiting);
   useRules(page.settings);
   // The first option ("auto") is the one selected.
   el.weights.replaceChildren(...page.memory.map((o) => new Option(o.label, o.value)));
@@ -54,6 +57,13 @@ export function readFields() {
     if (input.validity.badInput) badInput.push(name);
   }
   return { settings, badInput };
+}
+
+// Put values (name -> the text typed, as readFields gives them: a saved chat's) in the fields; a name
+// missing from values takes the field's default. Before the fields are drawn, they are kept until then.
+export function setFields(values) {
+  waiting = fields.size ? null : values;
+  for (const [name, input] of fields) input.value = values[name] ?? input.defaultValue;
 }
 
 // The answer to a check: every field it names marked, the first one's error under the chat.

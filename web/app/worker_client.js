@@ -30,7 +30,8 @@ export const worker = {
   load: (files, weights) => post({ type: "load", files, weights }),
   // settings: name -> the text typed; badInput: the names of the fields the browser found no number in.
   check: (settings, badInput) => post({ type: "check", settings, bad_input: badInput }),
-  chat: (text, system, settings) => post({ type: "chat", text, system, settings }),
+  // messages: the whole conversation the reply answers, [{role, content}], its last one the user's.
+  chat: (messages, system, settings) => post({ type: "chat", messages, system, settings }),
   newChat: () => post({ type: "new-chat" }),
   setWorkers: (workers) => post({ type: "workers", workers }),
   stop() {

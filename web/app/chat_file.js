@@ -1,0 +1,61 @@
+// A chat as a file: exported as JSON (OpenAI-style messages: {role, content}, the system prompt as a first
+// "system" message; the settings as typed; the model's name) or as Markdown, and a JSON file read back
+// with every problem named (which message, which field, what it holds).
+export const FORMAT = "pyengine-chat";
+const ROLES = ["system", "user", "assistant"];
+const MAX_BYTES = 64 * 2 ** 20;   // a chat file larger than this is not read
+const MAX_MESSAGES = 100_000;
+
+export function chatToJSON(chat) {
+  const messages = [...(chat.system ? [{ role: "system", content: chat.system }] : []),
+    ...chat.messages.map(({ role, content }) => ({ role, content }))];
+  return JSON.stringify({ format: FORMAT, version: 1, title: chat.title, model: chat.model,
+    settings: chat.settings, messages, exported: new Date().toISOString() }, null, 2);
+}
+
+export function chatToMarkdown(chat) {
+  const lines = [`# ${chat.title || "Chat"}`, ""];
+  if (chat.model) lines.push(`Model: ${chat.model}`, "");
+  if (chat.system) lines.push("## System prompt", "", chat.system, "");
+  for (const m of chat.messages) lines.push(m.role === "user" ? "## You" : "## Model", "", m.content, "");
+  return lines.join("\n");
+}
+
+const kind = (v) => (v === null ? "null" : Array.isArray(v) ? "a list" : typeof v);
+const shown = (v) => JSON.stringify(v)?.slice(0, 40) ?? String(v);
+
+// A chat file's text -> {title, model, system, settings, messages}; throws an Error whose message says
+// what is wrong: "chat.json: messages[2].role must be one of system, user, assistant (it is "robot")".
+export function chatFromJSON(text, name = "the file") {
+  const fail = (why) => { throw new Error(`${name}: ${why}`); };
+  if (text.length > MAX_BYTES) fail(`it is larger than ${MAX_BYTES / 2 ** 20} MiB`);
+  let data;
+  try {
+    data = JSON.parse(text);
+  } catch (e) {
+    fail(`not JSON (${e.message})`);
+  }
+  if (Array.isArray(data)) data = { messages: data }; // a bare list of messages
+  if (kind(data) !== "object") fail(`must hold a chat object or a list of messages (it holds ${kind(data)})`);
+  const { messages } = data;
+  if (!Array.isArray(messages)) fail(`"messages" must be a list of {role, content} (it is ${kind(messages)})`);
+  if (messages.length > MAX_MESSAGES) fail(`it has ${messages.length} messages, more than ${MAX_MESSAGES}`);
+  messages.forEach((m, i) => {
+    if (kind(m) !== "object") fail(`messages[${i}] must be an object with "role" and "content" (it is ${kind(m)})`);
+    if (!ROLES.includes(m.role)) fail(`messages[${i}].role must be one of ${ROLES.join(", ")} (it is ${shown(m.role)})`);
+    if (typeof m.content !== "string") fail(`messages[${i}].content must be text (it is ${kind(m.content)})`);
+    if (m.role === "system" && i > 0) fail(`messages[${i}]: a system message may only come first`);
+  });
+  const settings = data.settings ?? {};
+  if (kind(settings) !== "object") fail(`"settings" must be an object of name: value (it is ${kind(settings)})`);
+  for (const [k, v] of Object.entries(settings)) {
+    if (!["string", "number"].includes(typeof v)) fail(`settings.${k} must be a number or text (it is ${kind(v)})`);
+  }
+  for (const key of ["title", "model"]) {
+    if (data[key] != null && typeof data[key] !== "string") fail(`"${key}" must be text (it is ${kind(data[key])})`);
+  }
+  const system = messages[0]?.role === "system" ? messages[0].content : "";
+  return { title: data.title || "", model: data.model || "", system,
+    settings: Object.fromEntries(Object.entries(settings).map(([k, v]) => [k, String(v)])),
+    messages: messages.filter((m) => m.role !== "system").map(({ role, content }) => ({ role, content })) };
+}

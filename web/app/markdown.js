@@ -1,0 +1,123 @@
+// A reply's Markdown as the page shows it: markdown-it parses it (raw HTML in it stays text, only
+// absolute http(s) links become links, images are not loaded), DOMPurify cleans what it renders (no
+// script, no event attributes, no style attributes: a strict CSP holds), highlight.js colours fenced
+// code whose language it knows. Each code block gets a bar with its language and a Copy button.
+// While a reply streams it is drawn again at most once a frame, and only the top-level blocks whose
+// HTML changed are replaced: the blocks above stay the same nodes (no flicker, no scroll jump, a
+// selection in them survives).
+import markdownit from "../vendor/markdown-it.mjs";
+import DOMPurify from "../vendor/purify.mjs";
+import hljs from "../vendor/highlight.mjs";
+import { make } from "./dom.js";
+
+const LIVE_LINK = /^https?:\/\//i;
+
+function highlight(code, lang) {
+  if (!lang || !hljs.getLanguage(lang)) return ""; // markdown-it escapes it
+  try {
+    return hljs.highlight(code, { language: lang, ignoreIllegals: true }).value;
+  } catch {
+    return "";
+  }
+}
+
+const md = markdownit({ html: false, linkify: true, breaks: true, highlight });
+md.disable("image"); // a reply never makes the page fetch anything
+md.validateLink = (url) => LIVE_LINK.test(url.trim()); // other links stay text
+
+// Table cells' alignment as a class (align-left/center/right), not markdown-it's style attribute.
+md.core.ruler.push("align_class", (state) => {
+  for (const token of state.tokens) {
+    const style = token.attrGet?.("style");
+    if (!style) continue;
+    token.attrs = token.attrs.filter(([name]) => name !== "style");
+    const align = /text-align:\s*(left|center|right)/.exec(style);
+    if (align) token.attrJoin("class", `align-${align[1]}`);
+  }
+});
+
+// A table shows at most MAX_TABLE_ROWS rows, and says how many more there are (a reply's text, which Copy
+// copies, keeps them all): a hostile reply's 10,000 rows would cost seconds of layout.
+const MAX_TABLE_ROWS = 500;
+
+md.core.ruler.push("cap_tables", (state) => {
+  const out = [];
+  let rows = 0;
+  let dropping = false;
+  for (const token of state.tokens) {
+    if (token.type === "tbody_open") rows = 0;
+    if (token.type === "tr_open" && rows++ >= MAX_TABLE_ROWS) dropping = true;
+    if (token.type === "tbody_close") dropping = false;
+    if (!dropping) out.push(token);
+    if (token.type === "table_close" && rows > MAX_TABLE_ROWS) out.push(...paragraph(state, `(${rows - MAX_TABLE_ROWS} more rows not shown)`));
+  }
+  state.tokens = out;
+});
+
+// The tokens of a paragraph of plain text (class "note").
+function paragraph(state, text) {
+  const open = new state.Token("paragraph_open", "p", 1);
+  open.attrSet("class", "table-note");
+  const inline = new state.Token("inline", "", 0);
+  const child = new state.Token("text", "", 0);
+  child.content = text;
+  inline.children = [child];
+  return [open, inline, new state.Token("paragraph_close", "p", -1)];
+}
+
+const PURIFY = { RETURN_DOM_FRAGMENT: true, FORBID_TAGS: ["style", "img", "form", "input"], FORBID_ATTR: ["style"] };
+
+DOMPurify.addHook("afterSanitizeAttributes", (node) => {
+  if (node.tagName !== "A") return;
+  if (!LIVE_LINK.test(node.getAttribute("href") || "")) node.removeAttribute("href");
+  node.setAttribute("rel", "noopener noreferrer");
+  node.setAttribute("target", "_blank");
+});
+
+// Markdown text -> a DocumentFragment of clean nodes, code blocks with their bar.
+export function renderMarkdown(text) {
+  const frag = DOMPurify.sanitize(md.render(text), PURIFY);
+  for (const pre of frag.querySelectorAll("pre")) decorateCode(pre);
+  return frag;
+}
+
+function decorateCode(pre) {
+  const lang = /language-(\S+)/.exec(pre.querySelector("code")?.className || "")?.[1] || "";
+  const box = make("div", "code-block");
+  const copy = make("button", "copy-code", "Copy");
+  copy.type = "button";
+  copy.setAttribute("aria-label", lang ? `Copy the ${lang} code` : "Copy the code");
+  const bar = make("div", "code-bar");
+  bar.append(make("span", "code-lang", lang || "code"), copy);
+  pre.replaceWith(box);
+  box.append(bar, pre);
+}
+
+// Draw ``text`` into ``body``, replacing only the top-level nodes that differ from the ones shown.
+export function drawMarkdown(body, text) {
+  const fresh = [...renderMarkdown(text).childNodes];
+  const old = [...body.childNodes];
+  fresh.forEach((node, i) => {
+    if (i >= old.length) body.append(node);
+    else if (!old[i].isEqualNode(node)) old[i].replaceWith(node);
+  });
+  for (const node of old.slice(fresh.length)) node.remove();
+}
+
+// A click on a code block's Copy button (delegated from the message list): its code to the clipboard.
+export function copyCode(button) {
+  copyAndSay(button, button.closest(".code-block")?.querySelector("pre")?.textContent ?? "");
+}
+
+// ``text`` to the clipboard; the button says for a moment whether it went.
+export async function copyAndSay(button, text) {
+  const label = (button.dataset.label ??= button.textContent);
+  let ok = true;
+  try {
+    await navigator.clipboard.writeText(text);
+  } catch {
+    ok = false;
+  }
+  button.textContent = ok ? "Copied" : "Copy failed";
+  setTimeout(() => { button.textContent = label; }, 1500);
+}

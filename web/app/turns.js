@@ -1,0 +1,106 @@
+// The conversation the page keeps, and what can be done with its turns: send a message, regenerate the
+// last reply, edit a message of the user and send it again, delete a turn, copy a message. The page owns
+// the messages: every reply is asked with the whole conversation it answers ("chat" with ``messages``),
+// and the worker keeps the KV cache of the longest prefix it shares with the last one, so a regenerated
+// or edited turn prefills only what changed. A reply joins the conversation when it ends (a stopped one
+// as far as it was shown); one that fails leaves the conversation as it was.
+import { el } from "./dom.js";
+import { drawMessages, editMessage, endTurn, failTurn, startReply, startTurn } from "./chat_view.js";
+import { copyAndSay, copyCode } from "./markdown.js";
+import { setPhase, status } from "./status.js";
+import { worker } from "./worker_client.js";
+
+// messages: [{role, content, note?}] (note "stopped"), the conversation the next reply answers.
+export const chat = { messages: [] };
+// The reply running: kind ("send", "regenerate", "edit") and the messages it answers.
+let pending = null;
+let hooks = { request: null, changed: () => {} };
+
+const plain = (messages) => messages.map(({ role, content }) => ({ role, content }));
+
+function ask(kind, messages, settings) {
+  pending = { kind, messages };
+  setPhase("generating");
+  worker.chat(plain(messages), el.systemPrompt.value, settings);
+}
+
+// A new message of the user, once its settings are checked.
+export function sendText(text, settings) {
+  startTurn(text, chat.messages.length);
+  ask("send", [...chat.messages, { role: "user", content: text }], settings);
+}
+
+function regenerate(settings) {
+  const messages = chat.messages.slice(0, lastUser() + 1);
+  drawMessages(messages, true);
+  startReply();
+  ask("regenerate", messages, settings);
+}
+
+function resend(index, text, settings) {
+  const messages = chat.messages.slice(0, index);
+  drawMessages(messages, true);
+  startTurn(text, index);
+  ask("edit", [...messages, { role: "user", content: text }], settings);
+}
+
+function deleteTurn(index) {
+  const n = chat.messages[index + 1]?.role === "assistant" ? 2 : 1;
+  chat.messages.splice(index, n);
+  drawMessages(chat.messages, status.hasModel);
+  hooks.changed();
+}
+
+const lastUser = () => chat.messages.map((m) => m.role).lastIndexOf("user");
+
+// The worker's "done": the reply joins the conversation.
+export function replyDone(stopped) {
+  const text = endTurn(stopped, pending?.messages.length);
+  if (!pending) return;
+  chat.messages = [...pending.messages, { role: "assistant", content: text, ...(stopped ? { note: "stopped" } : {}) }];
+  pending = null;
+  hooks.changed();
+}
+
+// The worker's "error" during a chat: the conversation stays as it was. Returns the text of a new
+// message that failed, to offer again (null otherwise).
+export function replyFailed(message) {
+  const kind = pending?.kind;
+  pending = null;
+  if (kind === "send" || kind === undefined) return failTurn(message);
+  failTurn(message);
+  drawMessages(chat.messages, status.hasModel); // the reply regenerated or the message edited is back
+  return null;
+}
+
+// The conversation replaced (another chat, a new one, an import): drawn again.
+export function useMessages(messages) {
+  chat.messages = messages;
+  drawMessages(messages, status.hasModel);
+}
+
+function onAction(button) {
+  const li = button.closest("[data-testid=message]");
+  const index = li?.dataset.index === undefined ? -1 : Number(li.dataset.index);
+  const action = button.dataset.action;
+  if (action === "copy") return void copyAndSay(button, li.dataset.text);
+  if (status.phase !== "ready" || index < 0) return; // nothing changes while a reply runs
+  if (action === "delete") deleteTurn(index);
+  else if (action === "regenerate") hooks.request((s) => regenerate(s));
+  else if (action === "edit") {
+    editMessage(li, (text) => text.trim() && hooks.request((s) => resend(index, text, s)),
+      () => drawMessages(chat.messages, status.hasModel));
+  }
+}
+
+// request(action): run action(settings) once the settings are checked (composer.js);
+// changed(): the conversation changed (it is saved).
+export function wireTurns(request, changed) {
+  hooks = { request, changed };
+  el.messages.addEventListener("click", (e) => {
+    const button = e.target.closest("button");
+    if (!button) return;
+    if (button.classList.contains("copy-code")) copyCode(button);
+    else if (button.dataset.action) onAction(button);
+  });
+}
