@@ -315,6 +315,18 @@ def test_small_matrices_are_float32_before_any_is_expanded(files, monkeypatch):
     assert m.layers[0].wo.form is Form.F32 and m.layers[0].w_down.form is Form.COMPACT
 
 
+@pytest.mark.parametrize("form", ["f32", "quantized", "compact"])
+def test_a_prompt_longer_than_a_batch(form, files):
+    """A prompt of more than UBATCH tokens runs in chunks (the first ones without logits): the same last
+    logits as the prompt fed in two steps."""
+    m = load_model(files["llama-q4km"], weights=form)
+    ids = [(7 * i) % m.config.n_vocab for i in range(transformer.UBATCH + 90)]
+    whole = m.forward(ids, m.new_cache(len(ids)))
+    cache = m.new_cache(len(ids))
+    m.forward(ids[:-1], cache, logits="none")
+    np.testing.assert_allclose(m.forward(ids[-1:], cache), whole, atol=1e-4)
+
+
 def test_the_browser_budget_is_three_times_the_file_over_the_workers():
     mib = 2**20
     assert budget.browser_budget(400 * mib, 2) == 600 * mib - budget.RUNTIME_BYTES

@@ -120,6 +120,7 @@ class Rope:
 # attention
 
 SCORES_MAX = 1 << 20     # attention scores held at once during prefill (float32 elements: 4 MiB)
+ONE_BY_ONE = 16          # a batch of this many queries or fewer attends one query at a time
 
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: int, window: int) -> np.ndarray:
@@ -130,9 +131,14 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: int, window: int
     A query at p sees the keys at s <= p, and with ``window > 0`` only those
     with p - s < window (llama.cpp ``is_masked_swa``, LLAMA_SWA_TYPE_STANDARD).
     Query head h uses key/value head h // G. Returns (Hkv, G, T, Dv).
-    Long prompts are cut into query chunks of at most ``SCORES_MAX`` scores.
+    Long prompts are cut into query chunks of at most ``SCORES_MAX`` scores. A batch of at most
+    ``ONE_BY_ONE`` queries (a draft being checked) attends query by query over exactly its own keys, so each
+    row has the bits of a one-token pass (sums over masked zeros would group the floats otherwise).
     """
     hkv, g, t, _ = q.shape
+    if 1 < t <= ONE_BY_ONE:
+        return np.concatenate([attention(q[:, :, i:i + 1], k[:, :pos + i + 1], v[:, :pos + i + 1], pos + i, window)
+                               for i in range(t)], axis=2)
     step = max(1, SCORES_MAX // (hkv * g * (pos + t)))
     if step >= t:                                                         # one chunk (decode, short prompts)
         s0 = max(0, pos - window + 1) if window else 0

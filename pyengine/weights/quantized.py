@@ -127,6 +127,8 @@ class Quantized:
         """(n_in,) -> (n_out,), or (T, n_in) -> (T, n_out): the hot loop of the quantized forms. ``acts``
         keeps x's activation codes for the other parts of a RowSplit, by (vec_dot_type, sub)."""
         xs = x.reshape(-1, x.shape[-1])
+        if not len(xs):                                                              # a prompt chunk's last layer
+            return np.zeros((0, self.n_out), np.float32)
         lay, (m, k) = self.layout, self.q.shape
         t, nb = len(xs), k // self.sub
         key = (self.vec_dot_type, self.sub)
