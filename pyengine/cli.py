@@ -31,6 +31,10 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
                         f"check them in one forward pass; 0 = off (default {LOOKUP_DEFAULT})")
     p.add_argument("-c", "--ctx-size", type=int, default=0, help="context length in tokens (0 = the model's)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    p.add_argument("--probs", type=int, default=0, metavar="N",
+                   help="with --json: for each reply token, its probability and the N likeliest tokens of the "
+                        "distribution it was drawn from (after the penalties and temperature, before top-k, top-p "
+                        "and min-p; at temperature 0 the softmax of the penalized logits); 0 = off (default)")
     p.add_argument("--weights", choices=CHOICES, default="auto",
                    help="weight form: f32 float32, the fastest here with BLAS, the most memory; quantized "
                         "the file's own codes, a code in each lane of an int64; compact the file's codes "
@@ -80,7 +84,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     engine = _load(args.model, args.weights)
     prompt_ids = engine.tokenizer.encode(args.prompt, add_special=True, parse_special=True)
     gen = generate(engine.model, engine.tokenizer, prompt_ids, params, args.n_predict, n_ctx=_fit_ctx(n_ctx, engine),
-                   lookup=args.lookup)
+                   lookup=args.lookup, probs=args.probs)
     _reply(gen, args.json, engine.model.weights)
     return 0
 
@@ -97,7 +101,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     weights = session.engine.model.weights
     if messages is not None:
         session.messages = messages
-        _reply(session.respond(params, args.n_predict, lookup=args.lookup), args.json, weights, session)
+        _reply(session.respond(params, args.n_predict, lookup=args.lookup, probs=args.probs), args.json, weights,
+               session)
         return 0
     interactive = sys.stdin.isatty()
     while True:
@@ -107,7 +112,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         if not line:
             return 0
         if line.strip():
-            turn = session.send(line.rstrip("\n"), params, args.n_predict, lookup=args.lookup)
+            turn = session.send(line.rstrip("\n"), params, args.n_predict, lookup=args.lookup, probs=args.probs)
             try:
                 _reply(turn, args.json, weights, session)
             except KeyboardInterrupt:
@@ -169,6 +174,9 @@ def _n_ctx(args: argparse.Namespace) -> int | None:
         raise PyEngineError(f"-n/--n-predict must be at least 1 token, got {args.n_predict}")
     if args.lookup < 0:
         raise PyEngineError(f"--lookup must be a number of tokens >= 0 (0 = off), got {args.lookup}")
+    if args.probs < 0 or (args.probs and not args.json):
+        raise PyEngineError(f"--probs must be a number of tokens >= 0 and goes with --json, got {args.probs}"
+                            + ("" if args.json else " without --json"))
     if args.ctx_size < 0:
         raise PyEngineError(f"-c/--ctx-size must be >= 0 (0 = the model's), got {args.ctx_size}")
     return args.ctx_size or None
@@ -200,12 +208,15 @@ def _read_messages(path: str) -> list[dict]:
 def _reply(gen, as_json: bool, weights: str, session=None) -> None:
     """Stream a reply's pieces to stdout (its statistics to stderr), or print it as one JSON object:
     ``{"prompt_ids", "ids", "text", "stats", "weights"}`` (``weights``: the model's weight form),
-    with the rendered ``prompt`` first for a chat."""
+    with the rendered ``prompt`` first for a chat, and ``probs`` (a record per id: ``{id, token,
+    text, p, top: [{id, token, p}]}``) with ``--probs``."""
     if as_json:
         for _ in gen:
             pass
         out = {"prompt": session.prompt} if session is not None else {}
         out.update(prompt_ids=gen.prompt_ids, ids=gen.ids, text=gen.text, stats=gen.stats.as_dict(), weights=weights)
+        if gen.token_probs:
+            out["probs"] = gen.token_probs
         print(json.dumps(out, ensure_ascii=False), flush=True)
         return
     for piece in gen:

@@ -17,13 +17,13 @@ SHOWN_CHARS = 20_000  # a metadata string longer than this is cut in the inspect
 INSPECT_ROWS = 10_000  # metadata keys and tensors sent to the inspector (real models: a few hundred)
 
 
-def open_gguf_plainly(sources: list) -> Any:
-    """:func:`pyengine.gguf.open_gguf`, except that a file that is not a GGUF at all (empty, too
-    short, or not starting with the magic ``GGUF``) is said plainly: "x.gguf is not a GGUF file (it
-    starts with 'hell', a GGUF file starts with 'GGUF')". Raises GGUFError naming the file."""
+def open_gguf_plainly(sources: list, progress: Any = None) -> Any:
+    """:func:`pyengine.gguf.open_gguf` (``progress`` as its), except that a file that is not a GGUF at all
+    (empty, too short, or not starting with the magic ``GGUF``) is said plainly: "x.gguf is not a GGUF
+    file (it starts with 'hell', a GGUF file starts with 'GGUF')". Raises GGUFError naming the file."""
     from pyengine.gguf import GGUF_MAGIC, open_gguf
     try:
-        return open_gguf(sources)
+        return open_gguf(sources, progress=progress)
     except GGUFError:
         for src in sources:
             head = src.read(0, len(GGUF_MAGIC))

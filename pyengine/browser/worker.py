@@ -82,9 +82,10 @@ from pyengine.browser.settings import (
     weight_cards,
 )
 from pyengine.browser.shared_memory import new_block
-from pyengine.errors import PyEngineError
+from pyengine.errors import PyEngineError, TemplateError
 from pyengine.generation.chat import ChatSession
 from pyengine.generation.engine import Engine, text_parts
+from pyengine.gguf.quants import dequantizer
 from pyengine.inspect import describe
 from pyengine.model.config import ModelConfig
 from pyengine.model.load import check_tensors, load_model, load_nbytes
@@ -94,6 +95,18 @@ from pyengine.parallel.server import plan_message
 from pyengine.text.chat_template import check_messages
 
 PROGRESS_EVERY = 0.1  # seconds between two progress messages while loading
+
+
+def header_progress(post: Callable) -> Callable[[int, int], None]:
+    """:func:`pyengine.gguf.open_gguf`'s ``progress(bytes_done, bytes_total)``: posts ``progress`` (stage
+    "reading header") at most every PROGRESS_EVERY seconds, and when a file's header ends."""
+    last = [-PROGRESS_EVERY]
+
+    def progress(done: int, total: int) -> None:
+        if time.perf_counter() - last[0] >= PROGRESS_EVERY or done == total:
+            last[0] = time.perf_counter()
+            post({"type": "progress", "stage": "reading header", "bytes": done, "total_bytes": total})
+    return progress
 
 
 class LoadProgress:
@@ -155,11 +168,14 @@ class WorkerSession:
         """
         t0 = time.perf_counter()
         sources = [f if hasattr(f, "read") else BrowserFileSource(f) for f in files]
-        gguf = open_gguf_plainly(sources)
+        gguf = open_gguf_plainly(sources, header_progress(self.post))
         d = describe(gguf)
         config = ModelConfig.from_metadata(gguf.metadata, gguf.tensors)   # an unsupported architecture fails here
         tokenizer, template, template_error = text_parts(gguf)
-        check_tensors(gguf, config)
+        if template is None:
+            raise TemplateError(template_error)                              # a chat needs one
+        for name in check_tensors(gguf, config):                          # shapes, then types
+            dequantizer(gguf.tensors[name].type, name)
         wanted, note = await self._start_helpers()
         plan = plan_load(gguf, config, weights, wanted)                   # an unknown form or no room fails here
         plan.note = plan.note or note

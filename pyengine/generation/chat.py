@@ -69,7 +69,9 @@ class ChatSession:
     so the conversation always reads as the user saw it. ``respond()`` answers the conversation as
     it stands (``messages`` may be set directly). ``params`` is a :class:`SamplerParams` or a ready
     :class:`Sampler`; ``lookup`` is the most tokens prompt lookup drafts per step (0 = off; the
-    conversation is what it copies from). Only one reply runs at a time: a new one closes the last. ``system`` is sent
+    conversation is what it copies from); ``probs`` the alternatives each reply token's record lists
+    (:class:`Generation`'s ``token_probs``; 0 = none). Only one reply runs at a time: a new one
+    closes the last. ``system`` is sent
     as a first ``system`` message (the template decides what it does).
     """
     engine: Engine
@@ -103,22 +105,23 @@ class ChatSession:
         return ([{"role": "system", "content": self.system}] if self.system else []) + self.messages
 
     def send(self, text: str, params: SamplerParams | None = None, max_tokens: int = 256,
-             stop_strings: Iterable[str] = (), lookup: int = LOOKUP_DEFAULT) -> Generation:
+             stop_strings: Iterable[str] = (), lookup: int = LOOKUP_DEFAULT, probs: int = 0) -> Generation:
         """Add the user's ``text`` and start the reply. Raises TemplateError / PyEngineError (the
         conversation is then left as it was)."""
         self._close_turn()
         user = {"role": "user", "content": text}
-        turn = self._start(self.conversation() + [user], params, max_tokens, stop_strings, lookup)
+        turn = self._start(self.conversation() + [user], params, max_tokens, stop_strings, lookup, probs)
         self.messages.append(user)
         return turn
 
     def respond(self, params: SamplerParams | None = None, max_tokens: int = 256,
-                stop_strings: Iterable[str] = (), lookup: int = LOOKUP_DEFAULT) -> Generation:
+                stop_strings: Iterable[str] = (), lookup: int = LOOKUP_DEFAULT, probs: int = 0) -> Generation:
         """Start a reply to the conversation as it stands."""
         self._close_turn()
-        return self._start(self.conversation(), params, max_tokens, stop_strings, lookup)
+        return self._start(self.conversation(), params, max_tokens, stop_strings, lookup, probs)
 
-    def _start(self, conversation: list[dict], params, max_tokens: int, stop_strings, lookup: int) -> Generation:
+    def _start(self, conversation: list[dict], params, max_tokens: int, stop_strings, lookup: int,
+               probs: int = 0) -> Generation:
         engine = self.engine
         prompt, ids = chat_prompt(engine.template, engine.tokenizer, check_messages(conversation))
         if len(ids) >= self.cache.n_ctx:
@@ -130,7 +133,7 @@ class ChatSession:
         self.prompt = prompt
         sampler = params if isinstance(params, Sampler) else Sampler(params)
         self.turn = Generation(engine.model, engine.tokenizer, ids, sampler, max_tokens,
-                               stop_strings, self.cache, on_finish=self._finished, lookup=lookup)
+                               stop_strings, self.cache, on_finish=self._finished, lookup=lookup, probs=probs)
         return self.turn
 
     def _finished(self, turn: Generation) -> None:

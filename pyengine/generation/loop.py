@@ -12,7 +12,9 @@ more). Stops: an end-of-generation token (``tokenizer.eog_ids``; not part of the
 text), a stop string (the text before it is emitted, it is not), ``max_tokens``,
 the context limit (``n_ctx``); they fall on the same token with lookup as
 without, a draft running past them is cut there. Statistics per reply:
-:class:`TurnStats`.
+:class:`TurnStats`. With ``probs`` = N > 0, ``token_probs`` holds for each reply token what it was
+drawn from (:meth:`pyengine.generation.sampling.Sampler.probabilities`: after penalties and
+temperature, before truncation): its probability and the N likeliest alternatives.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import numpy as np
 
 from pyengine.errors import PyEngineError
 from pyengine.generation.lookup import LOOKUP_DEFAULT, NgramIndex
-from pyengine.generation.sampling import Sampler, SamplerParams
+from pyengine.generation.sampling import Sampler, SamplerParams, top_probs
 
 STOP_REASONS = ("eog", "stop_string", "max_tokens", "context", "stopped", "error")
 
@@ -113,15 +115,18 @@ class Generation:
     run, for its logits. ``lookup``: the most tokens drafted per step by prompt lookup (0 = off).
     ``on_finish(gen)`` is called once when the reply ends, however it ends.
 
+    ``probs``: how many alternatives each token's record in ``token_probs`` lists (0 = no records).
+
     Attributes: ``prompt_ids``, ``ids`` (generated), ``text`` (emitted so far), ``tokens`` (the
-    ids whose keys and values the cache holds), ``stats``, ``done``.
+    ids whose keys and values the cache holds), ``stats``, ``done``, ``token_probs`` (a record per
+    id of ``ids``: ``{id, token, text, p, top}``, see :meth:`_prob_record`).
     """
 
     def __init__(self, model: Any, tokenizer: Any, prompt_ids: Sequence[int], sampler: Sampler,
                  max_tokens: int, stop_strings: Iterable[str] = (), cache: Any = None,
                  should_stop: Callable[[], bool] | None = None,
                  on_finish: Callable[[Generation], None] | None = None, n_ctx: int | None = None,
-                 lookup: int = LOOKUP_DEFAULT):
+                 lookup: int = LOOKUP_DEFAULT, probs: int = 0):
         from pyengine.text.stream import StreamDecoder
         self.model, self.tokenizer, self.sampler = model, tokenizer, sampler
         self.prompt_ids = [int(t) for t in prompt_ids]
@@ -148,6 +153,8 @@ class Generation:
         self._decoder = StreamDecoder(tokenizer)
         self._stops = StopStrings(stop_strings)
         self._eog = tokenizer.eog_ids
+        self._probs = probs
+        self.token_probs: list[dict] = []
 
     # --- the iterator protocol, for `for piece in gen`
     def __iter__(self) -> Generation:
@@ -214,11 +221,14 @@ class Generation:
         the cache then holds what plain decoding's would. Returns the step's text."""
         piece, reason, sampled, accepted = "", None, 0, 0
         for row in logits:
+            seen = self.sampler.probabilities(row, self._history) if self._probs else None   # (n_vocab,)
             tok = self.sampler.sample(row, self._history)              # the history as plain decoding's
             sampled += 1
             hit = sampled <= len(draft) and tok == draft[sampled - 1]
             accepted += hit
             text, reason = self._take(tok)
+            if seen is not None and reason != "eog":
+                self.token_probs.append(self._prob_record(tok, text, seen))
             piece += text
             if reason is not None or not hit:
                 break
@@ -228,6 +238,15 @@ class Generation:
         self.stats.accepted_tokens += accepted
         self._time(t0, prefill)
         return self._finish(reason, piece) if reason is not None else piece
+
+    def _prob_record(self, tok: int, text: str, probs: np.ndarray) -> dict:
+        """What token ``tok`` was drawn from: ``{id, token (its own text), text (the reply text it
+        completed, "" while held back), p (its probability), top: [{id, token, p}] (the likeliest
+        ``probs`` alternatives, most likely first)}``."""
+        def token(i: int) -> str:
+            return self.tokenizer.token_bytes(i).decode("utf-8", "replace")
+        top = [{"id": i, "token": token(i), "p": p} for i, p in top_probs(probs, self._probs)]
+        return {"id": tok, "token": token(tok), "text": text, "p": float(probs[tok]), "top": top}
 
     def _take(self, tok: int) -> tuple[str, str | None]:
         """Add a sampled token to the reply: (the text it completes, the stop reason or None)."""
@@ -265,6 +284,9 @@ class Generation:
             tail += "" if hit else self._stops.flush()
             self.text += tail
             piece += tail
+            if tail and self.token_probs:
+                self.token_probs[-1]["text"] += tail     # the text held back was the last tokens'
+
         self.done = True
         self.stats.stop_reason = reason
         self.stats.generated_tokens = len(self.ids)
@@ -276,11 +298,12 @@ class Generation:
 def generate(model: Any, tokenizer: Any, prompt_ids: Sequence[int], params: SamplerParams | None = None,
              max_tokens: int = 128, stop_strings: Iterable[str] = (), cache: Any = None,
              should_stop: Callable[[], bool] | None = None, n_ctx: int | None = None,
-             lookup: int = LOOKUP_DEFAULT) -> Generation:
+             lookup: int = LOOKUP_DEFAULT, probs: int = 0) -> Generation:
     """Continue ``prompt_ids``: a :class:`Generation` to iterate for text pieces (see its doc).
     ``params`` default to llama.cpp's sampling defaults; ``n_ctx`` sizes a new cache (default: the
-    model's training context); ``lookup`` is the most tokens drafted per step (0 = off). Raises
+    model's training context); ``lookup`` is the most tokens drafted per step (0 = off); ``probs``
+    the alternatives each token's record in ``token_probs`` lists (0 = none). Raises
     PyEngineError for an empty prompt, one longer than the context, or a bad ``lookup``."""
     return Generation(model, tokenizer, prompt_ids, Sampler(params), max_tokens, stop_strings, cache,
-                      should_stop, n_ctx=n_ctx, lookup=lookup)
+                      should_stop, n_ctx=n_ctx, lookup=lookup, probs=probs)
 

@@ -21,6 +21,10 @@ each step as in src/llama-sampler.cpp), leaving out the steps that are off by de
 
 :meth:`Sampler.distribution` is the chain up to ``dist``: the ids and probabilities the token is
 drawn from; :meth:`Sampler.draw` is ``dist``; :meth:`Sampler.sample` is both.
+:meth:`Sampler.probabilities` is what the page and the CLI show of a step (``--probs``): the softmax
+of the penalized logits divided by the temperature, over the whole vocabulary, before top-k, top-p
+and min-p cut it (at temperature 0, the softmax of the penalized logits); :func:`top_probs` its
+likeliest few.
 
 The vocabulary can be 262,144 wide: top-k bounds the k-th largest logit from a 1/16 sample,
 ``argpartition``s the few hundred candidates above it and sorts only the k survivors; top-p
@@ -199,8 +203,24 @@ class Sampler:
         ids, vals, is_sorted = min_p(ids, vals, is_sorted, sp.min_p)
         return ids, softmax(vals / np.float32(sp.temperature))       # (n_kept,) int64, float64
 
+    def probabilities(self, logits: np.ndarray, history: Sequence[int] = ()) -> np.ndarray:
+        """(n_vocab,) float64: the softmax of ``logits`` after the penalties and the temperature, before
+        top-k, top-p and min-p (temperature 0: of the penalized logits, as at temperature 1)."""
+        sp = self.params
+        logits = apply_penalties(logits, history, sp.repeat_penalty, sp.repeat_last_n)
+        t = sp.temperature if sp.temperature > 0.0 else 1.0
+        return softmax(logits / np.float32(t))
+
     def draw(self, ids: np.ndarray, probs: np.ndarray) -> int:
         """One id drawn from ``probs`` ((n,) float64) with one uniform of the generator: the id whose
         slice of the cumulative sum the uniform lands in (``dist``)."""
         i = int(np.searchsorted(np.cumsum(probs), self.rng.random() * probs.sum(), side="right"))
         return int(ids[min(i, ids.shape[0] - 1)])
+
+
+def top_probs(probs: np.ndarray, n: int) -> list[tuple[int, float]]:
+    """The ``n`` likeliest (id, probability) of ``probs`` ((n_vocab,)), most likely first (ties: lower id)."""
+    n = min(n, probs.shape[0])
+    ids = np.argpartition(-probs, n - 1)[:n] if n < probs.shape[0] else np.arange(probs.shape[0])
+    ids = ids[np.lexsort((ids, -probs[ids]))]
+    return [(int(i), float(probs[i])) for i in ids]

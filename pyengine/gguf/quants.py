@@ -433,6 +433,17 @@ DEQUANTIZERS: dict[str, Callable[[np.ndarray, np.ndarray], None]] = {
 }
 
 
+def dequantizer(ggml_type: GGMLType, name: str | None = None) -> Callable[[np.ndarray, np.ndarray], None]:
+    """The dequantizer of ``ggml_type`` (:data:`DEQUANTIZERS`). Raises GGUFError naming the tensor and
+    the types supported: a load checks every tensor's type with it before it reads any."""
+    fn = DEQUANTIZERS.get(ggml_type.name)
+    if fn is None:
+        what = f"tensor {name!r}: " if name else ""
+        raise GGUFError(f"{what}cannot dequantize ggml type {ggml_type.name} (id {ggml_type.id}); "
+                        f"supported types: {', '.join(DEQUANTIZERS)}")
+    return fn
+
+
 def dequantize(blocks: np.ndarray | bytes, ggml_type: GGMLType, n_elements: int,
                name: str | None = None, out: np.ndarray | None = None) -> np.ndarray:
     """Dequantize the raw bytes of a tensor to float32.
@@ -451,11 +462,7 @@ def dequantize(blocks: np.ndarray | bytes, ggml_type: GGMLType, n_elements: int,
     The math per type is ggml's ``dequantize_row_<type>``; bit-exact with
     ``gguf.quants.dequantize``.
     """
-    fn = DEQUANTIZERS.get(ggml_type.name)
-    if fn is None:
-        what = f"tensor {name!r}: " if name else ""
-        raise GGUFError(f"{what}cannot dequantize ggml type {ggml_type.name} (id {ggml_type.id}); "
-                        f"supported types: {', '.join(DEQUANTIZERS)}")
+    fn = dequantizer(ggml_type, name)
     bs = ggml_type.block_size
     src = _blocks(blocks, ggml_type, n_elements, name)                   # (n_blocks, type_size) uint8
     n_blocks = len(src)

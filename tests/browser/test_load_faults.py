@@ -1,0 +1,145 @@
+"""A load that fails keeps what the user had (pyengine.browser.worker in CPython): whatever the cause found
+before the weights are read (the header, the metadata, the tokenizer, the chat template, the tensor table, a
+shape, a type, the architecture, the memory), the model loaded before and its conversation stay, and the
+next message is answered by it. The header's reading is shown as progress."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import TINY
+from gguf_write import gguf_bytes
+
+from browser.test_worker_glue import chat, load_tiny, run
+from pyengine.browser import worker
+from pyengine.gguf import open_gguf
+from pyengine.gguf.ggml_types import GGML_TYPES
+from pyengine.gguf.source import BytesSource, FileSource
+
+MXFP4 = next(t for t in GGML_TYPES.values() if t.name == "MXFP4")
+
+
+@pytest.fixture
+def posted():
+    messages: list[dict] = []
+    worker.setup(messages.append)
+    return messages
+
+
+def changed(drop: tuple = (), tensors: dict | None = None, **metadata) -> BytesSource:
+    """The tiny llama with metadata changed (``key=(type name, value)``, or a value of the key's type),
+    tensors dropped, or tensors replaced (``name: (ne, ggml type id, raw bytes)``)."""
+    path = TINY["llama"]
+    with open_gguf(path) as g:
+        kvs = {k: (g.value_types[k], v) for k, v in g.metadata.items()}
+        kvs.update({k.replace("__", "."): v if isinstance(v, tuple) else (g.value_types[k.replace("__", ".")], v)
+                    for k, v in metadata.items()})
+        table = {n: (t.shape, t.type.id, g.tensor_bytes(n).tobytes()) for n, t in g.tensors.items() if n not in drop}
+        table.update(tensors or {})
+        return BytesSource(gguf_bytes([(k, t, v) for k, (t, v) in kvs.items()],
+                                      [(n, *row) for n, row in table.items()]), "changed.gguf")
+
+
+def tiny_tensor(name: str):
+    with open_gguf(TINY["llama"]) as g:
+        return g.tensors[name].shape, g.tensor_bytes(name).tobytes()
+
+
+FFN_UP, FFN_UP_BYTES = tiny_tensor("blk.0.ffn_up.weight")
+BAD_LOADS = [
+    ("header", lambda: BytesSource(TINY["llama"].read_bytes()[:300], "cut.gguf"), "cut.gguf: byte"),
+    ("metadata", lambda: changed(llama__embedding_length=("STRING", "64")), "llama.embedding_length"),
+    ("tokenizer", lambda: changed(tokenizer__ggml__model="bogus"), "bogus"),
+    ("chat template", lambda: changed(tokenizer__chat_template=("STRING", "{% for %}")),
+     "chat template does not parse"),
+    ("tensor table", lambda: changed(drop=("output_norm.weight",)), "missing tensor 'output_norm.weight'"),
+    ("shape", lambda: changed(tensors={"blk.0.ffn_up.weight": (FFN_UP[::-1], 0, FFN_UP_BYTES)}),
+     "tensor 'blk.0.ffn_up.weight' has shape"),
+    ("type", lambda: changed(tensors={"blk.0.attn_q.weight": ((64, 64), MXFP4.id,
+                                                               bytes(MXFP4.n_bytes(64 * 64)))}), "MXFP4"),
+    ("architecture", lambda: changed(general__architecture="phi9"), "phi9"),
+]
+
+
+@pytest.mark.parametrize("cause, source, message", BAD_LOADS, ids=[c for c, _, _ in BAD_LOADS])
+def test_a_load_that_fails_keeps_the_model_and_the_chat(posted, cause, source, message):
+    from browser.reference import cpython_reply
+    load_tiny(posted)
+    first, _ = chat(posted, "hello", max_tokens=3)
+    before = list(worker._session.chat.messages)
+    start = len(posted)
+    run({"type": "load", "files": [source()]})
+    kinds = [m["type"] for m in posted[start:]]
+    assert kinds[-1] == "error" and set(kinds[:-1]) <= {"progress"}, kinds     # no "unloaded": nothing changed
+    assert message in posted[-1]["message"] and "internal error" not in posted[-1]["message"], posted[-1]
+    assert worker._session.chat.messages == before
+    again, _ = chat(posted, "again", max_tokens=3)                                 # the old model answers
+    assert again == cpython_reply(TINY["llama"], ["hello", first, "again"], max_tokens=3)
+
+
+def test_the_header_is_shown_as_it_is_read(posted):
+    load_tiny(posted)
+    header = [m for m in posted if m.get("stage") == "reading header"]
+    with open_gguf(TINY["llama"]) as g:
+        assert header and header[-1]["bytes"] == header[-1]["total_bytes"]
+        assert g.data_offset - g.alignment < header[-1]["bytes"] <= g.data_offset       # its end, before padding
+    assert posted.index(header[-1]) < next(i for i, m in enumerate(posted) if m.get("stage") == "reading tensors")
+
+
+def test_a_model_too_big_for_the_browser_says_what_fits_and_keeps_the_chat(posted, tmp_path, monkeypatch):
+    """A model of Llama-3.2-3B's shapes in Q4_0 (1.68 GiB of tensors; a sparse file, only its header
+    written): in the browser (sys.platform as Pyodide's) the default form needs more than one worker's
+    4 GiB, and the load says so, and what would fit, before it reads a weight."""
+    from pyengine.weights import budget
+    load_tiny(posted)
+    chat(posted, "hello", max_tokens=3)
+    before = list(worker._session.chat.messages)
+    monkeypatch.setattr(budget.sys, "platform", "emscripten")
+    start = len(posted)
+    run({"type": "load", "files": [FileSource(sparse_3b(tmp_path / "3b.gguf"))]})
+    assert [m["type"] for m in posted[start:]][-1] == "error" and "unloaded" not in [m["type"] for m in posted]
+    assert posted[-1]["message"] == (
+        "this model (1.68 GiB of tensors) needs 5.05 GiB in each of 1 worker(s) in this form, largest array "
+        "0.78 GiB; a browser worker holds at most 4 GiB, one array at most 2 GiB: the low-memory form "
+        "(Memory: low memory) would need 1.97 GiB a worker")
+    assert worker._session.chat.messages == before
+
+
+def sparse_3b(path):
+    """Llama-3.2-3B's shapes (3072 wide, 28 layers, 24/8 heads, 8192 FFN, 128,256 tokens) in Q4_0, the tiny
+    llama's tokenizer padded to the vocabulary; the file is sparse past its header."""
+    from gguf_write import header, kv, pad, tensor_info
+    n_embd, n_ff, n_layer, n_head, n_kv, n_vocab = 3072, 8192, 28, 24, 8, 128_256
+    with open_gguf(TINY["llama"]) as g:
+        tokens = list(g.metadata["tokenizer.ggml.tokens"])
+        scores = list(g.metadata["tokenizer.ggml.scores"])
+        types = [int(t) for t in g.metadata["tokenizer.ggml.token_type"]]
+    pad_n = n_vocab - len(tokens)
+    kvs = [kv("general.architecture", "STRING", "llama"), kv("llama.context_length", "UINT32", 4096),
+           kv("llama.embedding_length", "UINT32", n_embd), kv("llama.block_count", "UINT32", n_layer),
+           kv("llama.feed_forward_length", "UINT32", n_ff), kv("llama.attention.head_count", "UINT32", n_head),
+           kv("llama.attention.head_count_kv", "UINT32", n_kv), kv("llama.rope.dimension_count", "UINT32", 128),
+           kv("llama.attention.layer_norm_rms_epsilon", "FLOAT32", 1e-5),
+           kv("tokenizer.ggml.model", "STRING", "llama"),
+           kv("tokenizer.ggml.tokens", "ARRAY[STRING]", tokens + [f"<unused{i}>" for i in range(pad_n)]),
+           kv("tokenizer.ggml.scores", "ARRAY[FLOAT32]", scores + [0.0] * pad_n),
+           kv("tokenizer.ggml.token_type", "ARRAY[INT32]", types + [5] * pad_n)]
+    q4_0 = GGML_TYPES[2]
+    shapes = [("token_embd.weight", (n_embd, n_vocab), 2), ("output_norm.weight", (n_embd,), 0)]
+    for i in range(n_layer):
+        shapes += [(f"blk.{i}.{name}", ne, tid) for name, ne, tid in (
+            ("attn_norm.weight", (n_embd,), 0), ("ffn_norm.weight", (n_embd,), 0),
+            ("attn_q.weight", (n_embd, n_embd), 2), ("attn_k.weight", (n_embd, n_embd // n_head * n_kv), 2),
+            ("attn_v.weight", (n_embd, n_embd // n_head * n_kv), 2), ("attn_output.weight", (n_embd, n_embd), 2),
+            ("ffn_gate.weight", (n_embd, n_ff), 2), ("ffn_up.weight", (n_embd, n_ff), 2),
+            ("ffn_down.weight", (n_ff, n_embd), 2))]
+    infos, at = [], 0
+    for name, ne, tid in shapes:
+        infos.append(tensor_info(name, ne, tid, at))
+        n = int(np.prod(ne))
+        at = pad(at + (q4_0.n_bytes(n) if tid == 2 else 4 * n), 32)
+    head = header(len(infos), len(kvs)) + b"".join(kvs) + b"".join(infos)
+    with open(path, "wb") as f:
+        f.write(head)
+        f.truncate(pad(len(head), 32) + at)
+    return path
