@@ -28,7 +28,8 @@ lint:
 unit:
 	$(PYTHON) -m pytest -m "not node and not browser"
 
-bench:
+bench: models build
+	$(PYTHON) bench/make_models.py
 	$(PYTHON) bench/run.py
 
 clean:

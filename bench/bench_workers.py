@@ -58,7 +58,7 @@ def cpu_parallel() -> float:
     return 2 * one / two
 
 
-def one_run(pw, url: str, model: Path, setting: str) -> dict:
+def one_run(pw, url: str, model: Path, setting: str, prompt: str = PROMPT, n_gen: int = N_GEN) -> dict:
     """A fresh browser: boot, choose the workers (``"N"``, then ``@form`` for a Memory setting other than
     "auto"), load ``model``, one greedy reply. Seconds, tok/s, bytes."""
     label = setting
@@ -85,8 +85,8 @@ def one_run(pw, url: str, model: Path, setting: str) -> dict:
         sync = note.get_attribute("data-sync-us")
         if count != workers:
             raise RuntimeError(f"asked for {workers} workers, got {count}: {note.text_content()}")
-        set_settings(page, temperature=0, max_tokens=N_GEN, seed=None)
-        send(page, PROMPT)
+        set_settings(page, temperature=0, max_tokens=n_gen, seed=None)
+        send(page, prompt)
         wait_reply(page)
         stats = json.loads(page.get_by_test_id("stats").get_attribute("data-stats"))
         if guard.outside:
@@ -139,6 +139,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--workers", nargs="+", default=["1", "2", "4"])
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "workers.json")
+    ap.add_argument("--gen", type=int, default=N_GEN, help=f"new tokens at most (default {N_GEN})")
+    ap.add_argument("--prompt", default=PROMPT, help="the chat message (default: ~128 tokens on the printing press)")
     args = ap.parse_args()
     if not (STATIC / "index.html").is_file():
         sys.exit("static/ is not built: run `make build`")
@@ -151,7 +153,7 @@ def main() -> None:
             for i in range(args.runs):
                 for n in args.workers:
                     par = cpu_parallel()
-                    r = {**one_run(pw, url, args.model, n), "cpu_parallel": par}
+                    r = {**one_run(pw, url, args.model, n, args.prompt, args.gen), "cpu_parallel": par}
                     runs.append(r)
                     print(f"run {i + 1}/{args.runs}, {n} worker(s), cpu_parallel {par:.2f}: "
                           f"decode {r['decode_ms_per_token']:.1f} ms/token, "
@@ -162,7 +164,7 @@ def main() -> None:
     rows = summarize(runs, args.workers)
     print(table(rows))
     result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "model": args.model.name,
-              "browser": f"Chromium {runs[0]['browser']}", "n_gen": N_GEN, "summary": rows, "runs": runs}
+              "browser": f"Chromium {runs[0]['browser']}", "n_gen": args.gen, "summary": rows, "runs": runs}
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}")
 

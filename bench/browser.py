@@ -108,10 +108,13 @@ class ChromiumBench:
         if urlsplit(request.url).scheme in ("http", "https") and urlsplit(request.url).hostname != serve.HOST:
             self.blocked.append(request.url)
 
-    def run(self, engine: str, threads: int, model: Path, prompt: list[int] | str, n_gen: int) -> dict:
+    def run(self, engine: str, threads: int, model: Path, prompt: list[int] | str, n_gen: int,
+            long_prompt: str | None = None) -> dict:
         """One run in a fresh page: boot, choose the file, load, the prompt to ``n_gen`` tokens (``ttft_s``:
         to the first token, wall, as the page sees it). ``prompt``: ids for pyengine, the text that
-        tokenizes to them for wllama (its completion API takes text). Numbers in seconds and bytes."""
+        tokenizes to them for wllama (its completion API takes text). With ``long_prompt`` (text, wllama)
+        a second completion of one token from it gives ``long`` (its TTFT, prompt tokens, prefill tok/s).
+        Numbers in seconds and bytes."""
         browser = self._pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         version = browser.version
         page = browser.new_page()
@@ -129,6 +132,10 @@ class ChromiumBench:
             page.set_input_files("#file", str(model))
             load = evaluate(page, "loaded", "bench.loaded")
             result = evaluate(page, "generate", "bench.generate(...arg)", [prompt, n_gen])
+            if long_prompt is not None:
+                long = evaluate(page, "generate", "bench.generate(...arg)", [long_prompt, 1])
+                result["long"] = {"ttft_s": long["ttft_wall_s"], "prompt_tokens": long["prompt_tokens"],
+                                  "prefill_tok_s": long["prefill_tok_s"]}
             memory = result.get("wasm_heap_bytes")
         except Exception as e:
             raise RuntimeError(f"{e}; page errors: {errors[-3:]}; console: {console[-8:]}") from None

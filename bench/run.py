@@ -52,7 +52,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
 
 MODELS = {"gemma3": ROOT / "models" / "gemma-3-270m-q4_k_m.gguf",
-          "smollm2": ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"}
+          "smollm2": ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf",
+          # the shapes of Qwen2.5-0.5B and Llama-3.2-1B with random weights (bench/make_models.py)
+          "qwen2-0.5b": ROOT / "models" / "bench" / "qwen2-0.5b-random-q4_k_m.gguf",
+          "llama-1b": ROOT / "models" / "bench" / "llama-1b-random-q4_k_m.gguf"}
 N_PROMPT = 128           # prompt tokens
 N_GEN = 65               # generated tokens: the first from the prefill, then 64 decode steps
 REFERENCE = "llamacpp-1t"  # whose greedy tokens the others are compared with
@@ -71,6 +74,14 @@ PROMPT_TEXT = (
     "was replaced by an electric light. She decided to write the story of the lighthouse and its keepers, "
     "and she began with the first entry in the oldest book, dated the first of March."
 )
+
+
+# A chat turn of about 500 tokens (the page applies its chat template; wllama gets the text as it is):
+# the TTFT of a long first message.
+LONG_TURN = (f"Here is a story.\n\n{PROMPT_TEXT}\n\nAnd here it is again.\n\n{PROMPT_TEXT}\n\n"
+             "Summarize it in three sentences: the first about the keepers and their book, the second about "
+             "what the historian saw when she read the books from the first page to the last, and the third "
+             "about the story she decided to write.")
 
 
 # ----------------------------------------------------------------------------
@@ -136,24 +147,28 @@ def run_chromium_pyengine(bench: Bench, model: Path, prompt: Prompt, n_gen: int,
 
 
 def run_wllama(bench: Bench, model: Path, prompt: Prompt, n_gen: int, threads: int) -> dict:
-    return bench.chromium().run("wllama", threads, model, prompt.text, n_gen)
+    """wllama: the prompt to ``n_gen`` tokens, then LONG_TURN to its first token (``long``)."""
+    r = bench.chromium().run("wllama", threads, model, prompt.text, n_gen, long_prompt=LONG_TURN)
+    return {**r, "ttft500_s": r["long"]["ttft_s"], "prefill500_tok_s": r["long"]["prefill_tok_s"]}
 
 
 def run_page(bench: Bench, model: Path, prompt: Prompt, n_gen: int, threads: int) -> dict:
-    """The app itself (web/, as a person uses it) with ``threads`` Pyodide workers and the Memory
-    setting "packed", measured by bench/bench_workers.py in its own Chromium: its chat prompt (~120
-    tokens once the template is applied), not the 128 ids; memory is every worker's heap together."""
+    """The app itself (web/, as a person uses it) with ``threads`` Pyodide workers and the default Memory
+    setting, measured by bench/bench_workers.py in its own Chromium: LONG_TURN as the first chat message
+    (its TTFT and prefill; then 64 decode steps); memory is every worker's heap together."""
     out = Path(tempfile.mkdtemp()) / "page.json"
     p = subprocess.run([sys.executable, str(BENCH / "bench_workers.py"), "--model", str(model), "--runs", "1",
-                        "--workers", f"{threads}@packed", "--out", str(out)], capture_output=True, text=True,
-                       timeout=SUBPROCESS_TIMEOUT, cwd=ROOT)
+                        "--workers", str(threads), "--prompt", LONG_TURN, "--gen", str(n_gen),
+                        "--out", str(out)], capture_output=True,
+                       text=True, timeout=SUBPROCESS_TIMEOUT, cwd=ROOT)
     if p.returncode != 0:
         raise RuntimeError(f"exit {p.returncode}: {p.stderr.strip()[-800:]}")
     r = json.loads(out.read_text())["runs"][0]
-    return {"load_s": r["load_s"], "ttft_s": r["prompt_tokens"] / r["prefill_tok_s"],
-            "prefill_tok_s": r["prefill_tok_s"], "decode_tok_s": r["decode_tok_s"],
+    ttft = r["prompt_tokens"] / r["prefill_tok_s"]
+    return {"load_s": r["load_s"], "ttft_s": None, "prefill_tok_s": None, "ttft500_s": ttft,
+            "prefill500_tok_s": r["prefill_tok_s"], "decode_tok_s": r["decode_tok_s"],
             "wasm_heap_bytes": sum(r["heap_bytes"]), "prefill_tokens": r["prompt_tokens"],
-            "decode_tokens": r["decode_tokens"], "own_prompt": True}
+            "decode_tokens": r["decode_tokens"], "own_prompt": True, "workers": r}
 
 
 @dataclass
@@ -170,14 +185,15 @@ ENGINES = {
     "pyengine-node":     Engine(run_node, 1, "pyengine, Pyodide 0.27.7 under Node", "wasm heap"),
     "pyengine-chromium": Engine(run_chromium_pyengine, 1, "pyengine, Pyodide 0.27.7 in a Chromium worker",
                                 "wasm heap"),
-    "pyengine-page-2w":  Engine(run_page, 2, "pyengine, the app page with 2 workers and Memory \"packed\" "
-                                "(its own chat prompt; bench/bench_workers.py)", "wasm heaps"),
+    **{f"pyengine-page-{n}w": Engine(run_page, n, f"pyengine, the app page with {n} worker{'s' * (n > 1)} "
+                                     "(Memory: default; a ~500-token first message; bench/bench_workers.py)",
+                                     "wasm heaps") for n in (1, 2, 4)},
     "wllama-1t":         Engine(run_wllama, 1, "wllama 3.13 in Chromium, 1 thread", "wasm heap"),
     "wllama-2t":         Engine(run_wllama, 2, "wllama 3.13 in Chromium, 2 threads", "wasm heap"),
     "llamacpp-1t":       Engine(run_llamacpp, 1, "llama.cpp (llama-cpp-python), 1 thread", "peak RSS"),
     "llamacpp-2t":       Engine(run_llamacpp, 2, "llama.cpp (llama-cpp-python), 2 threads", "peak RSS"),
 }
-METRICS = ("load_s", "ttft_s", "prefill_tok_s", "decode_tok_s", "memory_bytes")
+METRICS = ("load_s", "ttft_s", "prefill_tok_s", "decode_tok_s", "ttft500_s", "prefill500_tok_s", "memory_bytes")
 
 
 class Bench:
@@ -230,11 +246,12 @@ def measure(bench: Bench, name: str, model: Path, prompt: Prompt, n_gen: int) ->
         error = " ".join(f"{type(e).__name__}: {e}".split())   # one line, for the table
         return {"error": error[:2000], "wall_s": time.perf_counter() - t0}
     row = {"load_s": raw["load_s"], "ttft_s": raw["ttft_s"], "prefill_tok_s": raw["prefill_tok_s"],
-           "decode_tok_s": raw["decode_tok_s"],
+           "decode_tok_s": raw["decode_tok_s"], "ttft500_s": raw.get("ttft500_s"),
+           "prefill500_tok_s": raw.get("prefill500_tok_s"),
            "memory_bytes": raw.get("wasm_heap_bytes") or raw.get("peak_rss_bytes"),
            "wall_s": time.perf_counter() - t0, "raw": raw}
     problems = []
-    if raw.get("prefill_tokens") != len(prompt.ids):
+    if raw.get("prefill_tokens") != len(prompt.ids) and not raw.get("own_prompt"):
         problems.append(f"prefill of {raw.get('prefill_tokens')} tokens, not {len(prompt.ids)}")
     if raw.get("decode_tokens") != n_gen - 1:
         problems.append(f"{raw.get('decode_tokens')} decode steps, not {n_gen - 1} ({raw.get('stop_reason')})")
@@ -271,13 +288,13 @@ def run_all(engines: list[str], models: dict[str, Path], runs: int, n_gen: int) 
 
 
 def progress_line(row: dict) -> str:
-    head = f"run {row['run']} {row['model']:8} {row['engine']:18}"
+    head = f"run {row['run']} {row['model']:10} {row['engine']:18}"
     if "error" in row:
         return f"{head} ERROR {row['error'][:300]}"
-    mem = row["memory_bytes"] / 1e6 if row["memory_bytes"] else float("nan")
-    return (f"{head} load {row['load_s']:6.2f} s  ttft {row['ttft_s']:6.2f} s  prefill {row['prefill_tok_s']:7.1f} "
-            f"tok/s  decode {row['decode_tok_s']:6.2f} tok/s  memory {mem:6.0f} MB  ({row['wall_s']:.0f} s)"
-            + (f"  WARNING {row['warning']}" if "warning" in row else ""))
+    parts = [f"{label} {fmt.format(row[m] * (1e-6 if m == 'memory_bytes' else 1))}"
+             for m, label, fmt, _ in COLUMNS if row.get(m) is not None]
+    warning = f"  WARNING {row['warning']}" if "warning" in row else ""
+    return f"{head} {'  '.join(parts)}  ({row['wall_s']:.0f} s){warning}"
 
 
 # ----------------------------------------------------------------------------
@@ -330,6 +347,7 @@ def same_tokens(raw: dict, ref_ids: list[int], tok) -> str:
 
 COLUMNS = [("load_s", "load s", "{:.2f}", False), ("ttft_s", "TTFT s", "{:.2f}", False),
            ("prefill_tok_s", "prefill tok/s", "{:.1f}", True), ("decode_tok_s", "decode tok/s", "{:.2f}", True),
+           ("ttft500_s", "TTFT 500 s", "{:.1f}", False), ("prefill500_tok_s", "prefill 500 tok/s", "{:.1f}", True),
            ("memory_bytes", "peak memory MB", "{:.0f}", False)]
 
 
@@ -377,32 +395,35 @@ def markdown(summary: dict, engines: list[str], meta: dict) -> str:
 NOTES = [
     "`pyengine-chromium` is pyengine in one worker (bench/web/pyengine_worker.js: Pyodide and the wheels started "
     "as web/worker.js starts them, then `WorkerSession.load` and `generate`), with the default weights "
-    "(\"mixed\" in the browser, float32 in CPython). `pyengine-page-2w` is the app page itself with 2 workers "
-    "(bench/bench_workers.py: its own chat prompt of ~120 tokens, every worker's heap counted); 1, 2 and 4 "
-    "workers per weight form: bench/workers.json.",
+    "(\"auto\": within 3x the file in the browser, float32 when it fits the RAM in CPython). `pyengine-page-Nw` is "
+    "the app page itself with N workers (bench/bench_workers.py): its first chat message is the ~500-token "
+    "LONG_TURN (so its TTFT and prefill are over that turn, and its 64 decode steps follow it), every worker's "
+    "heap counted.",
     "wllama's completion API takes text, not ids: it gets the text of the prompt ids (checked to tokenize back to "
-    "them; its prompt_n is 128). Its greedy text leaves llama.cpp's after a few words on both models (another "
-    "llama.cpp build and wasm kernels: near-ties). pyengine's float32 ids (CPython) equal llama.cpp's; its packed "
-    "weights round activations as llama.cpp does, though not identically, and follow them to the first near-tie "
-    "(a top-2 margin of 0.05 at Gemma's step 35, 0.06 at SmolLM2's step 5).",
+    "them; its prompt_n is 128), then LONG_TURN's text as a second completion of one token (TTFT 500, prefill "
+    "500). Its greedy text leaves llama.cpp's after a few words (another llama.cpp build and wasm kernels: "
+    "near-ties). pyengine's float32 ids (CPython) equal llama.cpp's; its quantized forms round activations as "
+    "llama.cpp does and follow its ids to the first near-tie.",
     "wllama has nothing to start before it has a model, so its load includes compiling its wasm; pyengine's "
     "load starts with Python, numpy and the wheels already running (boot ~5-8 s, not counted).",
     "Two threads on 2 cores shared with other work: when the other core is busy, spin-waiting threads collapse "
-    "(see the minima of wllama-2t and llamacpp-2t).",
+    "(see the minima of wllama-2t and llamacpp-2t); 4 workers on 2 cores take turns.",
     "Where pyengine's decode time goes: bench/PROFILE.md (bench/profile_step.py).",
 ]
 
 
-# The issue's goals (issue 5): (text, numerator engine, denominator engine or "file", metric, target, higher is better)
+# The goals of issue 10: (text, numerator engine, denominator engine or "file", metric, target, higher is better).
+# The page's prefill and TTFT are over LONG_TURN; wllama's over the same text (its second completion).
 GOALS = [
-    ("decode, Chromium vs wllama 1 thread", "pyengine-chromium", "wllama-1t", "decode_tok_s", 1.0, True),
-    ("decode, Chromium vs wllama 2 threads", "pyengine-chromium", "wllama-2t", "decode_tok_s", 1.0, True),
-    ("decode, the page with 2 workers (packed) vs wllama 2 threads", "pyengine-page-2w", "wllama-2t",
-     "decode_tok_s", 1.0, True),
-    ("prefill, Chromium vs wllama 1 thread", "pyengine-chromium", "wllama-1t", "prefill_tok_s", 1.0, True),
-    ("load, Chromium vs wllama 1 thread", "pyengine-chromium", "wllama-1t", "load_s", 1.5, False),
-    ("peak wasm memory, Chromium vs file size", "pyengine-chromium", "file", "memory_bytes", 3.0, False),
-    ("decode, CPython vs llama.cpp 1 thread", "pyengine-cpython", "llamacpp-1t", "decode_tok_s", 0.5, True),
+    ("decode, the page with 2 workers vs wllama 2 threads", "pyengine-page-2w", "wllama-2t", "decode_tok_s", 1.2, True),
+    ("decode, the page with 2 workers vs 1 worker", "pyengine-page-2w", "pyengine-page-1w", "decode_tok_s", 1.7, True),
+    ("prefill (500-token turn), the page with 2 workers vs wllama 2 threads", "pyengine-page-2w", "wllama-2t",
+     "prefill500_tok_s", 1.5, True),
+    ("load, the page with 2 workers vs wllama 2 threads", "pyengine-page-2w", "wllama-2t", "load_s", 1.2, False),
+    ("peak wasm memory, the page with 2 workers (all heaps) vs file size", "pyengine-page-2w", "file", "memory_bytes",
+     3.0, False),
+    ("prefill, CPython vs llama.cpp 1 thread", "pyengine-cpython", "llamacpp-1t", "prefill_tok_s", 0.5, True),
+    ("decode, CPython vs llama.cpp 1 thread", "pyengine-cpython", "llamacpp-1t", "decode_tok_s", 0.4, True),
 ]
 
 

@@ -109,7 +109,7 @@ const wllama = {
   },
 
   async load(file) {
-    await this.instance.loadModel([file], { n_ctx: 512, n_threads: threads, n_gpu_layers: 0 });
+    await this.instance.loadModel([file], { n_ctx: 1024, n_threads: threads, n_gpu_layers: 0 });
     return { threads: this.instance.getNumThreads(), multithread: this.instance.isMultithread() };
   },
 
