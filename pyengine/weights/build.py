@@ -54,9 +54,9 @@ class Builder:
 
     def build(self, pieces: list[Piece], form: Form, cols: tuple[int, int] | None = None):
         """The stack ``pieces`` in ``form`` (F32, QUANTIZED or COMPACT), columns ``cols`` only when given.
-        Pieces of different ggml types (or roundings) become a RowSplit of one part per run of a
-        type; a type without integer codes (F32, F16, BF16) is float32 in any form."""
-        keys = [(self.gf.tensors[n].type.name, self._act(n)) for n, _, _ in pieces]
+        Pieces of different ggml types become a RowSplit of one part per run of a type (in float32: of
+        an activation rounding); a type without integer codes (F32, F16, BF16) is float32 in any form."""
+        keys = [(None if form is Form.F32 else self.gf.tensors[n].type.name, self._act(n)) for n, _, _ in pieces]
         if len(set(keys)) > 1:
             runs: list[list[Piece]] = []
             for i, piece in enumerate(pieces):
