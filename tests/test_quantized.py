@@ -77,6 +77,10 @@ def test_rows_and_product(type_name, compact, monkeypatch):
     monkeypatch.setattr(quantized, "POST_ELEMENTS", 3 * post)                  # chunks of 3 int64 rows
     monkeypatch.setattr(quantized, "PHASE_ELEMENTS", 2 * n_in)
     np.testing.assert_allclose(q(x), want, rtol=0, atol=2e-6 * scale)
+    monkeypatch.setattr(quantized, "FLOAT_TOKENS", 5)                          # a prompt: float32 rows
+    monkeypatch.setattr(quantized, "FLOAT_ELEMENTS", 2 * n_in * q.layout.rows)  # two int64 rows a chunk
+    assert np.array_equal(q._dequantize(0, q.q.shape[0])[:n_rows].view(np.uint32), w.view(np.uint32))
+    np.testing.assert_allclose(q(x), want, rtol=0, atol=2e-6 * scale)
 
 
 def test_the_lanes_hold_the_extreme_sums():

@@ -1,4 +1,4 @@
-"""Products with weights, in numpy without BLAS: float32 and int8 matrices times activations.
+"""Products of float32 weights with activations, and ggml's rounding of activations to 8-bit codes.
 
 Every product with a weight is an ``np.einsum`` over the weight as the GGUF
 stores it, ``W`` of shape ``(n_out, n_in)`` with rows contiguous: ``x @ W``
@@ -16,7 +16,6 @@ import numpy as np
 EINSUM_MAX = 1 << 30    # elements one einsum may iterate over: wasm32 numpy fails past 2**31
 USE_BLAS = sys.platform != "emscripten"   # CPython's numpy wheels link OpenBLAS (prefill); Pyodide's has none
 BLAS_MIN_TOKENS = 64    # smaller batches stay einsums (OpenBLAS's threads cost more than they save there)
-TMP_ELEMENTS = 1 << 18  # elements of a product's work arrays held at once (2 MiB of int64)
 
 
 # ggml's CPU matmul first converts the activations to the weight type's "vec_dot_type"

@@ -32,10 +32,12 @@ import numpy as np
 
 from pyengine.gguf import quants
 from pyengine.weights.forms import Form
-from pyengine.weights.matmul import VEC_DOT_TYPE, quantize_activations
+from pyengine.weights.matmul import VEC_DOT_TYPE, matmul, quantize_activations, round_activations
 
 PHASE_ELEMENTS = 1 << 17            # int64 codes of one phase extracted at once (1 MiB: in L2)
 POST_ELEMENTS = 1 << 20             # lane sums scaled at once (tokens x rows x sub-blocks: a few MiB)
+FLOAT_TOKENS = 64                   # a product of this many tokens (a prompt) runs on float32 rows instead
+FLOAT_ELEMENTS = 1 << 18            # weights dequantized at once for it (1 MiB of float32)
 
 
 def _wrap(v: int) -> np.int64:
@@ -129,6 +131,8 @@ class Quantized:
         xs = x.reshape(-1, x.shape[-1])
         if not len(xs):                                                              # a prompt chunk's last layer
             return np.zeros((0, self.n_out), np.float32)
+        if len(xs) >= FLOAT_TOKENS:
+            return self._float_product(xs)
         lay, (m, k) = self.layout, self.q.shape
         t, nb = len(xs), k // self.sub
         key = (self.vec_dot_type, self.sub)
@@ -172,6 +176,40 @@ class Quantized:
                 e = phase(self.q[c:d], p, lay, buf[:d - c]).reshape(d - c, nb, self.sub)
                 out[:, p, :, c - a:d - a] = np.einsum("mbk,tbk->tbm", e, xq)
         return out
+
+    def _float_product(self, xs: np.ndarray) -> np.ndarray:
+        """(T, n_in) -> (T, n_out) for a long batch: float32 rows (as :meth:`rows` gives them) a chunk at a
+        time, times x rounded as ggml rounds it: the integer product up to float32 rounding, each weight
+        unpacked once for all the tokens (and in CPython, BLAS)."""
+        xr = round_activations(xs, self.vec_dot_type)
+        lay, (m, k) = self.layout, self.q.shape
+        y = np.empty((len(xs), m * lay.rows), np.float32)
+        step = max(1, FLOAT_ELEMENTS // (k * lay.rows))                             # int64 rows a chunk
+        for a in range(0, m, step):
+            b = min(m, a + step)
+            y[:, a * lay.rows:b * lay.rows] = matmul(self._dequantize(a, b), xr)
+        if self.vec_dot_type == "Q8_1":                    # ggml's mins meet the codes' sums as stored, in f16
+            _, dx, xsum, s = quantize_x(xs, self.sub, "Q8_1")
+            fix = np.einsum("pjmb,tb->tpjm", self.shift, s - dx * xsum)                 # (T, P, lanes, M)
+            y += fix.transpose(0, 3, 1, 2).reshape(len(xs), -1)
+        return y[:, :self.n_out]
+
+    def _dequantize(self, a: int, b: int) -> np.ndarray:
+        """The rows of int64 rows a..b-1 as float32 ((b - a) * rows, n_in), in order, bit for bit as rows()."""
+        lay, k = self.layout, self.q.shape[1]
+        out = np.empty((b - a, lay.phases, lay.lanes, k), np.float32)
+        q = self.q[a:b]
+        for p in range(lay.phases):
+            for j in range(lay.lanes):
+                codes = (q >> (lay.L * j + lay.bits * p)) & ((1 << lay.bits) - 1)     # (m, K) lane codes
+                scale = self.scale[p, j, :, a:b].T[:, :, None]                        # (m, B, 1)
+                if self.shift is None:
+                    v = (codes - lay.c0).astype(np.float32).reshape(b - a, -1, self.sub) * scale
+                else:
+                    v = codes.astype(np.float32).reshape(b - a, -1, self.sub) * scale
+                    v += self.shift[p, j, a:b][:, :, None]
+                out[:, p, j] = v.reshape(b - a, k)
+        return out.reshape(-1, k)
 
     def rows(self, ids) -> np.ndarray:
         """Rows ``ids`` as float32 (R, n_in), as ggml ``get_rows`` dequantizes them (the same bits)."""
