@@ -120,7 +120,19 @@ class ChatSession:
         self._close_turn()
         return self._start(self.conversation(), params, max_tokens, stop_strings, lookup, probs)
 
-    def _start(self, conversation: list[dict], params, max_tokens: int, stop_strings, lookup: int,
+    def _start(self, conversation: list[dict], *args) -> Generation:
+        """The reply to ``conversation`` (the system message first, if any). A KeyboardInterrupt (the
+        page's Stop) while the prompt is built ends the turn with an empty reply, as the page shows it:
+        the conversation keeps the user's message, and the cache starts again."""
+        try:
+            return self._begin(conversation, *args)
+        except KeyboardInterrupt:
+            self.turn, self.tokens = None, []
+            self.cache.truncate(0)
+            self.messages = conversation[1 if self.system else 0:] + [{"role": "assistant", "content": ""}]
+            raise
+
+    def _begin(self, conversation: list[dict], params, max_tokens: int, stop_strings, lookup: int,
                probs: int = 0) -> Generation:
         engine = self.engine
         prompt, ids = chat_prompt(engine.template, engine.tokenizer, check_messages(conversation))
