@@ -5,23 +5,26 @@
 // or edited turn prefills only what changed. A reply joins the conversation when it ends (a stopped one
 // as far as it was shown); one that fails leaves the conversation as it was.
 import { el } from "./dom.js";
-import { drawMessages, editMessage, endTurn, failTurn, startReply, startTurn } from "./chat_view.js";
+import { drawMessages, editMessage, endTurn, failTurn, showTokens, startReply, startTurn } from "./chat_view.js";
+import { DESCRIPTION, PROBS_SHOWN } from "./token_view.js";
 import { copyAndSay, copyCode } from "./markdown.js";
 import { setPhase, status } from "./status.js";
 import { worker } from "./worker_client.js";
 
-// messages: [{role, content, note?}] (note "stopped"), the conversation the next reply answers.
+// messages: [{role, content, note?, tokens?}] (note "stopped"; tokens: a reply's token records), the
+// conversation the next reply answers.
 export const chat = { messages: [] };
 // The reply running: kind ("send", "regenerate", "edit") and the messages it answers.
 let pending = null;
 let hooks = { request: null, changed: () => {} };
+const PROBS_KEY = "pyengine.probs"; // localStorage: the probabilities toggle
 
 const plain = (messages) => messages.map(({ role, content }) => ({ role, content }));
 
 function ask(kind, messages, settings) {
   pending = { kind, messages };
   setPhase("generating");
-  worker.chat(plain(messages), el.systemPrompt.value, settings);
+  worker.chat(plain(messages), el.systemPrompt.value, settings, el.showProbs.checked ? PROBS_SHOWN : 0);
 }
 
 // A new message of the user, once its settings are checked.
@@ -55,9 +58,11 @@ const lastUser = () => chat.messages.map((m) => m.role).lastIndexOf("user");
 
 // The worker's "done": the reply joins the conversation.
 export function replyDone(stopped) {
-  const text = endTurn(stopped, pending?.messages.length);
+  const { text, tokens } = endTurn(stopped, pending?.messages.length);
   if (!pending) return;
-  chat.messages = [...pending.messages, { role: "assistant", content: text, ...(stopped ? { note: "stopped" } : {}) }];
+  const reply = { role: "assistant", content: text, ...(stopped ? { note: "stopped" } : {}),
+    ...(tokens.length ? { tokens } : {}) };
+  chat.messages = [...pending.messages, reply];
   pending = null;
   hooks.changed();
 }
@@ -97,6 +102,15 @@ function onAction(button) {
 // changed(): the conversation changed (it is saved).
 export function wireTurns(request, changed) {
   hooks = { request, changed };
+  el.showProbs.checked = localStorage.getItem(PROBS_KEY) === "1";
+  const useProbs = () => {
+    showTokens(el.showProbs.checked);
+    el.probsNote.textContent = el.showProbs.checked ? DESCRIPTION : "";
+    localStorage.setItem(PROBS_KEY, el.showProbs.checked ? "1" : "0");
+    drawMessages(chat.messages, status.hasModel);
+  };
+  el.showProbs.addEventListener("change", useProbs);
+  useProbs();
   el.messages.addEventListener("click", (e) => {
     const button = e.target.closest("button");
     if (!button) return;

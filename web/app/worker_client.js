@@ -30,8 +30,9 @@ export const worker = {
   load: (files, weights) => post({ type: "load", files, weights }),
   // settings: name -> the text typed; badInput: the names of the fields the browser found no number in.
   check: (settings, badInput) => post({ type: "check", settings, bad_input: badInput }),
-  // messages: the whole conversation the reply answers, [{role, content}], its last one the user's.
-  chat: (messages, system, settings) => post({ type: "chat", messages, system, settings }),
+  // messages: the whole conversation the reply answers, [{role, content}], its last one the user's;
+  // probs: the alternatives each token's record lists (0: no records).
+  chat: (messages, system, settings, probs = 0) => post({ type: "chat", messages, system, settings, probs }),
   newChat: () => post({ type: "new-chat" }),
   setWorkers: (workers) => post({ type: "workers", workers }),
   stop() {
