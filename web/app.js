@@ -64,7 +64,7 @@ const handlers = {
   checked,
   piece(msg) { addPiece(msg.text, msg.tokens); },
   done(msg) {
-    replyDone(msg.stopped);
+    replyDone(msg.stopped, msg.stats);
     replyEnded();
     showStats(msg.stats);
     if (replying()) settle();

@@ -29,7 +29,8 @@ export const scrollToEnd = () => { el.messages.scrollTop = el.messages.scrollHei
 const ACTIONS = {
   user: [["copy", "Copy", "Copy this message"], ["edit", "Edit", "Edit this message and send it again"],
     ["delete", "Delete", "Delete this message and its reply"]],
-  assistant: [["copy", "Copy", "Copy this reply"], ["regenerate", "Regenerate", "Write this reply again"]],
+  assistant: [["copy", "Copy", "Copy this reply"], ["regenerate", "Regenerate", "Write this reply again"],
+    ["continue", "Continue", "Continue this reply"]],
 };
 
 function actionBar(role) {
@@ -91,7 +92,23 @@ export function drawMessages(messages, hasModel) {
   messages.forEach((m, i) => {
     const li = addMessage(m.role, m.content, i, m.tokens);
     if (m.note === "stopped") addNote(li, "stopped", "stopped");
+    showContext(li, m);
   });
+}
+
+// What the context did to a reply (m: its message): data-stop (why it ended: "context", "max_tokens",
+// "stopped"; a reply so ended can be continued) and a line saying so when the context was full.
+export function showContext(li, m) {
+  li.querySelector(".context-note")?.remove();
+  if (m.stop) li.dataset.stop = m.stop;
+  else delete li.dataset.stop;
+  const lines = [];
+  if (m.dropped) {
+    lines.push(`The conversation no longer fit the model's context: the ${m.dropped} oldest messages were left out `
+      + "of this reply's prompt (the system prompt and the newest turns were kept).");
+  }
+  if (m.stop === "context") lines.push("The context is full: the reply stopped here. Continue goes on with it.");
+  if (lines.length) li.insertBefore(make("p", "context-note", lines.join(" ")), li.querySelector(".actions"));
 }
 
 // The user's message (index: its place), and an empty reply under it that the pieces fill.
@@ -107,6 +124,20 @@ export function startReply() {
   turn.text = turn.drawn = "";
   turn.tokens = [];
   records.set(turn.reply, turn.tokens);
+}
+
+// The last reply drawn again as it streams on (Continue): the pieces are added to its text.
+export function resumeReply() {
+  const li = [...el.messages.querySelectorAll("[data-role=assistant]")].pop();
+  if (!li) return;
+  turn.reply = li;
+  turn.text = turn.drawn = li.dataset.text;
+  turn.tokens = [...(records.get(li) ?? [])];
+  records.set(li, turn.tokens);
+  showContext(li, {});
+  delete li.dataset.note;
+  li.querySelector(".note")?.remove();
+  li.classList.add("streaming");
 }
 
 // text: the piece; tokens: the records of the tokens it holds (none unless probabilities were asked for).
