@@ -8,6 +8,7 @@ PORT ?= 8000
 
 models:
 	$(PYTHON) build_scripts/fetch_models.py
+	$(PYTHON) build_scripts/fetch_vocabs.py
 
 build:
 	PYTHON=$(PYTHON) bash build_scripts/install_build_deps.sh

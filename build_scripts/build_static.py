@@ -7,7 +7,8 @@ static/
   wheels/             pyengine, jinja2, pure-Python markupsafe + manifest.json (install order, sha256)
   vendor/             the page's libraries from npm: markdown-it, DOMPurify, highlight.js (fetch_vendor.py)
   models/             the demo model (SmolLM2-135M-Instruct Q4_1, hard-linked from models/) + demo.json
-  files.json          every file but the models (path, size, sha256) and a version: the service worker's list
+  files.json          every file but the models (path, size, sha256) and the build's version
+  sw.js               web/sw.js with the build's version and file list written into it (its BUILD line)
   ...                 the page: a copy of web/
 
 Downloads are pinned by sha256 and cached in .cache/, so after the first run nothing needs the network;
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import time
 from pathlib import Path
 
@@ -30,6 +32,8 @@ from fetch_vendor import build_vendor
 
 WEB = ROOT / "web"
 RESERVED = ("pyodide", "wheels", "vendor", "models", "files.json")  # written by the build, not by web/
+SERVICE_WORKER = "sw.js"                                  # written with the build's list, not copied
+BUILD_LINE = re.compile(r"^const BUILD = .*$", re.M)
 DEMO_MODEL = ("smollm2", "SmolLM2-135M-Instruct (Q4_1)")   # (key in fetch_models.MODELS, name shown on the page)
 
 
@@ -42,7 +46,8 @@ def build_page(dest: Path) -> dict[Path, str]:
             continue
         if rel.parts[0] in RESERVED:
             raise SystemExit(f"error: web/{rel} collides with static/{rel.parts[0]}, which the build writes")
-        done[dest / rel] = install_file(src, dest / rel)
+        if rel.as_posix() != SERVICE_WORKER:
+            done[dest / rel] = install_file(src, dest / rel)
     return done
 
 
@@ -61,12 +66,34 @@ def build_demo_model(dest: Path) -> dict[Path, str]:
     return done
 
 
-def files_listing(paths: list[Path]) -> bytes:
-    """files.json: ``{"version": sha256 of the listing, "files": [{"path", "size", "sha256"}]}``, paths from static/."""
+def files_listing(paths: list[Path]) -> dict:
+    """``{"version": sha256 of the listing, "files": [{"path", "size", "sha256"}]}``, paths from static/."""
     files = [{"path": p.relative_to(STATIC).as_posix(), "size": p.stat().st_size, "sha256": sha256_of(p)}
              for p in sorted(paths)]
     version = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
-    return (json.dumps({"version": version, "files": files}, indent=2) + "\n").encode()
+    return {"version": version, "files": files}
+
+
+def service_worker(template: str, listing: dict) -> bytes:
+    """web/sw.js with its BUILD line holding the build's version and the paths it caches: a new build is a
+    new service worker, which replaces the old one and its cache."""
+    build = {"version": listing["version"], "files": [f["path"] for f in listing["files"]]}
+    text, n = BUILD_LINE.subn(f"const BUILD = {json.dumps(build)}; // written by build_scripts/build_static.py",
+                              template, count=1)
+    if n != 1:
+        raise SystemExit(f"error: web/{SERVICE_WORKER} has no line starting `const BUILD = `")
+    return text.encode()
+
+
+def build_listings(shell: list[Path]) -> dict[Path, str]:
+    """static/sw.js (the service worker with the list of ``shell``, every file but the models) and
+    static/files.json (the same list, sw.js included, and the version)."""
+    listing = files_listing(shell)
+    sw = STATIC / SERVICE_WORKER
+    done = {sw: install_bytes(service_worker((WEB / SERVICE_WORKER).read_text(), listing), sw)}
+    listing["files"] = files_listing([*shell, sw])["files"]
+    done[STATIC / "files.json"] = install_bytes((json.dumps(listing, indent=2) + "\n").encode(), STATIC / "files.json")
+    return done
 
 
 def main() -> None:
@@ -88,9 +115,7 @@ def main() -> None:
         changed = sum(state != "ok" for state in result.values())
         print(f"{label:<11} {len(result):3d} files, {changed:3d} written  ({time.monotonic() - t:.1f} s)")
         done.update(result)
-    shell = [p for p in done if p.parent != STATIC / "models"]
-    listing = STATIC / "files.json"
-    done[listing] = install_bytes(files_listing(shell), listing)
+    done.update(build_listings([p for p in done if p.parent != STATIC / "models"]))
 
     for path, state in sorted(done.items()):
         if state != "ok":

@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
 
-from pyengine.errors import PyEngineError
+from pyengine.errors import PyEngineError, UnsupportedArchitectureError
 from pyengine.generation.lookup import LOOKUP_DEFAULT
 from pyengine.weights.budget import CHOICES
 
@@ -230,6 +231,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except UnsupportedArchitectureError as e:   # the file is still a GGUF: say how to look inside it
+        files = shlex.join(getattr(args, "model", None) or ["FILE"])
+        print(f"error: {e}; `python -m pyengine inspect {files}` shows its metadata and tensors", file=sys.stderr)
+        return 1
     except PyEngineError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -19,6 +19,16 @@ class ModelError(PyEngineError):
     """The model cannot be built: unsupported architecture, missing key or tensor, bad shape."""
 
 
+class UnsupportedArchitectureError(ModelError):
+    """``general.architecture`` names one pyengine does not run. The file is still a GGUF: its
+    metadata and tensors can be inspected. ``arch`` is the value found, ``supported`` the ones run."""
+
+    def __init__(self, arch: object, supported: tuple[str, ...]):
+        self.arch, self.supported = arch, tuple(supported)
+        super().__init__(f"unsupported architecture {arch!r} (general.architecture); "
+                         f"supported: {', '.join(self.supported)}")
+
+
 class TokenizerError(PyEngineError):
     """The tokenizer in the GGUF is unsupported or inconsistent."""
 

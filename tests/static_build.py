@@ -19,6 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 STATIC = ROOT / "static"
 sys.path.insert(0, str(ROOT / "build_scripts"))
+from build_static import BUILD_LINE, SERVICE_WORKER  # noqa: E402
 from build_wheels import sources_digest  # noqa: E402
 
 
@@ -51,3 +52,14 @@ def offline(cmd: list[str]) -> list[str]:
     if os.environ.get("CI") == "true":
         pytest.fail("unshare -n is not available to cut the network")
     return cmd
+
+
+def same_as_web(rel: Path, static: Path = STATIC) -> bool:
+    """static/``rel`` is web/``rel`` as the build writes it: a copy, except the service worker's BUILD
+    line (its version and file list)."""
+    built, src = static / rel, ROOT / "web" / rel
+    if not built.is_file():
+        return False
+    if rel.as_posix() == SERVICE_WORKER:
+        return BUILD_LINE.sub("", built.read_text()) == BUILD_LINE.sub("", src.read_text())
+    return built.read_bytes() == src.read_bytes()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
-from static_build import current_static, offline
+from static_build import current_static, offline, same_as_web
 
 sys.path.insert(0, str(ROOT / "build_scripts"))
 from build_wheels import PYENGINE_SOURCES, sources_digest  # noqa: E402
@@ -97,7 +97,18 @@ def test_files_json_lists_every_file_but_the_models(static):
 def test_page_is_a_copy_of_web(static):
     for src in (ROOT / "web").rglob("*"):
         if src.is_file() and not src.name.startswith(".") and "__pycache__" not in src.parts:
-            assert (static / src.relative_to(ROOT / "web")).read_bytes() == src.read_bytes(), src
+            assert same_as_web(src.relative_to(ROOT / "web"), static), src
+
+
+def test_the_service_worker_holds_the_build_s_version_and_file_list(static):
+    """static/sw.js names this build (files.json's version: a new build is a new service worker) and
+    caches exactly its files: every file but the models and itself."""
+    listing = json.loads((static / "files.json").read_text())
+    line = next(ln for ln in (static / "sw.js").read_text().splitlines() if ln.startswith("const BUILD = "))
+    build = json.loads(line.removeprefix("const BUILD = ").split("; //")[0])
+    cached = [f["path"] for f in listing["files"] if f["path"] != "sw.js"]
+    assert build == {"version": listing["version"], "files": cached}
+    assert "index.html" in build["files"] and not any(p.endswith(".gguf") for p in build["files"])
 
 
 def test_rebuild_offline_writes_nothing(static):

@@ -12,7 +12,7 @@ import math
 import pytest
 from conftest import TINY
 
-from pyengine.errors import ModelError
+from pyengine.errors import ModelError, UnsupportedArchitectureError
 from pyengine.gguf import open_gguf
 from pyengine.model.config import ARCHITECTURES, ModelConfig
 
@@ -149,7 +149,7 @@ def test_linear_rope_scaling():
 
 def test_unsupported_architecture_lists_the_supported():
     md = metadata("llama")[0]
-    with pytest.raises(ModelError, match="'mamba'.*supported: llama, qwen2, qwen3, gemma3"):
+    with pytest.raises(UnsupportedArchitectureError, match="'mamba'.*supported: llama, qwen2, qwen3, gemma3"):
         ModelConfig.from_metadata({**md, "general.architecture": "mamba"})
     with pytest.raises(ModelError, match="None"):
         ModelConfig.from_metadata({})

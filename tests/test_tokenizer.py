@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 
 import pytest
 from conftest import FIXTURES, GEMMA3, GOLDEN, SMOLLM2, TINY
@@ -21,9 +22,10 @@ from conftest import FIXTURES, GEMMA3, GOLDEN, SMOLLM2, TINY
 from pyengine.errors import TokenizerError
 from pyengine.gguf import open_gguf
 from pyengine.text.bpe import PRE_TOKENIZERS
+from pyengine.text.pretokenize import COLLAPSE, CUSTOM, collapsed_regex, cutter, digit_groups, split_words
 from pyengine.text.stream import StreamDecoder
 from pyengine.text.tokenizer import Tokenizer
-from pyengine.text.unicode_classes import category_ranges, compile_pattern, regex_split, translate
+from pyengine.text.unicode_classes import category_ranges, compile_pattern, translate
 
 sys.path.insert(0, str(GOLDEN))
 from make_tokenize_golden import variant_metadata  # noqa: E402  (how each variant changes its vocab)
@@ -303,13 +305,44 @@ def test_lone_surrogates_encode_as_replacement_character():
 
 # --- the pre-tokenizer machinery ------------------------------------------------------------------
 
-def test_every_pre_tokenizer_regex_translates_and_compiles():
-    for name, pre in PRE_TOKENIZERS.items():
-        for regex in pre.regexes:
-            assert compile_pattern(regex).pattern == translate(regex), name
-    assert {"default", "llama-bpe", "qwen2", "smollm", "gpt-2"} <= set(PRE_TOKENIZERS)
+def test_every_pre_tokenizer_regex_has_a_splitter():
+    """Each regex of the table runs as llama.cpp runs it: hand-written splitters for the ones it
+    knows by text, std::regex (emulated) for the rest; none makes ``re`` warn."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for name, pre in PRE_TOKENIZERS.items():
+            for regex in pre.regexes:
+                assert cutter(regex)("x") is not None, name
+    hand = {r for pre in PRE_TOKENIZERS.values() for r in pre.regexes if r in CUSTOM}
+    assert len(hand) == 8 and r"\p{Han}+" in hand and PRE_TOKENIZERS["qwen35"].regexes[0] in hand
+    assert {"default", "llama-bpe", "qwen2", "smollm", "gpt-2", "deepseek-llm", "falcon", "qwen35"} \
+        <= set(PRE_TOKENIZERS)
 
 
+def test_std_regex_runs_over_the_collapsed_text():
+    """llama.cpp's std::regex path: \\p{..} classes (the letter subclasses too) become one byte per
+    class plus their ASCII members, and the text's non-ASCII code points that byte."""
+    pattern, collapsed = collapsed_regex(r"[^\s\p{Lu}]+$")
+    assert collapsed and pattern.startswith("[^\\s\\xd2\\x41") and pattern.endswith("]+\\Z")
+    assert collapsed_regex("[\r\n]") == ("[\r\n]", False)
+    assert "é中½\u3000\u0301!\u0378\u00a0".translate(COLLAPSE) == "\xd2\xd2\xd1\x0b\xd4!\xd0\x0b"
+    with pytest.raises(ValueError, match="Han"):
+        collapsed_regex(r"\p{Han}")
+    with pytest.raises(ValueError, match="must be ASCII"):
+        collapsed_regex(r"[\p{L}é]")
+    # \p{Lu} is any letter there, small or capital
+    assert split_words("éA bC1", (r"\p{Lu}+",)) == ["éA", " ", "bC", "1"]
+    # without a class, non-ASCII whitespace is \x0B: DeepSeek's U+3000-U+3002 range loses U+3000
+    deepseek = PRE_TOKENIZERS["deepseek-llm"].regexes
+    assert split_words("\u3001\u3000\u3002", deepseek[2:3]) == ["\u3001", "\u3000\u3002"]
+    assert split_words("a  \n", (r"\s+$",)) == ["a", "  \n"]        # $ is the end of the piece only
+
+
+def test_digit_groups_glue_the_text_before_a_run_to_its_first_group():
+    """AFMoE's digit splitter as llama.cpp has it: "ab" joins the leading 1 of 1234."""
+    assert [("ab1234x"[a:b]) for a, b in digit_groups("ab1234x")] == ["ab1", "234", "x"]
+    assert split_words("ab1234x 12", (r"\p{AFMoE_digits}",)) == ["ab1", "234", "x 12"]
+    assert split_words("1234567", (r"\d{1,3}(?=(?:\d{3})*\b)",)) == ["1", "234", "567"]
 def test_translate_spells_classes_out_and_refuses_what_it_cannot():
     ws = translate(r"\s")
     assert ws.startswith("[\\U00000009") and "\\U00003000" in ws and "\\U0000001c" not in ws
@@ -335,13 +368,15 @@ def test_unicode_classes_follow_unicodedata():
     assert letter.fullmatch("Straße中文") and not letter.search("12 _\u0301")
 
 
-def test_regex_split_keeps_gaps_and_matches_like_llama_cpp():
-    gpt2 = [compile_pattern(PRE_TOKENIZERS["gpt-2"].regexes[0])]
+def test_split_words_keeps_gaps_and_matches_like_llama_cpp():
+    gpt2 = PRE_TOKENIZERS["gpt-2"].regexes
     # "\t\t" before a letter: \s+(?!\S) takes one tab, the other is a gap of its own
-    assert regex_split("a\t\tb", gpt2) == ["a", "\t", "\t", "b"]
-    assert regex_split("it's  12ab!!\n", gpt2) == ["it", "'s", " ", " 12", "ab", "!!", "\n"]
-    smollm = [compile_pattern(r) for r in PRE_TOKENIZERS["smollm"].regexes]
-    assert regex_split("x 123", smollm) == ["x", " ", "1", "2", "3"]
-    assert regex_split("", smollm) == []
-    assert regex_split("\U00031350\U00031351!", gpt2) == ["\U00031350\U00031351", "!"]   # Unicode 15 letters
-    assert "".join(regex_split("mixed \u3000text\u00a0 42\r\n", smollm)) == "mixed \u3000text\u00a0 42\r\n"
+    assert split_words("a\t\tb", gpt2) == ["a", "\t", "\t", "b"]
+    assert split_words("it's  12ab!!\n", gpt2) == ["it", "'s", " ", " 12", "ab", "!!", "\n"]
+    smollm = PRE_TOKENIZERS["smollm"].regexes
+    assert split_words("x 123", smollm) == ["x", " ", "1", "2", "3"]
+    assert split_words("", smollm) == []
+    assert split_words("\U00031350\U00031351!", gpt2) == ["\U00031350\U00031351", "!"]   # Unicode 15 letters
+    assert "".join(split_words("mixed \u3000text\u00a0 42\r\n", smollm)) == "mixed \u3000text\u00a0 42\r\n"
+    kimi = PRE_TOKENIZERS["kimi-k2"].regexes      # Han runs apart from other letters
+    assert split_words("ab中文cd's 1234", kimi) == ["ab", "中文", "cd's", " ", "123", "4"]

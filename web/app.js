@@ -12,10 +12,11 @@
 //   chats.js          the saved chats (store.js: IndexedDB): the list, New chat, export and import
 //   turns.js          the conversation the page keeps: send, regenerate, edit and resend, delete, copy
 //   chat_view.js      the messages, the reply as it streams, the statistics line
+//   token_view.js     a reply as its tokens shaded by probability, the alternatives on hover and focus
 //   markdown.js       a reply's Markdown as clean nodes (markdown-it, DOMPurify, highlight.js from vendor/)
 //   model_view.js     the model card and the inspector
 import { el } from "./app/dom.js";
-import { addPiece, setStatsLine, showStats, useStopWords } from "./app/chat_view.js";
+import { addPiece, setStatsLine, showStats, useStopWords, wireChatView } from "./app/chat_view.js";
 import { checkFailed, checked, offerAgain, request, settingEdited, wireComposer } from "./app/composer.js";
 import { saveChat, startNewChat, useModelName, wireChats } from "./app/chats.js";
 import { chat, replyDone, replyFailed, useMessages, wireTurns } from "./app/turns.js";
@@ -61,9 +62,9 @@ const handlers = {
     el.prompt.focus();
   },
   checked,
-  piece(msg) { addPiece(msg.text); },
+  piece(msg) { addPiece(msg.text, msg.tokens); },
   done(msg) {
-    replyDone(msg.stopped);
+    replyDone(msg.stopped, msg.stats);
     replyEnded();
     showStats(msg.stats);
     if (replying()) settle();
@@ -110,6 +111,7 @@ function start() {
     if (replying()) afterReply = freshChat;
     else freshChat();
   });
+  wireChatView();
   wireTurns(request, saveChat);
   wireChats();
   wireModelView();

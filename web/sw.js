@@ -1,54 +1,60 @@
-// The service worker: keeps the app and its runtime (page, Pyodide, numpy, the wheels) in the
-// Cache API so a reload works with the server stopped. files.json (written by the build)
-// lists every file but the models. Requests go to the network first (127.0.0.1, fast) and
-// fall back to the cache; a cached response is the server's own, COOP/COEP headers included,
-// so the page stays cross-origin isolated offline. Model files (.gguf, 100 MB and more) are
-// never cached: a dropped file needs no network, and the demo model needs the server.
-const PREFIX = "pyengine-";
+// The service worker: keeps this build's files (the page, Pyodide, numpy, the wheels, the page's libraries)
+// in the Cache API so a reload works with the server stopped.
+//
+// The build writes BUILD into static/sw.js: its version and its file list (every file but the models and
+// this one), so each build is a new service worker and the browser installs it on the next visit.
+// - install: the cache "pyengine-build-<version>" is filled with exactly those files, as the server sent
+//   them (COOP/COEP headers included, so the page stays cross-origin isolated offline);
+// - activate: pyengine's caches of other builds are removed; any other cache on this origin is left alone;
+// - fetch: only a GET of a listed file (or of the page itself) is answered, from the network first
+//   (127.0.0.1, fast) and from this build's cache when the network fails. Nothing else is touched: another
+//   app on the same origin, a model (.gguf, never cached: a dropped file needs no network), a range request.
+const BUILD = { version: "dev", files: [] }; // written by build_scripts/build_static.py
+const PREFIX = "pyengine-build-";
+const CACHE = PREFIX + BUILD.version;
+const SCOPE = new URL(self.registration.scope);
+const LISTED = new Set(["", ...BUILD.files]); // paths under the scope; "" is the page itself
 
 self.addEventListener("install", (event) => {
   event.waitUntil((async () => {
-    const listing = await (await fetch("files.json", { cache: "no-store" })).json();
-    const cache = await caches.open(PREFIX + listing.version);
-    await cache.addAll(["./", ...listing.files.map((f) => f.path)]);
+    const cache = await caches.open(CACHE);
+    await cache.addAll([...LISTED].map((path) => new URL(path, SCOPE).href));
     await self.skipWaiting();
   })());
 });
 
 self.addEventListener("activate", (event) => {
   event.waitUntil((async () => {
-    const names = await caches.keys();
-    const newest = await newestCache(names);
-    await Promise.all(names.filter((n) => n.startsWith(PREFIX) && n !== newest).map((n) => caches.delete(n)));
+    const old = (await caches.keys()).filter((name) => name.startsWith(PREFIX) && name !== CACHE);
+    await Promise.all(old.map((name) => caches.delete(name)));
     await self.clients.claim();
   })());
 });
 
-// The cache filled by the last install (the one whose install finished last is opened last).
-async function newestCache(names) {
-  const ours = names.filter((n) => n.startsWith(PREFIX));
-  return ours[ours.length - 1];
+// The listed path a request names ("" for the page), or null for any other request.
+function listedPath(req) {
+  const url = new URL(req.url);
+  if (req.method !== "GET" || url.origin !== SCOPE.origin || req.headers.has("range")) return null;
+  if (!url.pathname.startsWith(SCOPE.pathname)) return null;
+  let path;
+  try {
+    path = decodeURIComponent(url.pathname.slice(SCOPE.pathname.length));
+  } catch {
+    return null; // a malformed escape names no file of ours
+  }
+  return LISTED.has(path) ? path : null;
 }
 
 self.addEventListener("fetch", (event) => {
-  const req = event.request;
-  const url = new URL(req.url);
-  if (req.method !== "GET" || url.origin !== location.origin || url.pathname.endsWith(".gguf")) return;
-  event.respondWith(networkThenCache(event, req));
+  const path = listedPath(event.request);
+  if (path !== null) event.respondWith(networkThenCache(event.request, path));
 });
 
-async function networkThenCache(event, req) {
-  const name = await newestCache(await caches.keys());
+async function networkThenCache(req, path) {
   try {
-    const response = await fetch(req);
-    if (name && response.status === 200 && !req.headers.has("range")) {
-      const copy = response.clone();
-      event.waitUntil(caches.open(name).then((cache) => cache.put(req, copy)));
-    }
-    return response;
+    return await fetch(req);
   } catch (err) {
-    const cached = await caches.match(req, { ignoreSearch: true })
-      || (req.mode === "navigate" ? await caches.match("./") : undefined);
+    const cached = await (await caches.open(CACHE)).match(new URL(path, SCOPE).href);
     if (cached) return cached;
     throw err;
   }

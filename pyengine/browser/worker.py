@@ -16,6 +16,9 @@ command        fields                                              replies
 ``chat``       ``messages`` (the whole conversation to answer,     ``piece``..., ``done``
                ``[{role, content}]``; or ``text``: one more
                user message), ``system`` (str, may be empty),
+               ``probs`` (alternatives per token record, 0-20),
+               ``continue`` (true: go on with the last message,
+               the model's),
                ``settings`` (:data:`SETTINGS` names -> numbers,
                None for a blank field)
 ``new-chat``   --                                                  ``cleared``
@@ -95,6 +98,7 @@ from pyengine.parallel.server import plan_message
 from pyengine.text.chat_template import check_messages
 
 PROGRESS_EVERY = 0.1  # seconds between two progress messages while loading
+MAX_PROBS = 20        # the most alternatives a reply token's record may list
 
 
 def header_progress(post: Callable) -> Callable[[int, int], None]:
@@ -259,32 +263,33 @@ class WorkerSession:
         values, errors = check_fields(fields, bad_input, self.rules)
         self.post({"type": "checked", "settings": values, "errors": errors})
 
-    async def reply(self, text: str | None, system: str, settings: dict, messages: list | None = None) -> None:
+    async def reply(self, text: str | None, system: str, settings: dict, messages: list | None = None,
+                    probs: int = 0, resume: bool = False) -> None:
         """Stream the reply to ``messages`` (the whole conversation, as the page keeps it: the cache's
         common prefix with the last turn is reused, so a regenerated or edited turn prefills only what
         changed), or to the conversation so far and one more user message ``text``: a ``piece``
-        message per piece of text, then ``done`` (``stopped``, ``stats``). A stopped reply keeps the
-        text the page has shown; a failed one (an exception, which handle() posts as ``error``) leaves
-        the conversation as it was before, so the next turn is not sent the failed one."""
+        message per piece of text (``resume``: ``messages`` ends with the model's reply, which goes on:
+        :meth:`ChatSession.resume`; with ``probs`` > 0 also ``tokens``: the records of the tokens
+        sampled since the last piece, :class:`pyengine.generation.loop.Generation`'s ``token_probs``),
+        then ``done`` (``stopped``, ``stats``). A stopped reply keeps the text the page has shown; a
+        failed one (an exception, which handle() posts as ``error``) leaves the conversation as it was
+        before, so the next turn is not sent the failed one."""
         if self.chat is None:
             raise PyEngineError("no model is loaded: drop a .gguf file first")
+        if isinstance(probs, bool) or not isinstance(probs, int) or not 0 <= probs <= MAX_PROBS:
+            raise PyEngineError(f"probs must be a whole number of alternatives from 0 to {MAX_PROBS}, got {probs!r}")
         params, max_tokens = sampler_params(settings, self.rules)
         self.chat.set_system(system)
-        shown, turn, before = "", None, list(self.chat.messages)
+        shown, turn, before, base = [], None, list(self.chat.messages), ""
         try:
             if messages is None:
-                turn = self.chat.send(text, params, max_tokens)
+                turn = self.chat.send(text, params, max_tokens, probs=probs)
             else:
                 self.chat.messages = check_messages([dict(m) for m in messages])
-                turn = self.chat.respond(params, max_tokens)
-            while (piece := turn.step()) is not None:
-                if piece:
-                    self.post({"type": "piece", "text": piece})
-                    shown += piece
-                if not self.interruptible:
-                    await asyncio.sleep(0)  # let the page's "stop" message in
-                if self.should_stop():
-                    break
+                base = self.chat.messages[-1]["content"] if resume and self.chat.messages else ""
+                start = self.chat.resume if resume else self.chat.respond
+                turn = start(params, max_tokens, probs=probs)
+            await self._stream(turn, shown)
         except KeyboardInterrupt:  # Stop, through the interrupt buffer
             pass
         except BaseException:
@@ -295,8 +300,23 @@ class WorkerSession:
                 turn.close()  # a no-op when the reply ended by itself
         stopped = turn is None or turn.stats.stop_reason == "stopped"
         if turn is not None and stopped and self.chat.messages[-1]["role"] == "assistant":
-            self.chat.messages[-1]["content"] = shown  # what the page shows, to the last character
+            self.chat.messages[-1]["content"] = base + "".join(shown)  # what the page shows, to the last character
         self.post({"type": "done", "stopped": stopped, "stats": turn.stats.as_dict() if turn else None})
+
+    async def _stream(self, turn, shown: list[str]) -> None:
+        """Post the reply's pieces (and token records) until it ends or the page stops it; each piece
+        posted is appended to ``shown`` at once (a KeyboardInterrupt may come at any point)."""
+        sent = 0
+        while (piece := turn.step()) is not None:
+            tokens = turn.token_probs[sent:]
+            sent = len(turn.token_probs)
+            if piece or tokens:
+                self.post({"type": "piece", "text": piece, **({"tokens": tokens} if tokens else {})})
+                shown.append(piece)
+            if not self.interruptible:
+                await asyncio.sleep(0)  # let the page's "stop" message in
+            if self.should_stop():
+                break
 
     def new_chat(self) -> None:
         """Forget the conversation (the system prompt is sent with every message)."""
@@ -364,7 +384,8 @@ async def handle(msg: Any) -> None:
         elif kind == "chat":
             messages = msg.get("messages")
             text = None if messages is not None else str(msg["text"])
-            await _session.reply(text, str(msg.get("system") or ""), msg.get("settings") or {}, messages)
+            await _session.reply(text, str(msg.get("system") or ""), msg.get("settings") or {}, messages,
+                                 msg.get("probs") or 0, bool(msg.get("continue")))
         elif kind == "new-chat":
             _session.new_chat()
         else:

@@ -4,6 +4,12 @@ Each turn renders the whole conversation, tokenizes it as llama.cpp tokenizes
 a chat prompt (:func:`chat_prompt`), keeps the cache's longest common prefix
 with the new ids and prefills only the rest (llama.cpp's server does the same
 with its prompt cache).
+
+A conversation too long for the context keeps the system prompt and the newest
+turns: the oldest turns are left out of the prompt (``stats.dropped_messages``
+says how many messages) until the reply has room (:meth:`ChatSession._fit`). A
+reply that fills the context stops (``context``) and :meth:`ChatSession.resume`
+goes on with it.
 """
 
 from __future__ import annotations
@@ -120,24 +126,77 @@ class ChatSession:
         self._close_turn()
         return self._start(self.conversation(), params, max_tokens, stop_strings, lookup, probs)
 
-    def _start(self, conversation: list[dict], params, max_tokens: int, stop_strings, lookup: int,
-               probs: int = 0) -> Generation:
+    def resume(self, params: SamplerParams | None = None, max_tokens: int = 256,
+               stop_strings: Iterable[str] = (), lookup: int = LOOKUP_DEFAULT, probs: int = 0) -> Generation:
+        """Go on with the last message, the assistant's (say, a reply the context or a token limit cut):
+        its text is the start of the reply, and what follows is added to it when the turn ends."""
+        self._close_turn()
+        if not self.messages or self.messages[-1]["role"] != "assistant":
+            raise PyEngineError("there is no reply to continue: the last message is not the model's")
+        conversation = self.conversation()
+        return self._start(conversation[:-1], params, max_tokens, stop_strings, lookup, probs,
+                           conversation[-1]["content"])
+
+    def _start(self, conversation: list[dict], *args) -> Generation:
+        """The reply to ``conversation`` (the system message first, if any). A KeyboardInterrupt (the
+        page's Stop) while the prompt is built ends the turn with an empty reply, as the page shows it:
+        the conversation keeps the user's message, and the cache starts again."""
+        try:
+            return self._begin(conversation, *args)
+        except KeyboardInterrupt:
+            self.turn, self.tokens = None, []
+            self.cache.truncate(0)
+            self.messages = conversation[1 if self.system else 0:] + [{"role": "assistant", "content": ""}]
+            raise
+
+    def _begin(self, conversation: list[dict], params, max_tokens: int, stop_strings, lookup: int,
+               probs: int = 0, tail: str | None = None) -> Generation:
+        """The reply's Generation: the conversation fitted to the context (:meth:`_fit`), the cache's
+        common prefix kept. ``tail``: the start of the reply, for :meth:`resume` (None: a new reply)."""
         engine = self.engine
-        prompt, ids = chat_prompt(engine.template, engine.tokenizer, check_messages(conversation))
-        if len(ids) >= self.cache.n_ctx:
-            raise PyEngineError(f"the conversation is {len(ids)} tokens long and no longer fits the "
-                                f"context of {self.cache.n_ctx} tokens: start a new chat")
+        prompt, ids, dropped = self._fit(check_messages(conversation), max_tokens, tail)
         keep = min(common_prefix(self.tokens, ids), len(ids) - 1)
         self.cache.truncate(keep)
         self.tokens = self.tokens[:keep]
         self.prompt = prompt
         sampler = params if isinstance(params, Sampler) else Sampler(params)
+        done = self._finished if tail is None else self._resumed
         self.turn = Generation(engine.model, engine.tokenizer, ids, sampler, max_tokens,
-                               stop_strings, self.cache, on_finish=self._finished, lookup=lookup, probs=probs)
+                               stop_strings, self.cache, on_finish=done, lookup=lookup, probs=probs)
+        self.turn.stats.dropped_messages = dropped
         return self.turn
+
+    def _fit(self, conversation: list[dict], max_tokens: int, tail: str | None) -> tuple[str, list[int], int]:
+        """The prompt (text, ids) of ``conversation`` (and the reply's start ``tail``) within the context:
+        while it leaves the reply fewer than ``min(max_tokens, n_ctx // 4)`` tokens, the oldest turn
+        after the system prompt goes (a message and the reply to it); the last user message always
+        stays, and a ``tail`` too long for what is left keeps its end. Returns (text, ids, messages left
+        out). Raises PyEngineError when the system prompt and the last message alone do not fit."""
+        engine, n_ctx = self.engine, self.cache.n_ctx
+        room = min(max_tokens, n_ctx // 4)
+        tail_ids = engine.tokenizer.encode(tail, add_special=False) if tail else []
+        head = 1 if conversation and conversation[0]["role"] == "system" else 0
+        last = max((i for i, m in enumerate(conversation) if m["role"] == "user"), default=len(conversation) - 1)
+        dropped = 0
+        while True:
+            kept = conversation[:head] + conversation[head + dropped:]
+            prompt, ids = chat_prompt(engine.template, engine.tokenizer, kept)
+            if len(ids) + len(tail_ids) + room <= n_ctx or head + dropped >= last:
+                break
+            dropped += 2 if conversation[head + dropped + 1]["role"] == "assistant" else 1
+        if len(ids) + room > n_ctx:
+            raise PyEngineError(f"the last message is {len(ids)} tokens long with the system prompt and no longer "
+                                f"fits the context of {n_ctx} tokens: send a shorter one")
+        tail_ids = tail_ids[max(0, len(ids) + len(tail_ids) + room - n_ctx):]
+        text = prompt + (engine.tokenizer.decode(tail_ids) if tail_ids else "")
+        return text, ids + tail_ids, dropped
 
     def _finished(self, turn: Generation) -> None:
         self.messages.append({"role": "assistant", "content": turn.text})
+        self.tokens = turn.tokens
+
+    def _resumed(self, turn: Generation) -> None:
+        self.messages[-1] = {**self.messages[-1], "content": self.messages[-1]["content"] + turn.text}
         self.tokens = turn.tokens
 
     def _close_turn(self) -> None:

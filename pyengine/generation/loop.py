@@ -84,6 +84,7 @@ class TurnStats:
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0     # the forward passes and sampling after the first token
     ttft_seconds: float = 0.0       # first step: prefill + sampling the first token
+    dropped_messages: int = 0       # the oldest messages left out of the prompt to fit the context (chat.py)
     stop_reason: str = ""           # one of STOP_REASONS
 
     @property

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from pyengine.errors import ModelError
+from pyengine.errors import ModelError, UnsupportedArchitectureError
 
 REQUIRED = object()  # marks a key without a default
 MAX_LAYERS = 512     # llama.cpp's LLAMA_MAX_LAYERS: a hostile block_count must not make us list 10^9 layers
@@ -122,8 +122,7 @@ class ModelConfig:
         """
         arch = metadata.get("general.architecture")
         if not isinstance(arch, str) or arch not in ARCHITECTURES:
-            raise ModelError(f"unsupported architecture {arch!r} (general.architecture); "
-                             f"supported: {', '.join(ARCHITECTURES)}")
+            raise UnsupportedArchitectureError(arch, tuple(ARCHITECTURES))
         values = {"arch": arch}
         for name, key, typ, default in KEYS:
             key = key.format(arch=arch)

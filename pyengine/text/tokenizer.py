@@ -23,7 +23,9 @@ Encoding a text (``llama_vocab::impl::tokenize``):
      UTF-8 bytes are mapped to printable characters (GPT-2's ``bytes_to_unicode``);
      the adjacent pair with the lowest *merge rank* is merged, again and again
      (leftmost on ties); a final piece that is no token falls back to its
-     single-byte tokens.
+     single-byte tokens. Gemma 4's ``gemma4`` model is SentencePiece-style BPE:
+     spaces become ``"▁"``, words are cut only at newlines and merged as raw
+     UTF-8 characters, and the byte tokens are ``<0xNN>``.
 3. **BOS/EOS**: with ``add_special``, BOS in front if ``add_bos``, EOS at the end
    if ``add_eos`` (``tokenizer.ggml.add_bos_token`` / ``add_eos_token``).
 
@@ -43,8 +45,9 @@ Where this differs from llama.cpp, on purpose:
   keeps its default id);
 - when no key names the EOT token and several texts qualify (SmolLM2:
   ``<|endoftext|>`` and ``<|im_end|>``), the lowest id is taken (llama.cpp
-  takes the first in hash-map order; on the models tested they agree). The
-  set ``eog_ids`` holds all of them either way;
+  takes the first in its ``unordered_map``'s order: SmolLM2's
+  ``<|endoftext|>`` too, but ``<|im_end|>`` on Qwen2's vocab, where this takes
+  ``<|endoftext|>``). The set ``eog_ids`` holds all of them either way;
 - special tokens of equal length are cut out in id order (llama.cpp's sort
   leaves their order unspecified; it matters only for overlapping texts);
 - of llama.cpp's per-model attribute patches only phi-3's (special tokens eat
@@ -61,9 +64,10 @@ from collections.abc import Callable
 from itertools import compress
 
 from pyengine.errors import TokenizerError
-from pyengine.text.bpe import LATIN1_TO_MAPPED, unmap_bytes
-from pyengine.text.unicode_classes import compile_pattern, regex_split
+from pyengine.text.bpe import LATIN1_TO_MAPPED, NO_PRE, unmap_bytes
+from pyengine.text.pretokenize import split_words
 from pyengine.text.vocab import (
+    ALWAYS_RENDERED,
     ATTR_BYTE,
     ATTR_CONTROL,
     ATTR_HIDDEN,
@@ -114,25 +118,27 @@ class Tokenizer:
         model = get(meta, KEY_MODEL, str)
         if model not in MODELS:
             raise TokenizerError(f"{KEY_MODEL} = {model!r} is not supported; supported: {', '.join(MODELS)}")
-        kind, default_ids, add_bos, add_space_prefix = MODELS[model]
-        self.model, self.kind = model, kind
+        spec = MODELS[model]
+        self.model, self.kind = model, spec.kind
         self.tokens = read_tokens(meta)
         self.n_vocab = n = len(self.tokens)
         self.token_to_id: dict[str, int] = dict(zip(self.tokens, range(n)))   # the last of duplicates wins
         self.attrs = read_attrs(meta, n)
-        self.pre, self.merges, self.pre_patterns, self.ignore_merges = get(meta, KEY_PRE, str, ""), {}, (), False
-        if kind == "spm":
+        self.pre, self.merges, self.pre_spec = get(meta, KEY_PRE, str, ""), {}, NO_PRE
+        default_ids, add_bos = dict(spec.default_ids), spec.add_bos
+        if spec.kind == "spm":
             self.scores = get_list(meta, KEY_SCORES, (float, int), n) or [0.0] * n
             self._byte_ids = [self.token_to_id.get(f"<0x{b:02X}>", self.token_to_id.get(raw_byte(b)))
                               for b in range(256)]
         else:
-            self.pre, pre = pre_tokenizer(meta)
-            self.merges = read_merges(meta)
-            self.pre_patterns, self.ignore_merges, add_bos = pre.regexes, pre.ignore_merges, pre.add_bos
-        self._compiled: list | None = None            # pre-tokenizer regexes, compiled on first use
+            self.pre, self.pre_spec = pre_tokenizer(meta, spec.pre)
+            self.merges = read_merges(meta, self.pre_spec.needs_merges)
+            add_bos = self.pre_spec.add_bos
+            if not self.pre_spec.default_bos:
+                default_ids.pop("bos", None)
         self._word_cache: dict[str, tuple[int, ...]] = {}
-        self.add_space_prefix = get(meta, KEY_ADD_SPACE_PREFIX, bool, add_space_prefix)
-        self.add_bos = get(meta, KEY_ADD_BOS, bool, add_bos)
+        self.add_space_prefix = get(meta, KEY_ADD_SPACE_PREFIX, bool, spec.add_space_prefix)
+        self.add_bos = get(meta, KEY_ADD_BOS, bool, add_bos) or self.pre_spec.always_bos
         self.add_eos = get(meta, KEY_ADD_EOS, bool, False)
         ids = read_special_ids(meta, n, default_ids)
         self._find_by_text(ids)
@@ -182,7 +188,26 @@ class Tokenizer:
                 eog.add(tid)
                 self._mark_control(tid)
         eog.discard(None)
+        for text in ALWAYS_RENDERED:      # llama.cpp's gpt-oss hack: these render as text
+            tid = self.token_to_id.get(text)
+            if tid is not None:
+                self.attrs[tid] = ATTR_USER_DEFINED
+        self._eog_exceptions(eog)
         return frozenset(eog)
+
+    def _eog_exceptions(self, eog: set[int]) -> None:
+        """llama.cpp's two exceptions to end-of-generation by text: ``<|end|>`` is none where
+        ``<|return|>`` and ``<|call|>`` (gpt-oss) or ``<|calls|>`` and ``<|flush|>`` (Solar Open)
+        are (it becomes user-defined), and ``</s>`` is a normal token where ``<|tool_response>``
+        (Gemma 4) or ``<|plamo:eos|>`` (PLaMo) ends generation."""
+        by_text = {self.tokens[tid]: tid for tid in eog}
+        call = "<|call|>" in by_text or "<|calls|>" in by_text
+        if "<|end|>" in by_text and call and ("<|return|>" in by_text or "<|flush|>" in by_text):
+            eog.discard(by_text["<|end|>"])
+            self.attrs[by_text["<|end|>"]] = ATTR_USER_DEFINED
+        if "</s>" in by_text and ("<|tool_response>" in by_text or "<|plamo:eos|>" in by_text):
+            eog.discard(by_text["</s>"])
+            self.attrs[by_text["</s>"]] = ATTR_NORMAL
 
     def _phi3_rstrip(self) -> None:
         """llama.cpp: for a model named phi-3/phi3, special tokens eat the spaces after them."""
@@ -329,38 +354,42 @@ class Tokenizer:
         return tid
 
     def _encode_bpe(self, text: str, out: list[int]) -> None:
-        """Byte-level BPE (``llm_tokenizer_bpe_session::tokenize``): pre-tokenize, map bytes, merge."""
-        if self._compiled is None:
-            self._compiled = [compile_pattern(p) for p in self.pre_patterns]
-        cache = self._word_cache
-        for word in regex_split(text, self._compiled):
-            mapped = word.encode("utf-8").decode("latin-1").translate(LATIN1_TO_MAPPED)
-            ids = cache.get(mapped)
+        """Byte-level BPE (``llm_tokenizer_bpe_session::tokenize``): pre-tokenize, map bytes, merge.
+        An SPM-style BPE vocab (Gemma 4) has its spaces escaped first and merges raw UTF-8 words."""
+        spec, cache = self.pre_spec, self._word_cache
+        if spec.escape_spaces:
+            text = text.replace(" ", "\u2581")
+        for word in split_words(text, spec.regexes):
+            if spec.byte_encode:
+                word = word.encode("utf-8").decode("latin-1").translate(LATIN1_TO_MAPPED)
+            ids = cache.get(word)
             if ids is None:
-                ids = self._bpe_word(mapped)
-                if len(mapped) <= 64:             # cache words, not whole pasted blobs
+                ids = self._bpe_word(word)
+                if len(word) <= 64:               # cache words, not whole pasted blobs
                     if len(cache) >= 100_000:
                         cache.clear()
-                    cache[mapped] = ids
+                    cache[word] = ids
             out.extend(ids)
 
     def _bpe_word(self, word: str) -> tuple[int, ...]:
-        """Merge one byte-mapped word, lowest merge rank first; a final piece that is no token
+        """Merge one (byte-mapped) word, lowest merge rank first; a final piece that is no token
         falls back to the tokens of its single bytes (those absent are dropped, as in llama.cpp)."""
-        vocab, ranks = self.token_to_id, self.merges
-        if self.ignore_merges and word in vocab:
+        vocab, ranks, spec = self.token_to_id, self.merges, self.pre_spec
+        whole = spec.ignore_merges or (spec.newline_words and not word.strip("\n"))
+        if whole and word in vocab:
             return (vocab[word],)
 
         def priority(pair: str, left_len: int) -> int | None:
             return ranks.get(pair[:left_len] + " " + pair[left_len:])
 
+        byte_text = raw_byte if spec.byte_encode else "<0x{:02X}>".format
         ids: list[int] = []
         for piece in merge_pairs(word, priority):
             tid = vocab.get(piece)
             if tid is not None:
                 ids.append(tid)
             else:   # llama.cpp looks up each byte of the piece's UTF-8 text
-                ids.extend(vocab[raw_byte(b)] for b in piece.encode("utf-8") if raw_byte(b) in vocab)
+                ids.extend(vocab[t] for t in map(byte_text, piece.encode("utf-8")) if t in vocab)
         return tuple(ids)
 
     # --- decoding -----------------------------------------------------------------------------
@@ -388,7 +417,7 @@ class Tokenizer:
         if attr & (ATTR_HIDDEN | ATTR_USER_DEFINED):
             return text.encode("utf-8", "surrogateescape")
         if attr & ATTR_NORMAL:
-            if self.kind == "spm":
+            if self.kind == "spm" or self.pre_spec.escape_spaces:
                 return text.replace("\u2581", " ").encode("utf-8", "surrogateescape")
             return unmap_bytes(text)
         if attr & ATTR_BYTE:

@@ -11,9 +11,9 @@ no ``\\p{...}`` and Pyodide has no ``regex`` module, so this module
 2. defines ``\\s`` as llama.cpp does: the 25 code points of Unicode's
    ``White_Space`` property (``unicode_set_whitespace``), not ``str.isspace``
    (which adds U+001C..U+001F);
-3. translates a llama.cpp pattern into an ``re`` pattern (:func:`translate`) and
-   splits text the way llama.cpp does (:func:`regex_split`): each pattern in
-   turn cuts every piece into its matches *and* the gaps between them.
+3. translates a llama.cpp pattern into an ``re`` pattern over real classes
+   (:func:`translate`), for the regexes llama.cpp splits by hand
+   (:mod:`pyengine.text.pretokenize` runs them, and the others).
 
 Cost: the first call scans planes 0-3 and 14 (266,240 code points) with
 ``unicodedata.category``: ~0.1 s in CPython, a few times that in Pyodide.
@@ -166,29 +166,3 @@ def translate(pattern: str) -> str:
 def compile_pattern(pattern: str) -> re.Pattern:
     """``re.compile(translate(pattern))``, cached per pattern."""
     return re.compile(translate(pattern))
-
-
-def regex_split(text: str, patterns: list[re.Pattern]) -> list[str]:
-    """Split ``text`` as llama.cpp's ``unicode_regex_split`` does (before byte encoding).
-
-    Each pattern in turn splits every piece into its matches and the
-    non-empty gaps between them, in order; a match never crosses a piece's
-    ends (lookaheads see the end of the piece). Returns the pieces, which
-    concatenate back to ``text``.
-    """
-    pieces = [text] if text else []
-    for pattern in patterns:
-        out: list[str] = []
-        for piece in pieces:
-            pos = 0
-            for m in pattern.finditer(piece):
-                start, end = m.span()
-                if start > pos:
-                    out.append(piece[pos:start])
-                if end > start:
-                    out.append(piece[start:end])
-                pos = end
-            if pos < len(piece):
-                out.append(piece[pos:])
-        pieces = out
-    return pieces

@@ -8,7 +8,7 @@ naming the key. Names follow gguf-py's ``Keys.Tokenizer`` and llama.cpp's
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -45,10 +45,22 @@ SPECIAL_ID_KEYS = {
     "fim_sep": "tokenizer.ggml.fim_sep_token_id",
 }
 
-# Tokenizer models: GGUF name -> (kind, default special ids, default add_bos, default add_space_prefix).
+
+
+class TokenizerModel(NamedTuple):
+    """A ``tokenizer.ggml.model`` as llama.cpp's ``load`` sets it up."""
+
+    kind: str                    # "spm" (SentencePiece by score) or "bpe" (by merge rank)
+    default_ids: dict[str, int]  # special ids when no key names them
+    add_bos: bool                # default add_bos_token
+    add_space_prefix: bool       # default add_space_prefix
+    pre: str | None = None       # the pre-tokenizer it always uses, whatever tokenizer.ggml.pre says
+
+
 MODELS = {
-    "llama": ("spm", {"bos": 1, "eos": 2, "unk": 0}, True, True),
-    "gpt2": ("bpe", {"bos": 11, "eos": 11}, False, False),
+    "llama": TokenizerModel("spm", {"bos": 1, "eos": 2, "unk": 0}, True, True),
+    "gpt2": TokenizerModel("bpe", {"bos": 11, "eos": 11}, False, False),
+    "gemma4": TokenizerModel("bpe", {}, False, False, pre="gemma4"),   # SentencePiece-style BPE
 }
 
 # llama.cpp's token attribute bits (``llama_token_attr``), and the attribute of each token type
@@ -87,6 +99,8 @@ EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<
              "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
              "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
              "<｜end▁of▁sentence｜>", "[e~[")
+# Tokens llama.cpp always renders as text, whatever their type (its gpt-oss hack: user-defined).
+ALWAYS_RENDERED = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")
 
 
 def get(meta: dict, key: str, kind: type | tuple, default: Any = None) -> Any:
@@ -163,20 +177,23 @@ def read_special_ids(meta: dict, n: int, defaults: dict[str, int]) -> dict[str, 
     return ids
 
 
-def read_merges(meta: dict) -> dict[str, int]:
+def read_merges(meta: dict, required: bool = True) -> dict[str, int]:
     """``tokenizer.ggml.merges`` as ``{"left right": rank}`` (the first of duplicates wins).
 
     llama.cpp splits each merge at its first space after the first character and
     looks up (left, right); byte-mapped token texts hold no spaces, so looking up
     ``left + " " + right`` finds the same rank."""
     merges = get_list(meta, KEY_MERGES, str, None)
+    if merges is None and not required:
+        return {}
     if merges is None:
         raise TokenizerError(f"{KEY_MERGES}: missing (a gpt2 tokenizer needs its merges)")
     return dict(zip(reversed(merges), range(len(merges) - 1, -1, -1)))
 
 
-def pre_tokenizer(meta: dict) -> tuple[str, PreTokenizer]:
-    name = get(meta, KEY_PRE, str, "") or "default"    # llama.cpp: missing -> default (with a warning)
+def pre_tokenizer(meta: dict, forced: str | None = None) -> tuple[str, PreTokenizer]:
+    """The pre-tokenizer ``tokenizer.ggml.pre`` names (``forced``, if given, whatever the key says)."""
+    name = forced or get(meta, KEY_PRE, str, "") or "default"    # llama.cpp: missing -> default
     if name not in PRE_TOKENIZERS:
         raise TokenizerError(f"{KEY_PRE} = {name!r} is not supported; supported: {', '.join(sorted(PRE_TOKENIZERS))}")
     return name, PRE_TOKENIZERS[name]

@@ -21,6 +21,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from static_build import same_as_web
 
 from browser.pages import BOOT_MS, wait_status
 
@@ -46,8 +47,7 @@ def check_static() -> None:
     if not (STATIC / "index.html").is_file():
         pytest.fail("static/ is not built: run `make build`")
     page = [p.relative_to(ROOT / "web") for p in (ROOT / "web").rglob("*") if p.is_file()]
-    stale = [f"web/{p}" for p in page
-             if not (STATIC / p).is_file() or (STATIC / p).read_bytes() != (ROOT / "web" / p).read_bytes()]
+    stale = [f"web/{p}" for p in page if not same_as_web(p)]
     wheels = list((STATIC / "wheels").glob("pyengine-*.whl"))
     if len(wheels) != 1:
         pytest.fail("static/wheels/ has no pyengine wheel: run `make build`")

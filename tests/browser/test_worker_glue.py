@@ -318,6 +318,19 @@ def test_a_reply_to_the_messages_the_page_keeps_reuses_the_cache_up_to_an_edit(p
     assert posted[-1]["type"] == "error" and "role must be one of" in posted[-1]["message"]
 
 
+def test_pieces_carry_the_token_records_when_asked(posted):
+    load_tiny(posted)
+    start = len(posted)
+    run({"type": "chat", "text": "hello", "system": "", "settings": {"temperature": 0, "max_tokens": 5}, "probs": 3})
+    pieces = [m for m in posted[start:] if m["type"] == "piece"]
+    records = [r for m in pieces for r in m.get("tokens", [])]
+    assert len(records) == 5 and all(len(r["top"]) == 3 and r["top"][0]["id"] == r["id"] for r in records)
+    assert "".join(r["text"] for r in records) == "".join(m["text"] for m in pieces)
+    run({"type": "chat", "text": "hello", "system": "", "settings": {}, "probs": 99})
+    assert posted[-1]["type"] == "error" and "probs must be a whole number of alternatives from 0 to 20" in \
+        posted[-1]["message"]
+
+
 def test_a_cooperative_stop_keeps_what_was_shown(posted):
     load_tiny(posted)
     pieces = []

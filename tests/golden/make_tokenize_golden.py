@@ -34,6 +34,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent.parent)]
 
 from conftest import FIXTURES, GEMMA3, SMOLLM2  # tests/conftest.py
 from gguf_write import gguf_bytes  # tests/gguf_write.py
+from make_vocab_golden import variant_metadata  # (how a variant changes its vocab)
 
 from pyengine.gguf import open_gguf
 
@@ -70,26 +71,18 @@ SPECIALS = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<start_of_turn>", "<
 WORDS = ["don't", "I'M", "hello", "world", " the", "12345678", "3.14", "'re", "'ll", "x'S"]
 
 
-def random_text(rng: random.Random) -> str:
+def random_text(rng: random.Random, pool: list[str] = POOL, words: list[str] = WORDS) -> str:
+    """1-12 parts: a special-token text, a word, or 1-8 characters of ``pool``."""
     parts = []
     for _ in range(rng.randint(1, 12)):
         r = rng.random()
         if r < 0.15:
             parts.append(rng.choice(SPECIALS))
         elif r < 0.35:
-            parts.append(rng.choice(WORDS))
+            parts.append(rng.choice(words))
         else:
-            parts.append("".join(rng.choice(POOL) for _ in range(rng.randint(1, 8))))
+            parts.append("".join(rng.choice(pool) for _ in range(rng.randint(1, 8))))
     return "".join(parts)
-
-
-def variant_metadata(meta: dict, changes: dict, add_tokens: list[str]) -> dict:
-    """``meta`` with ``changes`` and ``add_tokens`` (normal tokens at the end of the vocab)."""
-    meta = {**meta, **changes}
-    if add_tokens:
-        meta["tokenizer.ggml.tokens"] = meta["tokenizer.ggml.tokens"] + add_tokens
-        meta["tokenizer.ggml.token_type"] = [int(t) for t in meta["tokenizer.ggml.token_type"]] + [1] * len(add_tokens)
-    return meta
 
 
 def write_variant(src: Path, changes: dict, add_tokens: list[str], out: Path) -> None:

@@ -4,11 +4,18 @@
 // statistics line under the list. Every message keeps its text in data-text (what the chat sends).
 import { el, make } from "./dom.js";
 import { drawMarkdown } from "./markdown.js";
+import { drawTokens, wireTokens } from "./token_view.js";
 
 // The turn under way: reply, the assistant <li> growing; asked, the user <li> it answers (marked
 // failed if the reply fails); text, the reply so far; drawn, the text drawn; frame, a drawing asked for
 // the next frame.
-const turn = { reply: null, asked: null, text: "", drawn: "", frame: 0 };
+const turn = { reply: null, asked: null, text: "", drawn: "", tokens: [], frame: 0 };
+
+// A reply's token records (pyengine Generation.token_probs), by its <li>; shown: whether replies that
+// have them are drawn as their tokens (token_view.js) rather than as Markdown.
+const records = new WeakMap();
+const probs = { shown: false };
+export const showTokens = (on) => { probs.shown = on; };
 
 // Why a reply ended, in words: stop reason -> words (pyengine.browser.page.STOP_WORDS, sent with booted).
 let stopWords = {};
@@ -22,7 +29,8 @@ export const scrollToEnd = () => { el.messages.scrollTop = el.messages.scrollHei
 const ACTIONS = {
   user: [["copy", "Copy", "Copy this message"], ["edit", "Edit", "Edit this message and send it again"],
     ["delete", "Delete", "Delete this message and its reply"]],
-  assistant: [["copy", "Copy", "Copy this reply"], ["regenerate", "Regenerate", "Write this reply again"]],
+  assistant: [["copy", "Copy", "Copy this reply"], ["regenerate", "Regenerate", "Write this reply again"],
+    ["continue", "Continue", "Continue this reply"]],
 };
 
 function actionBar(role) {
@@ -37,13 +45,15 @@ function actionBar(role) {
   return bar;
 }
 
-// A message's <li>: index, its place in the conversation (undefined: not part of it yet).
-function messageItem(role, text, index) {
+// A message's <li>: index, its place in the conversation (undefined: not part of it yet); tokens: a
+// reply's token records, if it has them.
+function messageItem(role, text, index, tokens) {
   const li = make("li", `message ${role}`);
   li.dataset.testid = "message";
   li.dataset.role = role;
   if (index !== undefined) li.dataset.index = index;
   li.append(make("div", "who", role === "user" ? "You" : "Model"), make("div", "body"), actionBar(role));
+  if (tokens?.length) records.set(li, tokens);
   setText(li, text);
   return li;
 }
@@ -51,13 +61,19 @@ function messageItem(role, text, index) {
 function setText(li, text) {
   li.dataset.text = text;
   const body = li.querySelector(".body");
+  const tokens = records.get(li);
   if (li.dataset.role === "user") body.textContent = text;
-  else drawMarkdown(body, text);
+  else if (probs.shown && tokens?.length) drawTokens(body, text, tokens);
+  else {
+    if (body.classList.contains("tokens")) body.replaceChildren();
+    body.classList.remove("tokens");
+    drawMarkdown(body, text);
+  }
 }
 
-function addMessage(role, text, index) {
+function addMessage(role, text, index, tokens) {
   el.messages.querySelector(".empty")?.remove();
-  const li = messageItem(role, text, index);
+  const li = messageItem(role, text, index, tokens);
   el.messages.append(li);
   scrollToEnd();
   return li;
@@ -74,9 +90,25 @@ export function drawMessages(messages, hasModel) {
   clearMessages(hasModel);
   if (messages.length) el.messages.replaceChildren();
   messages.forEach((m, i) => {
-    const li = addMessage(m.role, m.content, i);
+    const li = addMessage(m.role, m.content, i, m.tokens);
     if (m.note === "stopped") addNote(li, "stopped", "stopped");
+    showContext(li, m);
   });
+}
+
+// What the context did to a reply (m: its message): data-stop (why it ended: "context", "max_tokens",
+// "stopped"; a reply so ended can be continued) and a line saying so when the context was full.
+export function showContext(li, m) {
+  li.querySelector(".context-note")?.remove();
+  if (m.stop) li.dataset.stop = m.stop;
+  else delete li.dataset.stop;
+  const lines = [];
+  if (m.dropped) {
+    lines.push(`The conversation no longer fit the model's context: the ${m.dropped} oldest messages were left out `
+      + "of this reply's prompt (the system prompt and the newest turns were kept).");
+  }
+  if (m.stop === "context") lines.push("The context is full: the reply stopped here. Continue goes on with it.");
+  if (lines.length) li.insertBefore(make("p", "context-note", lines.join(" ")), li.querySelector(".actions"));
 }
 
 // The user's message (index: its place), and an empty reply under it that the pieces fill.
@@ -90,9 +122,27 @@ export function startReply() {
   turn.reply = addMessage("assistant", "");
   turn.reply.classList.add("streaming");
   turn.text = turn.drawn = "";
+  turn.tokens = [];
+  records.set(turn.reply, turn.tokens);
 }
 
-export function addPiece(text) {
+// The last reply drawn again as it streams on (Continue): the pieces are added to its text.
+export function resumeReply() {
+  const li = [...el.messages.querySelectorAll("[data-role=assistant]")].pop();
+  if (!li) return;
+  turn.reply = li;
+  turn.text = turn.drawn = li.dataset.text;
+  turn.tokens = [...(records.get(li) ?? [])];
+  records.set(li, turn.tokens);
+  showContext(li, {});
+  delete li.dataset.note;
+  li.querySelector(".note")?.remove();
+  li.classList.add("streaming");
+}
+
+// text: the piece; tokens: the records of the tokens it holds (none unless probabilities were asked for).
+export function addPiece(text, tokens = []) {
+  turn.tokens.push(...tokens);
   turn.text += text;
   turn.reply.dataset.text = turn.text;
   if (!turn.frame) turn.frame = requestAnimationFrame(drawReply);
@@ -125,13 +175,14 @@ function finishReply(note) {
   turn.reply = null;
 }
 
-// The reply ended (stopped: by the Stop button); index: its place in the conversation. Returns its text.
+// The reply ended (stopped: by the Stop button); index: its place in the conversation. Returns its text
+// and its token records.
 export function endTurn(stopped, index) {
-  const text = turn.text;
+  const { text, tokens } = turn;
   if (turn.reply && index !== undefined) turn.reply.dataset.index = index;
   finishReply(stopped ? "stopped" : null);
   turn.asked = null;
-  return text;
+  return { text, tokens };
 }
 
 // A reply that failed: the worker dropped the message and the reply from the conversation, so both are
@@ -157,6 +208,9 @@ export function clearMessages(hasModel) {
   turn.reply = null;
   turn.asked = null;
 }
+
+// Hover and focus on a token show its alternatives.
+export const wireChatView = () => wireTokens(el.messages, (li) => records.get(li));
 
 // A user message's text in a box, to change and send again: onSend(text) or onCancel().
 export function editMessage(li, onSend, onCancel) {

@@ -33,6 +33,8 @@ export const el = {
   weights: byId("weights"),
   weightsNote: byId("weights-note"),
   messages: byClass("messages"),
+  showProbs: byId("show-probs"),
+  probsNote: byId("probs-note"),
   stats: byId("stats"),
   sendError: byId("send-error"),
   composer: byClass("composer"),

@@ -5,23 +5,32 @@
 // or edited turn prefills only what changed. A reply joins the conversation when it ends (a stopped one
 // as far as it was shown); one that fails leaves the conversation as it was.
 import { el } from "./dom.js";
-import { drawMessages, editMessage, endTurn, failTurn, startReply, startTurn } from "./chat_view.js";
+import {
+  drawMessages, editMessage, endTurn, failTurn, resumeReply, showContext, showTokens, startReply, startTurn,
+} from "./chat_view.js";
+import { DESCRIPTION, PROBS_SHOWN } from "./token_view.js";
 import { copyAndSay, copyCode } from "./markdown.js";
 import { setPhase, status } from "./status.js";
 import { worker } from "./worker_client.js";
 
-// messages: [{role, content, note?}] (note "stopped"), the conversation the next reply answers.
+// messages: [{role, content, note?, tokens?}] (note "stopped"; tokens: a reply's token records), the
+// conversation the next reply answers.
 export const chat = { messages: [] };
 // The reply running: kind ("send", "regenerate", "edit") and the messages it answers.
 let pending = null;
 let hooks = { request: null, changed: () => {} };
+const PROBS_KEY = "pyengine.probs"; // localStorage: the probabilities toggle
 
 const plain = (messages) => messages.map(({ role, content }) => ({ role, content }));
 
-function ask(kind, messages, settings) {
+// kind: "send", "regenerate", "edit" or "continue"; messages: the conversation before the reply (for
+// "continue", before the reply that goes on, which is sent last).
+function ask(kind, messages, settings, resumed = null) {
   pending = { kind, messages };
   setPhase("generating");
-  worker.chat(plain(messages), el.systemPrompt.value, settings);
+  const probs = el.showProbs.checked ? PROBS_SHOWN : 0;
+  worker.chat(plain(resumed ? [...messages, resumed] : messages), el.systemPrompt.value, settings, probs,
+    resumed !== null);
 }
 
 // A new message of the user, once its settings are checked.
@@ -44,6 +53,13 @@ function resend(index, text, settings) {
   ask("edit", [...messages, { role: "user", content: text }], settings);
 }
 
+function continueReply(settings) {
+  const last = chat.messages.at(-1);
+  if (last?.role !== "assistant") return;
+  resumeReply();
+  ask("continue", chat.messages.slice(0, -1), settings, last);
+}
+
 function deleteTurn(index) {
   const n = chat.messages[index + 1]?.role === "assistant" ? 2 : 1;
   chat.messages.splice(index, n);
@@ -53,11 +69,17 @@ function deleteTurn(index) {
 
 const lastUser = () => chat.messages.map((m) => m.role).lastIndexOf("user");
 
-// The worker's "done": the reply joins the conversation.
-export function replyDone(stopped) {
-  const text = endTurn(stopped, pending?.messages.length);
+// The worker's "done" (stats: the reply's, pyengine TurnStats): the reply joins the conversation.
+export function replyDone(stopped, stats) {
+  const li = el.messages.querySelector(".message.streaming");
+  const { text, tokens } = endTurn(stopped, pending?.messages.length);
   if (!pending) return;
-  chat.messages = [...pending.messages, { role: "assistant", content: text, ...(stopped ? { note: "stopped" } : {}) }];
+  const stop = ["context", "max_tokens", "stopped"].includes(stats?.stop_reason) ? stats.stop_reason : undefined;
+  const reply = { role: "assistant", content: text, ...(stopped ? { note: "stopped" } : {}),
+    ...(tokens.length ? { tokens } : {}), ...(stop ? { stop } : {}),
+    ...(stats?.dropped_messages ? { dropped: stats.dropped_messages } : {}) };
+  if (li) showContext(li, reply);
+  chat.messages = [...pending.messages, reply];
   pending = null;
   hooks.changed();
 }
@@ -87,6 +109,7 @@ function onAction(button) {
   if (status.phase !== "ready" || index < 0) return; // nothing changes while a reply runs
   if (action === "delete") deleteTurn(index);
   else if (action === "regenerate") hooks.request((s) => regenerate(s));
+  else if (action === "continue") hooks.request((s) => continueReply(s));
   else if (action === "edit") {
     editMessage(li, (text) => text.trim() && hooks.request((s) => resend(index, text, s)),
       () => drawMessages(chat.messages, status.hasModel));
@@ -97,6 +120,15 @@ function onAction(button) {
 // changed(): the conversation changed (it is saved).
 export function wireTurns(request, changed) {
   hooks = { request, changed };
+  el.showProbs.checked = localStorage.getItem(PROBS_KEY) === "1";
+  const useProbs = () => {
+    showTokens(el.showProbs.checked);
+    el.probsNote.textContent = el.showProbs.checked ? DESCRIPTION : "";
+    localStorage.setItem(PROBS_KEY, el.showProbs.checked ? "1" : "0");
+    drawMessages(chat.messages, status.hasModel);
+  };
+  el.showProbs.addEventListener("change", useProbs);
+  useProbs();
   el.messages.addEventListener("click", (e) => {
     const button = e.target.closest("button");
     if (!button) return;

@@ -30,8 +30,11 @@ export const worker = {
   load: (files, weights) => post({ type: "load", files, weights }),
   // settings: name -> the text typed; badInput: the names of the fields the browser found no number in.
   check: (settings, badInput) => post({ type: "check", settings, bad_input: badInput }),
-  // messages: the whole conversation the reply answers, [{role, content}], its last one the user's.
-  chat: (messages, system, settings) => post({ type: "chat", messages, system, settings }),
+  // messages: the whole conversation the reply answers, [{role, content}], its last one the user's;
+  // probs: the alternatives each token's record lists (0: no records); resume: the last message is the
+  // model's reply, which goes on.
+  chat: (messages, system, settings, probs = 0, resume = false) =>
+    post({ type: "chat", messages, system, settings, probs, continue: resume }),
   newChat: () => post({ type: "new-chat" }),
   setWorkers: (workers) => post({ type: "workers", workers }),
   stop() {

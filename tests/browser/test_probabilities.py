@@ -1,0 +1,89 @@
+"""Token probabilities on the page with SmolLM2-135M-Instruct (Memory f32, 1 worker, temperature 0): each
+reply token's probability and its 5 likeliest alternatives equal what the CLI's ``--json --probs 5``
+prints for the same conversation; the shading is a class; the alternatives show on hover and on keyboard
+focus, and the arrow keys move between tokens."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from browser.conftest import ROOT
+from browser.pages import error_text, pick_files, send, set_settings, wait_loaded, wait_reply
+
+pytestmark = pytest.mark.browser
+
+QUESTION = "What is the capital of France?"
+N = 6
+
+# Every token of the last reply: [text, p, class, [[id, p] of its alternatives]] (each one hovered first).
+TOKENS = """async () => {
+  const spans = [...document.querySelectorAll('[data-testid=message][data-role=assistant]:last-child .tok')];
+  const out = [];
+  for (const s of spans) {
+    s.dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));
+    const alts = [...s.querySelectorAll('.alt')].map((a) => [Number(a.dataset.id), Number(a.dataset.p)]);
+    const chosen = Number(s.querySelector('.alt.chosen')?.dataset.id ?? -1);
+    const text = [...s.childNodes].filter((n) => n.nodeType === 3).map((n) => n.textContent).join('');
+    out.push([text, Number(s.dataset.p), s.className, alts, chosen]);
+  }
+  return out;
+}"""
+
+
+@pytest.fixture(scope="module")
+def smollm(app, smollm2_path):
+    app.get_by_test_id("workers").select_option("1")
+    pick_files(app, [smollm2_path])
+    wait_loaded(app)
+    assert app.get_by_test_id("status").text_content() == "ready", error_text(app)
+    return app
+
+
+def cli_probs(path, tmp_path) -> dict:
+    messages = tmp_path / "messages.json"
+    messages.write_text(json.dumps([{"role": "user", "content": QUESTION}]))
+    out = subprocess.run([sys.executable, "-m", "pyengine", "chat", str(path), "--messages", str(messages), "--json",
+                          "--probs", "5", "-n", str(N), "--temp", "0", "--weights", "f32"],
+                         capture_output=True, text=True, cwd=ROOT, check=True)
+    return json.loads(out.stdout)
+
+
+def test_the_page_shows_the_probabilities_the_cli_prints(smollm, smollm2_path, tmp_path):
+    smollm.get_by_test_id("show-probs").check()
+    assert smollm.get_by_test_id("probs-note").text_content().startswith("Each token is shaded by the probability")
+    set_settings(smollm, temperature=0, max_tokens=N, seed=None)
+    send(smollm, QUESTION)
+    reply = wait_reply(smollm)
+    want = cli_probs(smollm2_path, tmp_path)
+    assert reply == want["text"]
+    got = smollm.evaluate(TOKENS)
+    assert len(got) == len(want["probs"]) == N
+    for (text, p, cls, alts, chosen), rec in zip(got, want["probs"], strict=True):
+        assert text == rec["text"] and chosen == rec["id"]
+        assert p == pytest.approx(rec["p"], rel=1e-4)
+        assert cls.split() == ["tok", f"p-{min(9, int(rec['p'] * 10))}"]
+        assert [i for i, _ in alts] == [t["id"] for t in rec["top"]]
+        assert [q for _, q in alts] == pytest.approx([t["p"] for t in rec["top"]], rel=1e-4, abs=1e-7)
+    assert smollm.evaluate("document.querySelectorAll('.messages [style]').length") == 0
+
+
+def test_the_alternatives_show_on_keyboard_focus_and_arrows_move(smollm):
+    first = smollm.locator(".message.assistant:last-child .tok").first
+    first.focus()
+    assert first.locator(".alts").is_visible()
+    first.press("ArrowRight")
+    second = smollm.locator(".message.assistant:last-child .tok").nth(1)
+    assert smollm.evaluate("document.activeElement.dataset.index") == "1"
+    assert second.locator(".alts").is_visible() and first.locator(".alts").is_hidden()
+    assert second.get_attribute("tabindex") == "0" and first.get_attribute("tabindex") == "-1"
+
+
+def test_turning_it_off_shows_the_markdown_again(smollm):
+    smollm.get_by_test_id("show-probs").uncheck()
+    assert smollm.locator(".message.assistant .tok").count() == 0
+    smollm.get_by_test_id("show-probs").check()
+    assert smollm.locator(".message.assistant:last-child .tok").count() == N
