@@ -287,32 +287,43 @@ def test_the_quantized_forms_hold_less(files, models):
     assert load_model(files["llama"], weights="compact").weights_nbytes == models["llama"].weights_nbytes
 
 
-def test_the_budget_picks_the_forms(files, monkeypatch):
-    monkeypatch.setattr(budget, "SMALL_WEIGHTS", 0)                          # no matrix is small
+def test_the_budget_picks_the_forms(files):
     g = files["llama-q4km"]
     f32 = load_model(g, weights="f32").weights_nbytes
     assert load_model(g, budget=f32).weights == "f32"                        # float32 when it fits
     compact = load_model(g, weights="compact").weights_nbytes
     quantized = load_model(g, weights="quantized").weights_nbytes
-    m = load_model(g, budget=(compact + quantized) // 2)                      # some expanded, the rest compact
+    m = load_model(g, budget=(compact + quantized) // 2)                      # some upgraded, the rest compact
     assert m.weights == "mixed" and compact < m.weights_nbytes <= (compact + quantized) // 2
-    assert {f.name for f in m.forms.values()} == {"QUANTIZED", "COMPACT"}
+    assert Form.COMPACT in m.forms.values() and set(m.forms.values()) - {Form.COMPACT}
     assert load_model(g, budget=compact).weights == "compact"
     with pytest.raises(PyEngineError, match="weights must be"):
         load_model(g, weights="f16")
 
 
-def test_small_matrices_are_float32_before_any_is_expanded(files, monkeypatch):
-    g = files["llama-q4km"]
-    c = load_model(g, weights="compact")
-    listed = budget_matrices(shard_matrices(c.config, g.tensors, c.shard), g.tensors)
-    small = [m for m in listed if m.key[-1] == "wo"]
-    monkeypatch.setattr(budget, "SMALL_WEIGHTS", small[0].n_in * small[0].parts[0][1])  # wo; the others are bigger
-    extra = sum(budget.matrix_nbytes(m, Form.F32) - budget.matrix_nbytes(m, Form.COMPACT) for m in small)
-    m = load_model(g, budget=budget.forms_nbytes(listed, c.forms) + extra)
-    assert m.weights == "mixed" and {k: f for k, f in m.forms.items() if f is not Form.COMPACT} == \
-        {k.key: Form.F32 for k in small}
-    assert m.layers[0].wo.form is Form.F32 and m.layers[0].w_down.form is Form.COMPACT
+def test_auto_buys_the_most_time_a_byte_first():
+    small = budget.Matrix(("small",), (("Q4_K", 256),), 256)                  # a product's fixed cost dominates
+    big = budget.Matrix(("big",), (("Q4_K", 8192),), 2048)
+    q6 = budget.Matrix(("q6",), (("Q6_K", 2048),), 8192)                       # a scale every 16 weights
+    listed = [small, big, q6]
+    compact = sum(budget.matrix_nbytes(m, Form.COMPACT) for m in listed)
+
+    def extra(m, form):
+        return budget.matrix_nbytes(m, form) - budget.matrix_nbytes(m, Form.COMPACT)
+
+    def per_byte(m, form):
+        return (budget.matrix_ns(m, Form.COMPACT) - budget.matrix_ns(m, form)) / extra(m, form)
+
+    # the small matrix's float32 saves the most a byte; then the others in the model's order
+    assert per_byte(small, Form.F32) > max(per_byte(m, f) for m in (big, q6) for f in (Form.QUANTIZED, Form.F32))
+    name, forms = budget.plan_forms(listed, "auto", compact + extra(small, Form.F32))
+    assert name == "mixed" and forms == {("small",): Form.F32, ("big",): Form.COMPACT, ("q6",): Form.COMPACT}
+    ranked = sorted(((per_byte(m, f), m.key, f) for m in (big, q6) for f in (Form.QUANTIZED, Form.F32)), reverse=True)
+    _, key, form = ranked[0]
+    top = next(m for m in listed if m.key == key)
+    got = budget.plan_forms(listed, "auto", compact + extra(small, Form.F32) + extra(top, form))[1]
+    assert got[key] is form and got[("small",)] is Form.F32
+    assert budget.plan_forms(listed, "auto", compact)[1] == dict.fromkeys(forms, Form.COMPACT)
 
 
 @pytest.mark.parametrize("form", ["f32", "quantized", "compact"])

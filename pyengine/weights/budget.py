@@ -1,8 +1,10 @@
 """The memory budget: which form each matrix takes, what each form holds, and the wasm heap grown once.
 
 ``weights=`` names a policy (:data:`WEIGHT_FORMS`). "auto" keeps every matrix
-float32 when that fits the budget (the fastest), else each ggml type's own codes:
-expanded lanes while they fit, compact lanes for the rest (:func:`plan_forms`).
+float32 when that fits the budget (the fastest), else starts from each ggml
+type's own codes in compact lanes and buys, while the budget lasts, the forms
+that save the most decode time per byte (:func:`plan_forms`, by the cost model
+:func:`matrix_ns`).
 :func:`matrix_nbytes` says what a form holds before anything is read, so a load
 can reserve its wasm heap at once (:func:`reserve_heap`) and a model too big for
 any form is refused before the model loaded before it is let go.
@@ -10,6 +12,7 @@ any form is refused before the model loaded before it is let go.
 
 from __future__ import annotations
 
+import heapq
 import os
 import sys
 from typing import NamedTuple
@@ -28,8 +31,11 @@ MIN_BUDGET = 64 * 2**20              # the browser's budget is never less: a sma
 RAM_SHARE = 0.6                      # in CPython, the weights within this share of the memory available
 HEAP_MAX = 4 * 2**30 - 2**27         # a wasm32 worker's heap can reach 4 GiB; less room for growth steps
 ARRAY_MAX = 2**31 - 1                # numpy's largest array on wasm32, in bytes
-SMALL_WEIGHTS = 1 << 20              # "auto": a matrix this small is float32 first (its product's fixed cost
-                                     # in the quantized forms outweighs its bytes)
+# "auto"'s cost model of a decode step in Pyodide (bench/PROFILE.md): ns a weight in each form (x SUB16 for
+# codes with a scale every 16 weights: twice the scaling work), and ns of each product's fixed work.
+NS_PER_WEIGHT = {Form.F32: 0.45, Form.QUANTIZED: 0.45, Form.COMPACT: 0.65}
+SUB16 = 1.8
+NS_PER_CALL = {Form.F32: 50_000, Form.QUANTIZED: 200_000, Form.COMPACT: 250_000}
 
 
 class Weights(NamedTuple):
@@ -75,14 +81,25 @@ def matrix_nbytes(m: Matrix, form: Form) -> int:
     return sum(part_nbytes(t, n, m.n_in, form) for t, n in m.parts)
 
 
+def matrix_ns(m: Matrix, form: Form) -> float:
+    """The cost model's ns for one product of matrix ``m`` (one token) held in ``form``: float32 as one
+    matrix, the codes as one product a part (a RowSplit of runs of one type)."""
+    coded = [(quants.QUANT_CODES.get(t), n) for t, n in m.parts]
+    if form is Form.F32 or all(c is None for c, _ in coded):
+        return NS_PER_CALL[Form.F32] + NS_PER_WEIGHT[Form.F32] * m.n_in * sum(n for _, n in m.parts)
+    return sum(NS_PER_CALL[form] + NS_PER_WEIGHT[form] * n * m.n_in * (SUB16 if c is not None and c.sub == 16 else 1)
+               for c, n in coded)
+
+
 def plan_forms(matrices: list[Matrix], weights: str, budget: int) -> tuple[str, dict]:
     """The policy in use and ``{key: Form}`` for ``matrices`` under ``weights`` (one of ``CHOICES``) within
     ``budget`` bytes.
 
-    "auto": "f32" when every matrix fits as float32, else "mixed": compact lanes for all, then in
-    turn, in order, while the whole stays within the budget: float32 for the matrices of at most
-    ``SMALL_WEIGHTS`` weights, then expanded lanes for the others (all expanded: "quantized", none:
-    "compact"). A fixed policy ignores the budget. Raises PyEngineError for an unknown ``weights``.
+    "auto": "f32" when every matrix fits as float32, else "mixed": compact lanes for all, then the
+    upgrades (a matrix to expanded lanes or to float32) in the order of the time they save per byte
+    (:func:`matrix_ns`), each one that still fits ("quantized" when every matrix ends expanded,
+    "compact" when none is upgraded). A fixed policy ignores the budget. Raises PyEngineError for an
+    unknown ``weights``.
     """
     if weights not in CHOICES:
         raise PyEngineError(f"weights must be {', '.join(map(repr, CHOICES))}, got {weights!r}")
@@ -91,14 +108,24 @@ def plan_forms(matrices: list[Matrix], weights: str, budget: int) -> tuple[str, 
     if sum(matrix_nbytes(m, Form.F32) for m in matrices) <= budget:
         return "f32", {m.key: Form.F32 for m in matrices}
     forms = {m.key: Form.COMPACT for m in matrices}
-    total = sum(matrix_nbytes(m, Form.COMPACT) for m in matrices)
-    small = {m.key for m in matrices if sum(n for _, n in m.parts) * m.n_in <= SMALL_WEIGHTS}
-    upgrades = [(m, Form.F32) for m in matrices if m.key in small]
-    upgrades += [(m, Form.QUANTIZED) for m in matrices if m.key not in small]
-    for m, form in upgrades:
-        extra = matrix_nbytes(m, form) - matrix_nbytes(m, Form.COMPACT)
-        if total + extra <= budget:
-            forms[m.key], total = form, total + extra
+    held_in = (Form.COMPACT, Form.QUANTIZED, Form.F32)
+    cost = {(m.key, f): (matrix_nbytes(m, f), matrix_ns(m, f)) for m in matrices for f in held_in}
+    total = sum(cost[m.key, Form.COMPACT][0] for m in matrices)
+
+    def gain(key, form) -> tuple[float, int]:
+        """(ns saved per byte, bytes more) of moving ``key`` from its form to ``form``."""
+        (b0, t0), (b1, t1) = cost[key, forms[key]], cost[key, form]
+        return ((t0 - t1) / (b1 - b0) if b1 > b0 else np.inf if t1 < t0 else -np.inf), b1 - b0
+
+    heap = [(-gain(key, f)[0], i, key, f) for i, (key, f) in enumerate((k, f) for k in forms for f in held_in[1:])]
+    heapq.heapify(heap)
+    while heap:                                  # lazily: an entry whose matrix moved since is weighed again
+        neg, i, key, form = heapq.heappop(heap)
+        per_byte, extra = gain(key, form)
+        if per_byte != -neg:
+            heapq.heappush(heap, (-per_byte, i, key, form))
+        elif per_byte > 0 and total + extra <= budget:
+            forms[key], total = form, total + extra
     held = set(forms.values())
     name = "compact" if held == {Form.COMPACT} else "quantized" if held == {Form.QUANTIZED} else "mixed"
     return name, forms
