@@ -31,11 +31,11 @@ MIN_BUDGET = 64 * 2**20              # the browser's budget is never less: a sma
 RAM_SHARE = 0.6                      # in CPython, the weights within this share of the memory available
 HEAP_MAX = 4 * 2**30 - 2**27         # a wasm32 worker's heap can reach 4 GiB; less room for growth steps
 ARRAY_MAX = 2**31 - 1                # numpy's largest array on wasm32, in bytes
-# "auto"'s cost model of a decode step in Pyodide (bench/PROFILE.md): ns a weight in each form (x SUB16 for
+# "auto"'s cost model of a decode step in Pyodide (bench/bench_forms.py): ns a weight in each form (x SUB16 for
 # codes with a scale every 16 weights: twice the scaling work), and ns of each product's fixed work.
-NS_PER_WEIGHT = {Form.F32: 0.45, Form.QUANTIZED: 0.45, Form.COMPACT: 0.65}
-SUB16 = 1.8
-NS_PER_CALL = {Form.F32: 50_000, Form.QUANTIZED: 200_000, Form.COMPACT: 250_000}
+NS_PER_WEIGHT = {Form.F32: 0.5, Form.QUANTIZED: 0.5, Form.COMPACT: 0.7}
+SUB16 = 1.3
+NS_PER_CALL = {Form.F32: 20_000, Form.QUANTIZED: 130_000, Form.COMPACT: 170_000}
 
 
 class Weights(NamedTuple):
