@@ -3,9 +3,10 @@
 
     python bench/bench_forms.py [--model MODEL.gguf] [--cpython] [--tokens 1 64]
 
-For each ggml type the model holds, its largest matrix (at most MAX_ROWS rows of it) is built in every form and multiplied by random activations: the best of a few runs, as ns a
-weight (one token, and a prompt of ``--tokens`` tokens per token), and the time of a product of a
-128-row slice of it (the fixed cost of a call). CPU time of the process (Node's process.cpuUsage, CPython's
+For each ggml type the model holds, its largest matrix (at most MAX_ROWS rows of it) is built in every
+form and multiplied by random activations: the best of a few runs, as ns a weight (one token, and a prompt
+of ``--tokens`` tokens, per token), and the time of a product of a 128-row slice of it (the fixed cost of a
+call). CPU time of the process (Node's process.cpuUsage, CPython's
 process_time), so a machine shared with other work disturbs it less than wall time would.
 """
 
