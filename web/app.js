@@ -19,7 +19,7 @@ import { el } from "./app/dom.js";
 import { addPiece, setStatsLine, showStats, useStopWords, wireChatView } from "./app/chat_view.js";
 import { checkFailed, checked, offerAgain, request, settingEdited, wireComposer } from "./app/composer.js";
 import { saveChat, startNewChat, useModelName, wireChats } from "./app/chats.js";
-import { chat, replyDone, replyFailed, useMessages, wireTurns } from "./app/turns.js";
+import { chat, replyDone, replyFailed, useMessages, useThinkingSwitch, wireTurns } from "./app/turns.js";
 import { findDemo, showReading, wireLoading } from "./app/loading.js";
 import { modelLoaded, wireSavedModels } from "./app/saved_models.js";
 import { hideModel, showModel, useCards, wireModelView } from "./app/model_view.js";
@@ -55,6 +55,7 @@ const handlers = {
     useRules(msg.settings);
     useMessages(chat.messages); // the conversation goes on with the new model
     useModelName(msg.card.name);
+    useThinkingSwitch(msg.thinking);
     modelLoaded(msg.card.name);
     setStatsLine(`loaded in ${msg.seconds.toFixed(1)} s`);
     showWorkers(msg.workers);

@@ -35,6 +35,7 @@ export const el = {
   messages: byClass("messages"),
   showProbs: byId("show-probs"),
   probsNote: byId("probs-note"),
+  thinking: byId("thinking"),
   stats: byId("stats"),
   sendError: byId("send-error"),
   composer: byClass("composer"),

@@ -32,9 +32,10 @@ export const worker = {
   check: (settings, badInput) => post({ type: "check", settings, bad_input: badInput }),
   // messages: the whole conversation the reply answers, [{role, content}], its last one the user's;
   // probs: the alternatives each token's record lists (0: no records); resume: the last message is the
-  // model's reply, which goes on.
-  chat: (messages, system, settings, probs = 0, resume = false) =>
-    post({ type: "chat", messages, system, settings, probs, continue: resume }),
+  // model's reply, which goes on; thinking: the template's enable_thinking (null: its default).
+  chat: (messages, system, settings, probs = 0, resume = false, thinking = null) => post({
+    type: "chat", messages, system, settings, probs, continue: resume, ...(thinking === null ? {} : { thinking }),
+  }),
   newChat: () => post({ type: "new-chat" }),
   setWorkers: (workers) => post({ type: "workers", workers }),
   stop() {
