@@ -62,6 +62,20 @@ const handlers = {
     setPhase("ready");
     el.prompt.focus();
   },
+  "load-stopped"(msg) { // Stop during a load (cross-origin isolated): the model before stays, if it got that far
+    hideProgress();
+    status.hasModel = msg.has_model;
+    if (!msg.has_model) hideModel();
+    setStatsLine("load stopped");
+    settle();
+  },
+  restarted() { // the worker was started again to end a load (not cross-origin isolated)
+    hideProgress();
+    status.hasModel = false;
+    hideModel();
+    setStatsLine("load stopped");
+    setPhase("starting");
+  },
   checked,
   piece(msg) { addPiece(msg.text, msg.tokens); },
   done(msg) {

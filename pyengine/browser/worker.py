@@ -23,6 +23,7 @@ command        fields                                              replies
                ``settings`` (:data:`SETTINGS` names -> numbers,
                None for a blank field)
 ``new-chat``   --                                                  ``cleared``
+(Stop)         a load under way (cross-origin isolated pages)      ``load-stopped``
 =============  ==================================================  ==============================
 
 The page draws its sampling fields from the rows of :data:`SETTINGS`
@@ -194,6 +195,17 @@ class WorkerSession:
         self.post({"type": "model", "card": card, "inspect": inspector(d),
                    "seconds": time.perf_counter() - t0, "workers": workers, "settings": self.rules,
                    "thinking": thinking_switch(chat.engine.template)})
+
+    def load_stopped(self) -> None:
+        """Stop (the page's SIGINT) cut a load short: what it read goes, helper workers that were reading
+        their shards are ended (new ones start at the next load), and ``load-stopped`` says whether the
+        model before is still loaded."""
+        if self.chat is None:
+            self.model = None
+            if self.pool is not None:
+                self.pool.resize(1)
+            gc.collect()
+        self.post({"type": "load-stopped", "has_model": self.chat is not None})
 
     def _unload(self) -> None:
         """Let the model loaded before go (its helpers leave their loop and drop their shards)."""
@@ -401,4 +413,6 @@ async def handle(msg: Any) -> None:
     except KeyboardInterrupt:  # a Stop that landed outside the reply's loop (say, while "done" was posted)
         if kind == "chat":
             _session.post({"type": "done", "stopped": True, "stats": None})  # the page waits for one
+        elif kind == "load":
+            _session.load_stopped()
 
