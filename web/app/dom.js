@@ -7,6 +7,7 @@ const byClass = (name) => document.querySelector(`.${name}`);
 export const el = {
   status: byId("status"),
   error: byId("error"),
+  tabNote: byId("tab-note"),
   errorText: byClass("error-text"),
   errorClose: byClass("error-close"),
   dropzone: byId("dropzone"),
