@@ -2,13 +2,20 @@
 
     python build_scripts/serve.py [--port 8000] [--root static]     (PORT=... works too; --port 0 picks a free one)
 
-Every response carries COOP ``same-origin``, COEP ``require-corp`` and CORP ``same-origin`` (so the page
-gets ``SharedArrayBuffer`` and Pyodide's interrupt buffer), and ``Cache-Control: no-cache`` (the browser
-revalidates with the ``ETag``, getting a bodiless 304 when the file is unchanged; the service worker
-does the offline caching). Only regular files under the root are served:
-a path with ``..``, ``.``, a backslash or a NUL after percent-decoding, or one that resolves (through a
+Every response, errors included, carries COOP ``same-origin``, COEP ``require-corp`` and CORP
+``same-origin`` (so the page gets ``SharedArrayBuffer`` and Pyodide's interrupt buffer), the
+Content-Security-Policy :data:`CSP` (web/index.html carries the same in a meta tag, for other servers),
+and ``Cache-Control: no-cache`` (the browser revalidates with the ``ETag``, getting a bodiless 304 when
+the file is unchanged; the service worker does the offline caching).
+
+Only a request for this server by name is answered: its Host header must be 127.0.0.1, localhost or
+[::1] with the server's port (a page on another site that rebinds its name to 127.0.0.1 gets a 421).
+An idle connection is closed after IDLE_SECONDS. Only regular files under the root are served: a path
+with ``..``, ``.``, a backslash or a NUL after percent-decoding, or one that resolves (through a
 symlink) outside the root, is a 404; directories serve their ``index.html`` and are never listed.
-GET and HEAD; a single ``Range: bytes=a-b`` gets a 206 (models are large).
+GET and HEAD. Ranges as RFC 9110 has them: one satisfiable ``bytes=a-b`` / ``a-`` / ``-n`` gets a 206
+(models are large), an unsatisfiable one a 416, an invalid one (``bytes=5-3``, another unit) or several
+are ignored (the whole file, 200).
 """
 
 from __future__ import annotations
@@ -42,7 +49,12 @@ CONTENT_TYPES = {
     ".txt": "text/plain; charset=utf-8",
     ".webmanifest": "application/manifest+json",
 }
+# What the page needs: its own scripts, wasm compiled by Pyodide, module workers, styles and fetches from
+# this origin, and the data: favicon; nothing inline, no eval, no plugins, no <base>, no framing.
+CSP = ("default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; img-src 'self' data:; object-src 'none'; "
+       "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 HEADERS = {
+    "Content-Security-Policy": CSP,
     "Cross-Origin-Opener-Policy": "same-origin",
     "Cross-Origin-Embedder-Policy": "require-corp",
     "Cross-Origin-Resource-Policy": "same-origin",
@@ -50,7 +62,9 @@ HEADERS = {
     "Cache-Control": "no-cache",
 }
 CHUNK = 1 << 20  # bytes per write when sending a file
+IDLE_SECONDS = float(os.environ.get("SERVE_IDLE_SECONDS") or 20)  # an idle connection is closed after this
 RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 
 def resolve(root: Path, url_path: str) -> Path | None:
@@ -78,28 +92,40 @@ def resolve(root: Path, url_path: str) -> Path | None:
 
 
 def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
-    """(first, last) byte, inclusive, of a single ``bytes=a-b`` / ``a-`` / ``-n`` range; None for the whole file.
+    """(first, last) byte, inclusive, of a single ``bytes=a-b`` / ``a-`` / ``-n`` range; None for the whole file
+    (no header, several ranges, or an invalid one: RFC 9110 says to ignore it).
 
-    Raises ValueError for a range that cannot be satisfied (the caller answers 416).
+    Raises ValueError for a range that cannot be satisfied (the caller answers 416): it starts at or
+    past the end, or asks for the last 0 bytes.
     """
-    if not header:
-        return None
-    m = RANGE.match(header.strip())
+    m = RANGE.match(header.strip()) if header else None
     if not m or m.groups() == ("", ""):
-        return None  # multiple or malformed ranges: send the whole file, as RFC 9110 allows
+        return None
     a, b = m.groups()
+    if a and b and int(b) < int(a):
+        return None  # invalid (last before first): ignored
     if a == "":
-        first, last = max(0, size - int(b)), size - 1
-    else:
-        first, last = int(a), min(int(b), size - 1) if b else size - 1
-    if first > last or first >= size:
+        if int(b) == 0 or size == 0:
+            raise ValueError(header)
+        return max(0, size - int(b)), size - 1
+    if int(a) >= size:
         raise ValueError(header)
-    return first, last
+    return int(a), min(int(b), size - 1) if b else size - 1
+
+
+def host_allowed(host: str | None, port: int) -> bool:
+    """Whether a Host header names this server: a loopback name with its port (the port may be left out
+    only when it is 80)."""
+    if not host:
+        return False
+    host = host.strip().lower()
+    return any(host == f"{name}:{port}" or (port == 80 and host == name) for name in LOOPBACK_NAMES)
 
 
 class Handler(BaseHTTPRequestHandler):
     server_version = "pyengine-serve"
     protocol_version = "HTTP/1.1"  # keep-alive: the page fetches a few dozen files
+    timeout = IDLE_SECONDS         # on the socket: a read or write that waits longer ends the connection
     root: Path  # set by make_server
 
     def do_GET(self) -> None:
@@ -109,6 +135,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_file(body=False)
 
     def send_file(self, body: bool) -> None:
+        if not host_allowed(self.headers.get("Host"), self.server.server_address[1]):
+            return self.send_status(HTTPStatus.MISDIRECTED_REQUEST)
         try:
             path = resolve(self.root, self.path)
         except UnicodeDecodeError:
@@ -132,7 +160,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("ETag", etag)
         if rng:
             self.send_header("Content-Range", f"bytes {first}-{last}/{size}")
-        self.end_headers_with_policy()
+        self.end_headers()
         if body:
             with open(path, "rb") as f:
                 f.seek(first)
@@ -153,14 +181,16 @@ class Handler(BaseHTTPRequestHandler):
         if status != HTTPStatus.NOT_MODIFIED:
             self.send_header("Content-Type", "text/plain; charset=utf-8")
             self.send_header("Content-Length", str(len(text)))
-        self.end_headers_with_policy()
+        self.end_headers()
         if self.command != "HEAD" and status != HTTPStatus.NOT_MODIFIED:
             self.wfile.write(text)
 
-    def end_headers_with_policy(self) -> None:
+    def end_headers(self) -> None:
+        """Every reply's headers end with the policy ones: files, 304s, and the errors the base class
+        sends itself (a bad request line, an unsupported method, a URI too long)."""
         for key, value in HEADERS.items():
             self.send_header(key, value)
-        self.end_headers()
+        super().end_headers()
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 (the base class's name)
         if os.environ.get("SERVE_QUIET") != "1":

@@ -13,6 +13,7 @@ import socket
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = b"outside the root\n"
 BIG = 16 << 20  # bytes: more than the socket buffers hold, so an abort lands mid-file
+IDLE = 2        # seconds: the idle timeout the server runs with here (20 by default)
+CSP = ("default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; img-src 'self' data:; object-src 'none'; "
+       "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 FILES = {  # path under the root -> (bytes, expected Content-Type)
     "index.html": (b"<!doctype html><title>t</title>", "text/html; charset=utf-8"),
     "app.mjs": (b"export const a = 1;", "text/javascript; charset=utf-8"),
@@ -48,7 +52,7 @@ def server(tmp_path_factory):
     (root / "dir-out").symlink_to(base)
     (root / "link-in.css").symlink_to(root / "style.css")
     proc = subprocess.Popen([sys.executable, str(ROOT / "build_scripts" / "serve.py"), "--root", str(root)],
-                            env={**os.environ, "PORT": "0", "SERVE_QUIET": "1"},
+                            env={**os.environ, "PORT": "0", "SERVE_QUIET": "1", "SERVE_IDLE_SECONDS": str(IDLE)},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     m = re.search(r"http://([\d.]+):(\d+)/", line)
@@ -96,6 +100,7 @@ def test_serves_each_file_with_its_type_and_the_isolation_headers(server, rel):
     assert resp.getheader("Cross-Origin-Embedder-Policy") == "require-corp"
     assert resp.getheader("Cross-Origin-Resource-Policy") == "same-origin"
     assert resp.getheader("Cache-Control") == "no-cache"
+    assert resp.getheader("Content-Security-Policy") == CSP
 
 
 def test_directories_serve_index_html_and_are_never_listed(server):
@@ -148,7 +153,10 @@ def test_head_sends_headers_without_a_body(server):
     ("bytes=60-", 206, (60, 63)),
     ("bytes=-5", 206, (59, 63)),
     ("bytes=50-1000", 206, (50, 63)),
-    ("bytes=64-70", 416, None),
+    ("bytes=64-70", 416, None),      # starts past the end: unsatisfiable
+    ("bytes=-0", 416, None),         # the last 0 bytes: unsatisfiable
+    ("bytes=5-3", 200, (0, 63)),     # invalid (RFC 9110: last before first): ignored, the whole file
+    ("items=0-3", 200, (0, 63)),     # another unit: ignored
     ("bytes=0-1,4-5", 200, (0, 63)),  # several ranges: the whole file
 ])
 def test_ranges(server, header, status, span):
@@ -170,7 +178,7 @@ def test_a_client_that_aborts_mid_file_leaves_the_server_working(server):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # small, so the server blocks mid-file
             sock.settimeout(10)
             sock.connect(server)
-            sock.sendall(b"GET /models/big.gguf HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            sock.sendall(f"GET /models/big.gguf HTTP/1.1\r\nHost: 127.0.0.1:{server[1]}\r\n\r\n".encode())
             assert sock.recv(4096).startswith(b"HTTP/1.1 200 OK")
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
     resp, body = get(server, "/models/big.gguf", headers={"Range": f"bytes={BIG - 4}-"})
@@ -194,3 +202,65 @@ def test_a_port_in_use_is_a_clear_error(server, tmp_path):
                            "--root", str(tmp_path)], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 1
     assert f"cannot listen on 127.0.0.1:{server[1]}" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def raw(server, data: bytes) -> bytes:
+    """What the server answers to ``data`` sent as is on a new connection, until it closes or goes quiet."""
+    with socket.create_connection(server, timeout=IDLE + 5) as sock:
+        sock.sendall(data)
+        out = b""
+        while chunk := sock.recv(65536):
+            out += chunk
+        return out
+
+
+@pytest.mark.parametrize("host, status", [
+    ("127.0.0.1:{port}", 200), ("localhost:{port}", 200), ("LOCALHOST:{port}", 200), ("[::1]:{port}", 200),
+    ("evil.example:{port}", 421),    # a page that rebinds its name to 127.0.0.1 (DNS rebinding)
+    ("127.0.0.1.evil.example:{port}", 421), ("127.0.0.1", 421), ("127.0.0.1:1", 421), ("", 421),
+])
+def test_only_requests_naming_this_server_are_answered(server, host, status):
+    resp, body = get(server, "/index.html", headers={"Host": host.format(port=server[1])})
+    assert resp.status == status
+    assert (body == FILES["index.html"][0]) == (status == 200)
+    assert resp.getheader("Content-Security-Policy") == CSP     # the policy on the refusal too
+
+
+def test_a_request_without_host_is_refused(server):
+    answer = raw(server, b"GET /index.html HTTP/1.0\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 421 ") and FILES["index.html"][0] not in answer
+
+
+@pytest.mark.parametrize("request_bytes, status", [
+    (b"POST /index.html HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\n\r\n", b"501"),
+    (b"GET / x HTTP/1.1\r\n\r\n", b"400"),
+    (b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n", b"414"),
+])
+def test_the_server_s_own_errors_carry_the_headers(server, request_bytes, status):
+    answer = raw(server, request_bytes.replace(b"{port}", str(server[1]).encode()))
+    head = answer.split(b"\r\n\r\n")[0].decode()
+    assert head.startswith(f"HTTP/1.1 {status.decode()} "), head
+    for name, value in (("Content-Security-Policy", CSP), ("Cross-Origin-Embedder-Policy", "require-corp"),
+                        ("Cross-Origin-Opener-Policy", "same-origin")):
+        assert f"{name}: {value}" in head, head
+
+
+@pytest.mark.parametrize("sent", [b"", b"GET /index.html HTTP/1.1\r\n"])   # nothing; a request never finished
+def test_an_idle_connection_is_closed(server, sent):
+    with socket.create_connection(server, timeout=IDLE + 10) as sock:
+        sock.sendall(sent)
+        t0 = time.monotonic()
+        assert sock.recv(4096) == b""                  # closed by the server, with nothing sent
+        assert IDLE - 0.5 < time.monotonic() - t0 < IDLE + 5
+
+
+def test_the_page_carries_the_same_policy_in_a_meta_tag():
+    """web/index.html's meta tag is serve.py's policy, less frame-ancestors (which a meta tag cannot carry),
+    and comes before any script or style, so another static server keeps the policy."""
+    sys.path.insert(0, str(ROOT / "build_scripts"))
+    import serve
+    html = (ROOT / "web" / "index.html").read_text()
+    meta = re.search(r'<meta http-equiv="Content-Security-Policy" content="([^"]*)">', html)
+    assert serve.CSP == CSP and meta
+    assert meta.group(1) == CSP.replace("; frame-ancestors 'none'", "")
+    assert meta.start() < min(html.index("<script"), html.index("<link rel=\"stylesheet\""))

@@ -9,6 +9,7 @@
 //   saved_models.js   the models kept in the browser (opfs.js): saved after a load, Load and Forget
 //   settings_form.js  the sampling fields (drawn from Python's rules), Memory and Workers
 //   composer.js       the message box: Send, Stop, New chat, and the settings' check before every reply
+//   tabs.js           another tab open: said plainly, the saved chats and models kept in step
 //   chats.js          the saved chats (store.js: IndexedDB): the list, New chat, export and import
 //   turns.js          the conversation the page keeps: send, regenerate, edit and resend, delete, copy
 //   chat_view.js      the messages, the reply as it streams, the statistics line
@@ -18,10 +19,11 @@
 import { el } from "./app/dom.js";
 import { addPiece, setStatsLine, showStats, useStopWords, wireChatView } from "./app/chat_view.js";
 import { checkFailed, checked, offerAgain, request, settingEdited, wireComposer } from "./app/composer.js";
-import { saveChat, startNewChat, useModelName, wireChats } from "./app/chats.js";
-import { chat, replyDone, replyFailed, useMessages, wireTurns } from "./app/turns.js";
+import { otherTabChanged, saveChat, startNewChat, useModelName, wireChats } from "./app/chats.js";
+import { wireTabs } from "./app/tabs.js";
+import { chat, replyDone, replyFailed, useMessages, useThinkingSwitch, wireTurns } from "./app/turns.js";
 import { findDemo, showReading, wireLoading } from "./app/loading.js";
-import { modelLoaded, wireSavedModels } from "./app/saved_models.js";
+import { drawModels, modelLoaded, wireSavedModels } from "./app/saved_models.js";
 import { hideModel, showModel, useCards, wireModelView } from "./app/model_view.js";
 import { drawSettings, showWorkers, useRules, wireSettings, workersWanted } from "./app/settings_form.js";
 import { hideProgress, replying, setPhase, settle, showError, showProgress, status, wireStatus } from "./app/status.js";
@@ -55,11 +57,26 @@ const handlers = {
     useRules(msg.settings);
     useMessages(chat.messages); // the conversation goes on with the new model
     useModelName(msg.card.name);
+    useThinkingSwitch(msg.thinking);
     modelLoaded(msg.card.name);
     setStatsLine(`loaded in ${msg.seconds.toFixed(1)} s`);
     showWorkers(msg.workers);
     setPhase("ready");
     el.prompt.focus();
+  },
+  "load-stopped"(msg) { // Stop during a load (cross-origin isolated): the model before stays, if it got that far
+    hideProgress();
+    status.hasModel = msg.has_model;
+    if (!msg.has_model) hideModel();
+    setStatsLine("load stopped");
+    settle();
+  },
+  restarted() { // the worker was started again to end a load (not cross-origin isolated)
+    hideProgress();
+    status.hasModel = false;
+    hideModel();
+    setStatsLine("load stopped");
+    setPhase("starting");
   },
   checked,
   piece(msg) { addPiece(msg.text, msg.tokens); },
@@ -114,6 +131,7 @@ function start() {
   wireChatView();
   wireTurns(request, saveChat);
   wireChats();
+  wireTabs(otherTabChanged, drawModels);
   wireModelView();
   wireSettings(settingEdited);
   worker.start(handlers, workerFailed, workersWanted());

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pyengine.errors import GGUFError
 from pyengine.gguf.source import ByteSource
 
 
@@ -13,7 +14,9 @@ class BrowserFileSource(ByteSource):
     Each read is one ``FileReaderSync().readAsArrayBuffer(file.slice(a, b))``
     (workers only), whose cost is mostly per call: callers read in large chunks. Only the bytes asked for are
     copied, into the wasm heap. ``reader`` is for tests (anything with
-    ``readAsArrayBuffer(blob)`` returning an object with ``to_bytes()``).
+    ``readAsArrayBuffer(blob)`` returning an object with ``to_bytes()``). A file that can no longer be
+    read (changed, moved or deleted on disk since it was chosen: the browser's NotReadableError) is a
+    GGUFError naming it and the byte.
     """
 
     def __init__(self, file: Any, reader: Any = None):
@@ -28,5 +31,10 @@ class BrowserFileSource(ByteSource):
         if self._reader is None:
             import js  # Pyodide's window onto the worker's globals
             self._reader = js.FileReaderSync.new()
-        return self._reader.readAsArrayBuffer(self.file.slice(offset, end)).to_bytes()
+        try:
+            return self._reader.readAsArrayBuffer(self.file.slice(offset, end)).to_bytes()
+        except Exception as e:  # noqa: BLE001 (under Pyodide a JsException: NotReadableError, NotFoundError...)
+            reason = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+            raise GGUFError(f"{self.name}: byte {offset}: the file can no longer be read ({reason}): it was "
+                            "changed, moved or deleted since it was chosen; choose it again") from None
 

@@ -18,10 +18,12 @@ command        fields                                              replies
                user message), ``system`` (str, may be empty),
                ``probs`` (alternatives per token record, 0-20),
                ``continue`` (true: go on with the last message,
-               the model's),
+               the model's), ``thinking`` (the template's
+               ``enable_thinking``; absent: its default),
                ``settings`` (:data:`SETTINGS` names -> numbers,
                None for a blank field)
 ``new-chat``   --                                                  ``cleared``
+(Stop)         a load under way (cross-origin isolated pages)      ``load-stopped``
 =============  ==================================================  ==============================
 
 The page draws its sampling fields from the rows of :data:`SETTINGS`
@@ -86,7 +88,7 @@ from pyengine.browser.settings import (
 )
 from pyengine.browser.shared_memory import new_block
 from pyengine.errors import PyEngineError, TemplateError
-from pyengine.generation.chat import ChatSession
+from pyengine.generation.chat import THINKING, ChatSession, thinking_switch
 from pyengine.generation.engine import Engine, text_parts
 from pyengine.gguf.quants import dequantizer
 from pyengine.inspect import describe
@@ -162,7 +164,8 @@ class WorkerSession:
         """Open the files (a browser File each, or byte sources), build the model in weight policy
         ``weights`` over this worker and its helpers, and a new chat; post ``progress`` while the
         tensors are read, then ``model`` (card with the form in use, inspector, seconds, ``workers``:
-        count, wasm bytes of each, the cost of one meeting, a note).
+        count, wasm bytes of each, the cost of one meeting, a note; ``thinking``: whether the chat
+        template has an ``enable_thinking`` switch).
 
         Everything that can be checked before the weights are read is checked before anything
         changes (the header, the architecture and its keys, the tokenizer and chat template, the
@@ -190,7 +193,19 @@ class WorkerSession:
         self.rules = setting_rules(config.n_vocab, chat.cache.n_ctx)
         card = model_card(d, chat.template_name, plan.weights)
         self.post({"type": "model", "card": card, "inspect": inspector(d),
-                   "seconds": time.perf_counter() - t0, "workers": workers, "settings": self.rules})
+                   "seconds": time.perf_counter() - t0, "workers": workers, "settings": self.rules,
+                   "thinking": thinking_switch(chat.engine.template)})
+
+    def load_stopped(self) -> None:
+        """Stop (the page's SIGINT) cut a load short: what it read goes, helper workers that were reading
+        their shards are ended (new ones start at the next load), and ``load-stopped`` says whether the
+        model before is still loaded."""
+        if self.chat is None:
+            self.model = None
+            if self.pool is not None:
+                self.pool.resize(1)
+            gc.collect()
+        self.post({"type": "load-stopped", "has_model": self.chat is not None})
 
     def _unload(self) -> None:
         """Let the model loaded before go (its helpers leave their loop and drop their shards)."""
@@ -264,12 +279,13 @@ class WorkerSession:
         self.post({"type": "checked", "settings": values, "errors": errors})
 
     async def reply(self, text: str | None, system: str, settings: dict, messages: list | None = None,
-                    probs: int = 0, resume: bool = False) -> None:
+                    probs: int = 0, resume: bool = False, thinking: bool | None = None) -> None:
         """Stream the reply to ``messages`` (the whole conversation, as the page keeps it: the cache's
         common prefix with the last turn is reused, so a regenerated or edited turn prefills only what
         changed), or to the conversation so far and one more user message ``text``: a ``piece``
         message per piece of text (``resume``: ``messages`` ends with the model's reply, which goes on:
-        :meth:`ChatSession.resume`; with ``probs`` > 0 also ``tokens``: the records of the tokens
+        :meth:`ChatSession.resume`; ``thinking``: the template's ``enable_thinking``, where it has
+        one, None for its default; with ``probs`` > 0 also ``tokens``: the records of the tokens
         sampled since the last piece, :class:`pyengine.generation.loop.Generation`'s ``token_probs``),
         then ``done`` (``stopped``, ``stats``). A stopped reply keeps the text the page has shown; a
         failed one (an exception, which handle() posts as ``error``) leaves the conversation as it was
@@ -280,6 +296,8 @@ class WorkerSession:
             raise PyEngineError(f"probs must be a whole number of alternatives from 0 to {MAX_PROBS}, got {probs!r}")
         params, max_tokens = sampler_params(settings, self.rules)
         self.chat.set_system(system)
+        switch = thinking is not None and thinking_switch(self.chat.engine.template)
+        self.chat.options = {THINKING: bool(thinking)} if switch else {}
         shown, turn, before, base = [], None, list(self.chat.messages), ""
         try:
             if messages is None:
@@ -385,7 +403,7 @@ async def handle(msg: Any) -> None:
             messages = msg.get("messages")
             text = None if messages is not None else str(msg["text"])
             await _session.reply(text, str(msg.get("system") or ""), msg.get("settings") or {}, messages,
-                                 msg.get("probs") or 0, bool(msg.get("continue")))
+                                 msg.get("probs") or 0, bool(msg.get("continue")), msg.get("thinking"))
         elif kind == "new-chat":
             _session.new_chat()
         else:
@@ -395,4 +413,6 @@ async def handle(msg: Any) -> None:
     except KeyboardInterrupt:  # a Stop that landed outside the reply's loop (say, while "done" was posted)
         if kind == "chat":
             _session.post({"type": "done", "stopped": True, "stats": None})  # the page waits for one
+        elif kind == "load":
+            _session.load_stopped()
 

@@ -28,13 +28,14 @@ from pyengine.generation.sampling import Sampler, SamplerParams
 from pyengine.text.chat_template import ChatTemplate, check_messages
 
 
-def chat_prompt(template: ChatTemplate, tokenizer: Any, messages: list[dict]) -> tuple[str, list[int]]:
-    """The prompt text and ids for ``messages``, ready for the assistant's reply.
+def chat_prompt(template: ChatTemplate, tokenizer: Any, messages: list[dict], **options: Any) -> tuple[str, list[int]]:
+    """The prompt text and ids for ``messages``, ready for the assistant's reply; ``options`` are more
+    variables for the template (``enable_thinking``).
 
     The template's text is tokenized as llama.cpp tokenizes a chat prompt (``add_special=True``,
     ``parse_special=True``), except special-token text typed in a message: that stays plain text.
     """
-    parts = template.render_parts(messages, add_generation_prompt=True, typed=typed_specials(tokenizer))
+    parts = template.render_parts(messages, add_generation_prompt=True, typed=typed_specials(tokenizer), **options)
     ids = [tokenizer.bos_id] if tokenizer.add_bos else []
     for text, typed in parts:
         ids += tokenizer.encode(text, add_special=False, parse_special=not typed)
@@ -57,6 +58,14 @@ def typed_specials(tokenizer: Any) -> re.Pattern | None:
     return _TYPED_SPECIALS[tokenizer]
 
 
+THINKING = "enable_thinking"   # the template variable that turns a reasoning model's thinking on and off
+
+
+def thinking_switch(template: ChatTemplate | None) -> bool:
+    """Whether the template reads ``enable_thinking`` (Qwen3's): the page then shows it as a toggle."""
+    return bool(template is not None and template.source and THINKING in template.source)
+
+
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two id lists."""
     n = min(len(a), len(b))
@@ -77,13 +86,14 @@ class ChatSession:
     :class:`Sampler`; ``lookup`` is the most tokens prompt lookup drafts per step (0 = off; the
     conversation is what it copies from); ``probs`` the alternatives each reply token's record lists
     (:class:`Generation`'s ``token_probs``; 0 = none). Only one reply runs at a time: a new one
-    closes the last. ``system`` is sent
-    as a first ``system`` message (the template decides what it does).
+    closes the last. ``system`` is sent as a first ``system`` message (the template decides what it
+    does); ``options`` go to the template as variables (``enable_thinking``, see :func:`thinking_switch`).
     """
     engine: Engine
     system: str | None = None
     n_ctx: int | None = None
     messages: list[dict] = field(default_factory=list)
+    options: dict = field(default_factory=dict)   # more template variables: {"enable_thinking": False}
 
     def __post_init__(self):
         if self.engine.template is None:
@@ -180,7 +190,7 @@ class ChatSession:
         dropped = 0
         while True:
             kept = conversation[:head] + conversation[head + dropped:]
-            prompt, ids = chat_prompt(engine.template, engine.tokenizer, kept)
+            prompt, ids = chat_prompt(engine.template, engine.tokenizer, kept, **self.options)
             if len(ids) + len(tail_ids) + room <= n_ctx or head + dropped >= last:
                 break
             dropped += 2 if conversation[head + dropped + 1]["role"] == "assistant" else 1

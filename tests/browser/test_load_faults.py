@@ -5,13 +5,16 @@ next message is answered by it. The header's reading is shown as progress."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from conftest import TINY
 from gguf_write import gguf_bytes
 
-from browser.test_worker_glue import chat, load_tiny, run
+from browser.test_worker_glue import FakeArrayBuffer, FakeBlob, chat, load_tiny, run
 from pyengine.browser import worker
+from pyengine.browser.file_source import BrowserFileSource
 from pyengine.gguf import open_gguf
 from pyengine.gguf.ggml_types import GGML_TYPES
 from pyengine.gguf.source import BytesSource, FileSource
@@ -143,3 +146,44 @@ def sparse_3b(path):
         f.write(head)
         f.truncate(pad(len(head), 32) + at)
     return path
+
+
+class FailingReader:
+    """FileReaderSync over a file whose reads starting at byte ``after`` or later fail, as Chromium's
+    NotReadableError when the file changed on disk after it was chosen."""
+
+    def __init__(self, data: bytes, after: int):
+        self.data, self.after = data, after
+
+    def readAsArrayBuffer(self, blob):  # noqa: N802 (the DOM's name)
+        if blob.start >= self.after:
+            raise OSError("NotReadableError: The requested file could not be read, typically due to permission "
+                          "problems that have occurred after a reference to a file was acquired.")
+        return FakeArrayBuffer(blob.data)
+
+
+class SlicedBlob(FakeBlob):
+    def __init__(self, data: bytes, name: str, start: int = 0):
+        super().__init__(data, name)
+        self.start = start
+
+    def slice(self, a: int, b: int) -> SlicedBlob:
+        return SlicedBlob(self.data[a:b], self.name, self.start + a)
+
+
+def test_a_file_that_becomes_unreadable_mid_load_is_a_clear_error(posted):
+    """The tensors' reads fail half-way: the load says which file and byte, and that the file changed;
+    no internal error, and the worker holds no half-built model."""
+    load_tiny(posted)
+    data = TINY["qwen2"].read_bytes()
+    with open_gguf(TINY["qwen2"]) as g:
+        after = g.data_offset + sum(t.n_bytes for t in g.tensors.values()) // 2
+    start = len(posted)
+    run({"type": "load", "files": [BrowserFileSource(SlicedBlob(data, "qwen2.gguf"), FailingReader(data, after))]})
+    kinds = [m["type"] for m in posted[start:]]
+    assert "unloaded" in kinds and kinds[-1] == "error", kinds
+    assert re.fullmatch(r"qwen2\.gguf: byte \d+: the file can no longer be read \(NotReadableError: The requested "
+                        r"file could not be read.*\): it was changed, moved or deleted since it was chosen; "
+                        r"choose it again", posted[-1]["message"]), posted[-1]["message"]
+    run({"type": "chat", "text": "hi", "system": "", "settings": {}})
+    assert posted[-1]["message"] == "no model is loaded: drop a .gguf file first"

@@ -3,7 +3,7 @@
 // reply), the reply streaming into the last one, the notes under a stopped or failed message, and the
 // statistics line under the list. Every message keeps its text in data-text (what the chat sends).
 import { el, make } from "./dom.js";
-import { drawMarkdown } from "./markdown.js";
+import { drawReply } from "./markdown.js";
 import { drawTokens, wireTokens } from "./token_view.js";
 
 // The turn under way: reply, the assistant <li> growing; asked, the user <li> it answers (marked
@@ -67,7 +67,7 @@ function setText(li, text) {
   else {
     if (body.classList.contains("tokens")) body.replaceChildren();
     body.classList.remove("tokens");
-    drawMarkdown(body, text);
+    drawReply(body, text);
   }
 }
 
@@ -145,10 +145,10 @@ export function addPiece(text, tokens = []) {
   turn.tokens.push(...tokens);
   turn.text += text;
   turn.reply.dataset.text = turn.text;
-  if (!turn.frame) turn.frame = requestAnimationFrame(drawReply);
+  if (!turn.frame) turn.frame = requestAnimationFrame(drawStreaming);
 }
 
-function drawReply() {
+function drawStreaming() {
   turn.frame = 0;
   if (!turn.reply) return;
   const follow = atEnd();

@@ -6,7 +6,8 @@ import { chatFromJSON, chatToJSON, chatToMarkdown } from "./chat_file.js";
 import { readFields, setFields } from "./settings_form.js";
 import { status } from "./status.js";
 import { chat, useMessages } from "./turns.js";
-import { deleteChat, listChats, newChat, putChat } from "./store.js";
+import { deleteChat, getChat, listChats, newChat, putChat } from "./store.js";
+import { announce } from "./tabs.js";
 
 const TITLE_CHARS = 48;    // a chat is named after the start of its first message, until renamed
 const LAST = "pyengine.chat"; // localStorage: the id of the chat shown last
@@ -32,6 +33,7 @@ export async function saveChat() {
   if (!current.messages.length && !stored) return;
   try {
     await putChat(current);
+    announce({ type: "chats", id: current.id });
     stored = true;
     localStorage.setItem(LAST, current.id);
     note("");
@@ -79,6 +81,7 @@ async function openChat(record) {
 
 async function removeChat(record) {
   await deleteChat(record.id);
+  announce({ type: "chats", id: record.id });
   if (record.id === current.id) showBlank();
   await drawList();
 }
@@ -95,6 +98,7 @@ function renameChat(li, record) {
     record.title = input.value.trim() || record.title;
     record.named = true;
     await putChat(record);
+    announce({ type: "chats", id: record.id });
     if (record.id === current.id) Object.assign(current, { title: record.title, named: true });
     await drawList();
   });
@@ -160,6 +164,20 @@ async function importFile(file) {
   } catch (err) {
     note(`Not imported: ${err.message}`);
   }
+}
+
+// Another tab saved or deleted chat ``id``: the list drawn again, and the chat shown read again if it is
+// that one (unless a reply runs here: this tab's own save comes after it).
+export async function otherTabChanged(id) {
+  if (id === current.id && idle()) {
+    const record = await getChat(id);
+    if (record) show(record);
+    else {
+      stored = false;
+      note("This chat was deleted in another tab: it is saved again if you go on with it.");
+    }
+  }
+  await drawList();
 }
 
 // The model loaded: its name goes with the chats that use it.

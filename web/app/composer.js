@@ -7,6 +7,7 @@ import { el } from "./dom.js";
 import { scrollToEnd } from "./chat_view.js";
 import { readFields, showCheck } from "./settings_form.js";
 import { clearError, setPhase, status } from "./status.js";
+import { stopLoad } from "./loading.js";
 import { sendText } from "./turns.js";
 import { worker } from "./worker_client.js";
 
@@ -65,6 +66,12 @@ export function stopReply() {
   setPhase("stopping");
 }
 
+// Stop: the reply running, or the model loading.
+function stop() {
+  if (status.phase === "loading") stopLoad();
+  else stopReply();
+}
+
 // onNewChat(): New chat pressed (the reply running stopped first).
 export function wireComposer(onNewChat) {
   el.prompt.addEventListener("keydown", (e) => {
@@ -77,7 +84,7 @@ export function wireComposer(onNewChat) {
     e.preventDefault();
     send();
   });
-  el.stop.addEventListener("click", stopReply);
+  el.stop.addEventListener("click", stop);
   el.newChat.addEventListener("click", () => {
     stopReply();
     clearError();

@@ -7,6 +7,7 @@ const byClass = (name) => document.querySelector(`.${name}`);
 export const el = {
   status: byId("status"),
   error: byId("error"),
+  tabNote: byId("tab-note"),
   errorText: byClass("error-text"),
   errorClose: byClass("error-close"),
   dropzone: byId("dropzone"),
@@ -35,6 +36,7 @@ export const el = {
   messages: byClass("messages"),
   showProbs: byId("show-probs"),
   probsNote: byId("probs-note"),
+  thinking: byId("thinking"),
   stats: byId("stats"),
   sendError: byId("send-error"),
   composer: byClass("composer"),

@@ -4,7 +4,7 @@ import { el, make } from "./dom.js";
 import { formatBytes } from "./format.js";
 import { canLoad, clearError, hideProgress, setPhase, settle, showError, showProgress } from "./status.js";
 import { memoryChoice } from "./settings_form.js";
-import { worker } from "./worker_client.js";
+import { isolated, worker } from "./worker_client.js";
 
 let demo = null; // models/demo.json: {display_name, file, url, size}
 let last = { files: [], saved: false }; // the files of the load asked last; saved: they came from OPFS
@@ -44,13 +44,16 @@ export async function findDemo() {
   } catch { /* no demo model (or offline): the button stays hidden */ }
 }
 
+let download = null; // the AbortController of the demo model's download under way
+
 async function fetchDemo() {
   if (!canLoad()) return;
   clearError();
   setPhase("loading");
+  download = new AbortController();
   try {
     const url = new URL(demo.url || `models/${demo.file}`, location.href);
-    const r = await fetch(url);
+    const r = await fetch(url, { signal: download.signal });
     if (!r.ok) throw new Error(`HTTP ${r.status} for ${url.pathname}`);
     const total = Number(r.headers.get("content-length")) || demo.size || 0;
     const chunks = [];
@@ -63,12 +66,23 @@ async function fetchDemo() {
       const text = `downloading ${demo.file}: ${formatBytes(got)} of ${formatBytes(total)}`;
       showProgress(text, total ? got / total : null);
     }
+    download = null;
     loadFiles([new File(chunks, demo.file, { type: "application/octet-stream" })]);
   } catch (err) {
     hideProgress();
-    showError(`could not fetch the demo model: ${err.message}`);
+    if (err.name !== "AbortError") showError(`could not fetch the demo model: ${err.message}`);
+    download = null;
     settle();
   }
+}
+
+// Stop pressed while a model loads: the demo's download is aborted; a load in the worker is interrupted
+// (cross-origin isolated: SIGINT, and the worker answers "load-stopped"), or else the worker is started
+// again, since Python reading the file sees no message until it is done.
+export function stopLoad() {
+  if (download) return void download.abort();
+  if (isolated) worker.stop();
+  else worker.restart();
 }
 
 export function wireLoading() {

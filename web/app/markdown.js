@@ -104,6 +104,35 @@ export function drawMarkdown(body, text) {
   for (const node of old.slice(fresh.length)) node.remove();
 }
 
+// A reasoning model's reply: "<think>...</think>" first (Qwen3 and later), then the answer. Returns
+// {thinking (null: none), thought (the block is closed), answer}.
+const THINK = /^\s*<think>([\s\S]*?)(<\/think>|$)/;
+export function splitThinking(text) {
+  const m = THINK.exec(text);
+  if (!m) return { thinking: null, thought: false, answer: text };
+  return { thinking: m[1].trim(), thought: m[2] !== "", answer: text.slice(m[0].length).replace(/^\s+/, "") };
+}
+
+// A reply drawn into ``body``: its thinking, if any, in a collapsed section (kept open or closed as the
+// reader left it while the reply streams), then the answer as Markdown.
+export function drawReply(body, text) {
+  const { thinking, thought, answer } = splitThinking(text);
+  let box = body.querySelector(":scope > details.thinking");
+  if (thinking === null) {
+    if (box) body.replaceChildren();
+    return drawMarkdown(body, text);
+  }
+  if (!box) {
+    box = make("details", "thinking");
+    box.append(make("summary"), make("div", "thinking-body"));
+    body.replaceChildren(box, make("div", "answer"));
+  }
+  box.querySelector("summary").textContent = thought ? "Thinking" : "Thinking…";
+  box.dataset.done = String(thought);
+  drawMarkdown(box.querySelector(".thinking-body"), thinking);
+  drawMarkdown(body.querySelector(":scope > .answer"), answer);
+}
+
 // A click on a code block's Copy button (delegated from the message list): its code to the clipboard.
 export function copyCode(button) {
   copyAndSay(button, button.closest(".code-block")?.querySelector("pre")?.textContent ?? "");

@@ -5,6 +5,7 @@ import { el, make } from "./dom.js";
 import { formatBytes } from "./format.js";
 import { lastLoad, loadFiles } from "./loading.js";
 import { canLoad } from "./status.js";
+import { announce } from "./tabs.js";
 import { available, forgetModel, listModels, modelFiles, saveModel, storageState } from "./opfs.js";
 
 let saving = false;
@@ -62,6 +63,7 @@ async function loadSaved(entry) {
 async function forgetSaved(entry) {
   try {
     await forgetModel(entry);
+    announce({ type: "models" });
   } catch (err) {
     note(`${entry.name} could not be forgotten: ${err.message || err}`);
   }
@@ -84,6 +86,7 @@ export async function modelLoaded(name) {
       el.storageNote.dataset.progress = (done / total).toFixed(3);
     });
     saving = false;
+    announce({ type: "models" });
     await drawModels();
   } catch (err) {
     saving = false;

@@ -13,6 +13,7 @@ let waiting = null;       // the values setFields was given before the fields we
 // page: what Python sends once it is up (pyengine.browser.worker.page_data): the sampling rules with
 // no model limits, the line under them and the Memory options.
 export function drawSettings(page) {
+  if (fields.size) return void useRules(page.settings); // a worker started again: the fields stay as typed
   el.settings.replaceChildren(...page.settings.map(drawField));
   el.settingsHint.textContent = page.hint;
   if (waiting) setFields(waiting);

@@ -13,7 +13,7 @@ export function setPhase(phase) {
   const busy = phase === "loading" || phase === "starting" || phase === "failed";
   el.prompt.disabled = !status.hasModel || busy;
   el.send.disabled = !(status.hasModel && phase === "ready");
-  el.stop.disabled = phase !== "generating";
+  el.stop.disabled = phase !== "generating" && phase !== "loading"; // Stop also cancels a load
   // No new model while one loads or replies: Stop first (a load would end the reply and drop the chat).
   el.fileInput.disabled = phase === "loading" || phase === "failed" || replying();
   el.dropzone.classList.toggle("disabled", el.fileInput.disabled);

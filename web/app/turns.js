@@ -29,8 +29,9 @@ function ask(kind, messages, settings, resumed = null) {
   pending = { kind, messages };
   setPhase("generating");
   const probs = el.showProbs.checked ? PROBS_SHOWN : 0;
+  const thinking = el.thinking.closest("label").hidden ? null : el.thinking.checked;
   worker.chat(plain(resumed ? [...messages, resumed] : messages), el.systemPrompt.value, settings, probs,
-    resumed !== null);
+    resumed !== null, thinking);
 }
 
 // A new message of the user, once its settings are checked.
@@ -96,6 +97,11 @@ export function replyFailed(message) {
 }
 
 // The conversation replaced (another chat, a new one, an import): drawn again.
+// The model loaded: whether its chat template has a thinking switch (enable_thinking), shown as a toggle.
+export function useThinkingSwitch(has) {
+  el.thinking.closest("label").hidden = !has;
+}
+
 export function useMessages(messages) {
   chat.messages = messages;
   drawMessages(messages, status.hasModel);

@@ -9,6 +9,7 @@ export const isolated = self.crossOriginIsolated;
 
 let thread = null;     // the Worker
 let interrupt = null;  // Int32Array on a SharedArrayBuffer when isolated, else null
+let started = null;    // the arguments of start, for restart
 
 const post = (msg) => thread.postMessage(msg);
 
@@ -16,6 +17,7 @@ export const worker = {
   // handlers: message type -> function(msg); onFailure(text): the worker itself could not run.
   // workers: how many workers compute the model (1, 2 or 4).
   start(handlers, onFailure, workers) {
+    started = { handlers, onFailure, workers };
     thread = new Worker("./worker.js", { type: "module" });
     interrupt = isolated ? new Int32Array(new SharedArrayBuffer(4)) : null;
     thread.onerror = (e) => onFailure(e.message || "could not start (see the browser console)");
@@ -32,11 +34,21 @@ export const worker = {
   check: (settings, badInput) => post({ type: "check", settings, bad_input: badInput }),
   // messages: the whole conversation the reply answers, [{role, content}], its last one the user's;
   // probs: the alternatives each token's record lists (0: no records); resume: the last message is the
-  // model's reply, which goes on.
-  chat: (messages, system, settings, probs = 0, resume = false) =>
-    post({ type: "chat", messages, system, settings, probs, continue: resume }),
+  // model's reply, which goes on; thinking: the template's enable_thinking (null: its default).
+  chat: (messages, system, settings, probs = 0, resume = false, thinking = null) => post({
+    type: "chat", messages, system, settings, probs, continue: resume, ...(thinking === null ? {} : { thinking }),
+  }),
   newChat: () => post({ type: "new-chat" }),
-  setWorkers: (workers) => post({ type: "workers", workers }),
+  setWorkers(workers) {
+    if (started) started.workers = workers;
+    post({ type: "workers", workers });
+  },
+  // The worker ended and started again (its model and helpers gone; the handlers hear "booted" again).
+  restart() {
+    thread.terminate();
+    this.start(started.handlers, started.onFailure, started.workers);
+    started.handlers.restarted?.();
+  },
   stop() {
     if (interrupt) Atomics.store(interrupt, 0, 2); // SIGINT: KeyboardInterrupt in Python
     post({ type: "stop" });
