@@ -23,12 +23,23 @@ self.onmessage = async (e) => {
   if (msg.type !== "load") return;
   await booting;
   if (!shard) return post({ type: "error", message: "Python did not start in this worker" });
+  const words = shard.dead_words(msg.index).toJs({ dict_converter: Object.fromEntries });
   try {
     // Blocks this worker until the main worker sends EXIT (a new model, or a failed load elsewhere).
     shard.serve_helper(msg.files, msg.plan, msg.index, msg.sab,
       (bytes) => post({ type: "ready", bytes, heap: heapBytes(pyodide) }));
     post({ type: "exited" });
   } catch (err) {
+    markDead(msg.sab, words);
     post({ type: "error", message: `${err.message || err}` });
   }
 };
+
+// Python left its loop for good (killed, or a fatal error): say so in the shared buffer, so the main
+// worker's next meeting fails at once instead of waiting for this worker (pyengine.parallel.channel.mark_dead).
+function markDead(sab, words) {
+  const ctl = new Int32Array(sab);
+  Atomics.store(ctl, words.fail, words.value);
+  Atomics.notify(ctl, words.gen);
+  Atomics.notify(ctl, words.done);
+}

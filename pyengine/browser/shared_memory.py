@@ -14,7 +14,7 @@ import numpy as np
 
 from pyengine.browser.file_source import BrowserFileSource
 from pyengine.gguf import open_gguf
-from pyengine.parallel.channel import CTL_WORDS, ThreadBlock
+from pyengine.parallel.channel import CTL_WORDS, ThreadBlock, dead_words  # noqa: F401 (dead_words: for shard_worker.js)
 from pyengine.parallel.server import load_helper
 
 

@@ -217,6 +217,16 @@ class WorkerSession:
         gc.collect()                           # a chat and its last reply refer to each other
         self.post({"type": "unloaded"})
 
+    def _drop_dead_helpers(self) -> bool:
+        """After a failed reply: when a helper serves no more (killed mid-reply), the split model cannot go
+        on: let it go (the page keeps the conversation), and the helper, replaced at the next load."""
+        dead = self.model.chan.dead() if isinstance(self.model, SplitModel) else []
+        if not dead:
+            return False
+        self._unload()                                       # the helpers still serving leave their loop
+        self.pool.drop(_to_js([w - 2 for w in dead]))        # worker 2 is the pool's helper 0
+        return True
+
     async def _start_helpers(self) -> tuple[int, str]:
         """The workers a load may use (this one and the helpers that run Python), and a note naming the
         first helper that cannot start (it is replaced at the next load)."""
@@ -310,8 +320,10 @@ class WorkerSession:
             await self._stream(turn, shown)
         except KeyboardInterrupt:  # Stop, through the interrupt buffer
             pass
-        except BaseException:
+        except BaseException as e:
             self.chat.messages = before  # the failed message and its partial reply are not context
+            if self._drop_dead_helpers():
+                raise PyEngineError(f"{e}: the model was let go; load it again") from None
             raise
         finally:
             if turn is not None:

@@ -15,7 +15,7 @@ The buffer, ``Int32`` control words then ``Float32`` data::
     ctl[COUNT], ctl[GEN]      the barrier: workers arrived, generation
     ctl[ABORT]                a command the main worker gave up (Stop): helpers leave it at once
     ctl[STAMP + i]            the last barrier generation worker i reached (who is missing)
-    ctl[DONE + i], [FAIL + i] the last command helper i finished, and failed
+    ctl[DONE + i], [FAIL + i] the last command helper i finished, and failed (DEAD: it serves no more)
     ctl[LOADED + 3i ..]       worker i's load: tensors read, bytes read (low 31 bits, the rest)
     ints[TOKENS ..]           the command's token ids
     data[reduce slots]        2 x workers x REDUCE_ROWS x n_embd floats
@@ -53,6 +53,7 @@ LOADED = FAIL + MAX_WORKERS
 TOKENS = LOADED + 3 * MAX_WORKERS
 CTL_WORDS = TOKENS + MAX_TOKENS
 FORWARD, PING, EXIT = 1, 2, 3
+DEAD = -2               # ctl[FAIL + i] of a helper whose serving ended for good (killed): mark_dead
 LOGITS_MODES = ("none", "last", "all")
 
 
@@ -156,12 +157,12 @@ class Channel:
         while b.load(GEN) == gen:
             if self.index and b.load(ABORT) == self.seq:
                 raise AbortError()
-            failed = [i + 1 for i in range(1, self.count) if b.load(FAIL + i) == self.seq]
+            failed = [i + 1 for i in range(1, self.count) if b.load(FAIL + i) in (self.seq, DEAD)]
             if failed:                                                    # a helper failed this command
                 if self.index:
                     raise AbortError()
                 self.reported = self.seq
-                raise PyEngineError(f"worker {failed[0]} failed (see the browser console)")
+                raise self.failure(failed[0] - 1)
             if self.index == 0 and time.monotonic() - t0 > TIMEOUT_S:        # helpers wait for the main worker
                 missing = [i + 1 for i in range(self.count) if b.load(STAMP + i) <= gen]
                 raise PyEngineError(f"worker {', '.join(map(str, missing))} did not answer in {TIMEOUT_S:.0f} s")
@@ -208,7 +209,10 @@ class Channel:
     # --- commands: the main worker writes them, helpers serve them
     def send(self, cmd: int, tokens: np.ndarray | None = None, pos: int = 0, logits: str = "none",
              cache: int = 0, n_ctx: int = 0) -> None:
-        """Post command ``cmd`` (the main worker), once every helper has finished the last one."""
+        """Post command ``cmd`` (the main worker), once every helper has finished the last one. Raises
+        PyEngineError when a helper serves no more (EXIT still goes to the others)."""
+        if cmd != EXIT and self.dead():
+            raise self.failure(self.dead()[0] - 1)
         self.wait_idle()
         b = self.block
         n = 0 if tokens is None else len(tokens)
@@ -227,7 +231,7 @@ class Channel:
         ABORT and leave it). Raises PyEngineError naming a helper silent for ``TIMEOUT_S`` or failed."""
         b, t0 = self.block, time.monotonic()
         for i in range(1, self.count):
-            while (done := b.load(DONE + i)) != self.seq:
+            while (done := b.load(DONE + i)) != self.seq and b.load(FAIL + i) != DEAD:
                 if time.monotonic() - t0 > TIMEOUT_S:
                     raise PyEngineError(f"worker {i + 1} did not answer in {TIMEOUT_S:.0f} s")
                 b.wait(DONE + i, done, WAIT_MS)
@@ -237,6 +241,16 @@ class Channel:
             b.store(FAIL + i, -1)
         if failed and self.seq and self.reported != self.seq:          # not yet said at a barrier
             raise PyEngineError(f"worker {failed[0] + 1} failed (see the browser console)")
+
+    def dead(self) -> list[int]:
+        """The workers (numbered from 1, the main worker) whose helper serves no more (:func:`mark_dead`)."""
+        return [i + 1 for i in range(1, self.count) if self.block.load(FAIL + i) == DEAD]
+
+    def failure(self, i: int) -> PyEngineError:
+        """The error for helper ``i``'s failure: a command it failed, or its serving ended."""
+        if self.block.load(FAIL + i) == DEAD:
+            return PyEngineError(f"worker {i + 1} stopped (see the browser console)")
+        return PyEngineError(f"worker {i + 1} failed (see the browser console)")
 
     def abort(self) -> None:
         """Give the running command up (the main worker, on Stop or an error): helpers leave it."""
@@ -257,6 +271,20 @@ class Channel:
             self.block.store(FAIL + self.index, self.seq)
         self.block.store(DONE + self.index, self.seq)
         self.block.notify(DONE + self.index)
+
+
+def mark_dead(block: Any, index: int) -> None:
+    """Helper ``index``'s serving ended for good (its Python was killed or died): the main worker's
+    barrier and every later command fail at once, not after TIMEOUT_S. web/shard_worker.js does the
+    same in JavaScript with the words of :func:`dead_words` when its Python throws out of its loop."""
+    block.store(FAIL + index, DEAD)
+    block.notify(GEN)
+    block.notify(DONE + index)
+
+
+def dead_words(index: int) -> dict:
+    """Where :func:`mark_dead` writes, for JavaScript: ``{fail, value, gen, done}`` (Int32 word indices)."""
+    return {"fail": FAIL + index, "value": DEAD, "gen": GEN, "done": DONE + index}
 
 
 def ping(chan: Channel, n: int = 20) -> float:
