@@ -43,6 +43,17 @@ class ArchSpec:
     embd_scale: bool            # token embeddings are multiplied by sqrt(n_embd)
     swa_pattern: int = 0        # with a sliding window: every swa_pattern-th layer is global
     rope_freq_base_swa: float = 0.0  # rope base of the sliding-window layers (0: the model's)
+    pre_norms: bool = True      # RMSNorm before attention and FFN (attn_norm, ffn_norm); olmo2, exaone4: none
+    qk_norm_full: bool = False  # the q/k norm runs over all heads at once (olmo2), not per head
+    ffn_fused_up: bool = False  # ffn_up holds the gate rows, then the up rows (phi3); no ffn_gate
+    no_rope_step: int = 0       # every no_rope_step-th layer has no rope (smollm3: 4)
+    rope_swa_only: bool = False  # with a sliding window, only its layers use rope (exaone4)
+    sliding_window: int = 0     # the window when the file names none (gemma2: 4096)
+    swa_n_layer: int = 0        # the window applies only to models of this many layers (exaone4: the 32B)
+    attn_softcap: float = 0.0   # attention scores soft-capped at this when the file says nothing (gemma2)
+    final_softcap: float = 0.0  # logits soft-capped at this when the file says nothing (gemma2)
+    big_n_layer: int = 0        # a model of this many layers scales q by 1/sqrt(n_embd / n_head) (the 27Bs)
+    required: tuple = ()        # fields whose key this architecture cannot do without (granite: logit_scale)
 
 
 ARCHITECTURES: dict[str, ArchSpec] = {
@@ -50,7 +61,15 @@ ARCHITECTURES: dict[str, ArchSpec] = {
     "llama":  ArchSpec(False, False, False, False, False),
     "qwen2":  ArchSpec(True,  False, False, False, False),
     "qwen3":  ArchSpec(True,  True,  False, False, False),
-    "gemma3": ArchSpec(True,  True,  True,  True,  True, swa_pattern=6, rope_freq_base_swa=10000.0),
+    "gemma3": ArchSpec(True,  True,  True,  True,  True, swa_pattern=6, rope_freq_base_swa=10000.0, big_n_layer=62),
+    "gemma2": ArchSpec(True,  False, True,  True,  True, swa_pattern=2, sliding_window=4096, attn_softcap=50.0,
+                       final_softcap=30.0, big_n_layer=46),
+    "phi3":   ArchSpec(True,  False, False, False, False, ffn_fused_up=True),
+    "granite": ArchSpec(False, False, False, False, False, required=("logit_scale",)),
+    "olmo2":  ArchSpec(True,  True,  True,  False, False, swa_pattern=4, pre_norms=False, qk_norm_full=True),
+    "smollm3": ArchSpec(False, False, False, False, False, no_rope_step=4),
+    "exaone4": ArchSpec(True,  True,  True,  False, False, swa_pattern=4, pre_norms=False, rope_swa_only=True,
+                        sliding_window=4096, swa_n_layer=64),
 }
 
 # field                      GGUF key ("{arch}" is general.architecture)    type   default
@@ -69,10 +88,15 @@ KEYS = [
     ("rope_scaling_type",      "{arch}.rope.scaling.type",                    str,   "linear"),
     ("rope_scaling_factor",    "{arch}.rope.scaling.factor",                  float, 0.0),    # 0: none
     ("rope_scale_linear",      "{arch}.rope.scale_linear",                    float, 0.0),    # older name of it
-    ("sliding_window",         "{arch}.attention.sliding_window",             int,   0),      # 0: none
+    ("sliding_window",         "{arch}.attention.sliding_window",             int,   None),   # ARCHITECTURES
     ("sliding_window_pattern", "{arch}.attention.sliding_window_pattern",     None,  None),   # int or [bool]
     ("rope_freq_base_swa",     "{arch}.rope.freq_base_swa",                   float, None),   # ARCHITECTURES
-    ("final_logit_softcap",    "{arch}.final_logit_softcapping",              float, 0.0),    # 0: none
+    ("final_logit_softcap",    "{arch}.final_logit_softcapping",              float, None),   # ARCHITECTURES
+    ("attn_logit_softcap",     "{arch}.attn_logit_softcapping",               float, None),   # ARCHITECTURES
+    ("embedding_scale",        "{arch}.embedding_scale",                      float, 0.0),    # 0: none (granite)
+    ("residual_scale",         "{arch}.residual_scale",                       float, 0.0),    # 0: none (granite)
+    ("logit_scale",            "{arch}.logit_scale",                          float, 0.0),    # 0: none (granite)
+    ("attention_scale",        "{arch}.attention.scale",                      float, 0.0),    # 0: 1/sqrt(Dk)
     ("n_vocab",                "{arch}.vocab_size",                           int,   None),   # len(tokens)
 ]
 
@@ -102,8 +126,14 @@ class ModelConfig:
     sliding_window_pattern: object  # as in the file: an int, or per layer (an array or list of bools)
     rope_freq_base_swa: float
     final_logit_softcap: float  # logits = c * tanh(logits / c) when c > 0
+    attn_logit_softcap: float   # attention scores = c * tanh(scores / c) when c > 0 (gemma2)
+    embedding_scale: float      # token embeddings times this when > 0 (granite)
+    residual_scale: float       # what attention and FFN add to the stream times this when > 0 (granite)
+    logit_scale: float          # logits divided by this when > 0 (granite)
+    attention_scale: float      # the file's attention.scale (granite; 0: none), see attn_scale
     tied_output: bool | None = None  # output reuses token_embd (known from the tensors, None if not given)
     swa_layers: tuple = ()      # per layer: True when it uses the sliding window
+    rope_layers: tuple = ()     # per layer: True when q and k are rotated (smollm3, exaone4: not all)
     attn_scale: float = 0.0     # multiplies q before q·k (1/sqrt(head_dim_k) unless the arch says otherwise)
     spec: ArchSpec = field(default=None, repr=False)
 
@@ -128,7 +158,7 @@ class ModelConfig:
             key = key.format(arch=arch)
             if key in metadata:
                 values[name] = _check_value(key, metadata[key], typ)
-            elif default is REQUIRED:
+            elif default is REQUIRED or name in ARCHITECTURES[arch].required:
                 raise ModelError(f"missing metadata key {key!r}: the {arch} architecture needs it")
             else:
                 values[name] = default
@@ -223,12 +253,38 @@ def _derive(cfg: ModelConfig, metadata: dict) -> None:
 
 
 def _derive_attention(cfg: ModelConfig) -> None:
-    """Sliding-window layers, their rope base and the query scale, as llama.cpp's gemma3 loader sets them."""
+    """Sliding-window layers, their rope base, the layers with rope, the soft caps and the query scale,
+    as llama.cpp's loaders set them (gemma2, gemma3, olmo2, exaone4, smollm3, granite)."""
     spec = cfg.spec
+    if cfg.sliding_window is None:
+        cfg.sliding_window = spec.sliding_window
     if cfg.sliding_window < 0:
         raise ModelError(f"metadata key '{cfg.arch}.attention.sliding_window' must not be negative")
-    pattern = cfg.sliding_window_pattern
-    if not spec.swa_pattern or cfg.sliding_window == 0:
+    _derive_swa_layers(cfg)
+    if cfg.rope_freq_base_swa is None:
+        cfg.rope_freq_base_swa = spec.rope_freq_base_swa or cfg.rope_freq_base
+    with_swa = any(cfg.swa_layers)
+    cfg.rope_layers = tuple(not (spec.no_rope_step and (il + 1) % spec.no_rope_step == 0)
+                            and not (spec.rope_swa_only and with_swa and not cfg.swa_layers[il])
+                            for il in range(cfg.n_layer))
+    for name, default in (("final_logit_softcap", spec.final_softcap), ("attn_logit_softcap", spec.attn_softcap)):
+        if getattr(cfg, name) is None:
+            setattr(cfg, name, default)
+        if getattr(cfg, name) < 0:
+            raise ModelError(f"metadata: {name} = {getattr(cfg, name)} must not be negative")
+    # gemma_pytorch config.py: query_pre_attn_scalar is n_embd / n_head for the 27Bs (46, 62 layers)
+    if cfg.attention_scale:
+        cfg.attn_scale = cfg.attention_scale
+    elif spec.big_n_layer and cfg.n_layer == spec.big_n_layer:
+        cfg.attn_scale = 1.0 / math.sqrt(cfg.n_embd // cfg.n_head)
+    else:
+        cfg.attn_scale = 1.0 / math.sqrt(cfg.head_dim_k)
+
+
+def _derive_swa_layers(cfg: ModelConfig) -> None:
+    """Which layers use the sliding window (llama_hparams::set_swa_pattern, or the file's booleans)."""
+    spec, pattern = cfg.spec, cfg.sliding_window_pattern
+    if not spec.swa_pattern or cfg.sliding_window == 0 or (spec.swa_n_layer and cfg.n_layer != spec.swa_n_layer):
         cfg.swa_layers = (False,) * cfg.n_layer
         cfg.sliding_window = 0
     elif isinstance(pattern, (list, np.ndarray)):  # the reader's ARRAY[BOOL] is a numpy bool array
@@ -241,10 +297,3 @@ def _derive_attention(cfg: ModelConfig) -> None:
         n = spec.swa_pattern if pattern is None else _check_value("sliding_window_pattern", pattern, int)
         # llama_hparams::set_swa_pattern: layer il is global when il % n == n - 1 (n = 0: all sliding)
         cfg.swa_layers = tuple(n == 0 or il % n < n - 1 for il in range(cfg.n_layer))
-    if cfg.rope_freq_base_swa is None:
-        cfg.rope_freq_base_swa = spec.rope_freq_base_swa or cfg.rope_freq_base
-    # gemma_pytorch config.py: query_pre_attn_scalar is n_embd / n_head for the 27B (62 layers)
-    if cfg.arch == "gemma3" and cfg.n_layer == 62:
-        cfg.attn_scale = 1.0 / math.sqrt(cfg.n_embd // cfg.n_head)
-    else:
-        cfg.attn_scale = 1.0 / math.sqrt(cfg.head_dim_k)

@@ -23,41 +23,48 @@ from pyengine.weights.budget import HEAP_HEADROOM, Matrix, default_budget, forms
 from pyengine.weights.build import Builder, piece_nbytes
 
 
-def layer_tensors(c: ModelConfig) -> list[tuple[str, tuple, bool]]:
-    """The tensors of one block: (name after ``blk.N.``, ggml ne shape, required)."""
-    e, f, dk, dv = c.n_embd, c.n_ff, c.head_dim_k, c.head_dim_v
+def layer_tensors(c: ModelConfig, fused_qkv: bool = False) -> list[tuple[str, tuple, bool]]:
+    """The tensors of one block: (name after ``blk.N.``, ggml ne shape, required). ``fused_qkv``: the
+    file holds q, k and v in one ``attn_qkv`` (phi3's GGUFs; llama.cpp takes either for any architecture)."""
+    e, f, dk, dv, spec = c.n_embd, c.n_ff, c.head_dim_k, c.head_dim_v, c.spec
     nq, nk, nv, no = c.n_head * dk, c.n_head_kv * dk, c.n_head_kv * dv, c.n_head * dv
-    qk, post = c.spec.qk_norm, c.spec.post_norms
+    qkv = [("attn_qkv.weight", (e, nq + nk + nv), True), ("attn_qkv.bias", (nq + nk + nv,), False)] if fused_qkv \
+        else [("attn_q.weight", (e, nq), True), ("attn_q.bias", (nq,), False),
+              ("attn_k.weight", (e, nk), True), ("attn_k.bias", (nk,), False),
+              ("attn_v.weight", (e, nv), True), ("attn_v.bias", (nv,), False)]
+    q_norm, k_norm = ((nq,), (nk,)) if spec.qk_norm_full else ((dk,), (dk,))
+    gate_up = [("ffn_up.weight", (e, 2 * f), True)] if spec.ffn_fused_up \
+        else [("ffn_gate.weight", (e, f), True), ("ffn_gate.bias", (f,), False),
+              ("ffn_up.weight", (e, f), True), ("ffn_up.bias", (f,), False)]
     rows = [
-        ("attn_norm.weight", (e,), True),
-        ("attn_q.weight", (e, nq), True), ("attn_q.bias", (nq,), False),
-        ("attn_k.weight", (e, nk), True), ("attn_k.bias", (nk,), False),
-        ("attn_v.weight", (e, nv), True), ("attn_v.bias", (nv,), False),
-        ("attn_q_norm.weight", (dk,), True), ("attn_k_norm.weight", (dk,), True),
+        ("attn_norm.weight", (e,), True), *qkv,
+        ("attn_q_norm.weight", q_norm, True), ("attn_k_norm.weight", k_norm, True),
         ("attn_output.weight", (no, e), True), ("attn_output.bias", (e,), False),
         ("post_attention_norm.weight", (e,), True),
-        ("ffn_norm.weight", (e,), True),
-        ("ffn_gate.weight", (e, f), True), ("ffn_gate.bias", (f,), False),
-        ("ffn_up.weight", (e, f), True), ("ffn_up.bias", (f,), False),
+        ("ffn_norm.weight", (e,), True), *gate_up,
         ("ffn_down.weight", (f, e), True), ("ffn_down.bias", (e,), False),
         ("post_ffw_norm.weight", (e,), True),
     ]
     skip = set()
-    if not qk:
+    if not spec.qk_norm:
         skip |= {"attn_q_norm.weight", "attn_k_norm.weight"}
-    if not post:
+    if not spec.post_norms:
         skip |= {"post_attention_norm.weight", "post_ffw_norm.weight"}
+    if not spec.pre_norms:
+        skip |= {"attn_norm.weight", "ffn_norm.weight"}
     return [r for r in rows if r[0] not in skip]
 
 
-def model_tensors(c: ModelConfig) -> list[tuple[str, tuple, bool]]:
-    """Every tensor the model reads: (GGUF name, ggml ne shape, required)."""
+def model_tensors(c: ModelConfig, tensors=None) -> list[tuple[str, tuple, bool]]:
+    """Every tensor the model reads: (GGUF name, ggml ne shape, required); ``tensors`` (the file's) says
+    which layers hold a fused ``attn_qkv``."""
     names = [("token_embd.weight", (c.n_embd, c.n_vocab), True),
              ("output_norm.weight", (c.n_embd,), True),
              ("output.weight", (c.n_embd, c.n_vocab), False),
              ("rope_freqs.weight", (c.rope_dim // 2,), False)]
     for il in range(c.n_layer):
-        names += [(f"blk.{il}.{n}", shape, req) for n, shape, req in layer_tensors(c)]
+        fused = tensors is not None and f"blk.{il}.attn_qkv.weight" in tensors
+        names += [(f"blk.{il}.{n}", shape, req) for n, shape, req in layer_tensors(c, fused)]
     return names
 
 
@@ -95,10 +102,16 @@ def load_model(gguf_file, progress=None, weights: str = "auto", ggml_rounding: b
     return _Loader(gguf_file, config, shard, progress, ggml_rounding).load(weights, budget, forms, comm)
 
 
+UNSUPPORTED_TENSORS = ("rope_factors_long.weight", "rope_factors_short.weight")
+
+
 def check_tensors(gguf_file, config: ModelConfig) -> list[str]:
     """The names of the tensors the model reads, in load order, each checked against ``config``.
     Raises ModelError for a required tensor missing or any tensor of the wrong shape."""
-    wanted = model_tensors(config)
+    for name in UNSUPPORTED_TENSORS:
+        if name in gguf_file.tensors:
+            raise ModelError(f"tensor {name!r}: LongRoPE (Phi-3.5, Phi-4-mini) is not supported")
+    wanted = model_tensors(config, gguf_file.tensors)
     for name, ne, required in wanted:
         info = gguf_file.tensors.get(name)
         if info is None and required:
@@ -121,10 +134,17 @@ def shard_matrices(config: ModelConfig, tensors, shard: Shard) -> dict[tuple, tu
         out[("output",)] = ([("output.weight", v0, v1)], None)
     for il in range(c.n_layer):
         p = f"blk.{il}."
-        out[(il, "wqkv")] = ([(p + "attn_q.weight", h0 * dk, h1 * dk), (p + "attn_k.weight", g0 * dk, g1 * dk),
-                              (p + "attn_v.weight", g0 * dv, g1 * dv)], None)
+        if p + "attn_qkv.weight" in tensors:              # q, k, v stacked in one tensor
+            nq, nk, fused = c.n_head * dk, c.n_head_kv * dk, p + "attn_qkv.weight"
+            out[(il, "wqkv")] = ([(fused, h0 * dk, h1 * dk), (fused, nq + g0 * dk, nq + g1 * dk),
+                                  (fused, nq + nk + g0 * dv, nq + nk + g1 * dv)], None)
+        else:
+            out[(il, "wqkv")] = ([(p + "attn_q.weight", h0 * dk, h1 * dk), (p + "attn_k.weight", g0 * dk, g1 * dk),
+                                  (p + "attn_v.weight", g0 * dv, g1 * dv)], None)
         out[(il, "wo")] = ([(p + "attn_output.weight", 0, c.n_embd)], (h0 * dv, h1 * dv))
-        out[(il, "w_gate_up")] = ([(p + "ffn_gate.weight", f0, f1), (p + "ffn_up.weight", f0, f1)], None)
+        gate, up, n = (p + "ffn_up.weight", p + "ffn_up.weight", c.n_ff) if c.spec.ffn_fused_up \
+            else (p + "ffn_gate.weight", p + "ffn_up.weight", 0)
+        out[(il, "w_gate_up")] = ([(gate, f0, f1), (up, n + f0, n + f1)], None)
         out[(il, "w_down")] = ([(p + "ffn_down.weight", 0, c.n_embd)], (f0, f1))
     return out
 
@@ -206,17 +226,20 @@ class _Loader:
         return w, self.vector(pieces[0][0].replace(".weight", ".bias"))
 
     def layer(self, il: int, forms: dict) -> Layer:
-        p = f"blk.{il}."
+        p, c = f"blk.{il}.", self.config
         attn_norm = self.vector(p + "attn_norm.weight")
         wqkv, bqkv = self.matrix((il, "wqkv"), forms)
-        q_norm, k_norm = self.vector(p + "attn_q_norm.weight"), self.vector(p + "attn_k_norm.weight")
+        (h0, h1), (g0, g1) = self.shard.heads, self.shard.kv_heads
+        rows = ((h0 * c.head_dim_k, h1 * c.head_dim_k), (g0 * c.head_dim_k, g1 * c.head_dim_k)) \
+            if c.spec.qk_norm_full else (None, None)            # olmo2: this shard's part of the norms
+        q_norm, k_norm = self.vector(p + "attn_q_norm.weight", rows[0]), self.vector(p + "attn_k_norm.weight", rows[1])
         wo, bo = self.matrix((il, "wo"), forms)
         post_attn_norm, ffn_norm = self.vector(p + "post_attention_norm.weight"), self.vector(p + "ffn_norm.weight")
         w_gate_up, b_gate_up = self.matrix((il, "w_gate_up"), forms)
         w_down, b_down = self.matrix((il, "w_down"), forms)
         return Layer(attn_norm, wqkv, bqkv, q_norm, k_norm, wo, bo, post_attn_norm,
                      ffn_norm, w_gate_up, b_gate_up, w_down, b_down, self.vector(p + "post_ffw_norm.weight"),
-                     swa=self.config.swa_layers[il])
+                     swa=c.swa_layers[il], rope=c.rope_layers[il])
 
     def load(self, weights: str, budget: int, forms: dict | None, comm) -> Model:
         listed = budget_matrices(self.matrices, self.gf.tensors)

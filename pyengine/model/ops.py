@@ -9,6 +9,8 @@ live in :mod:`pyengine.weights`.
 
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
 
 # ----------------------------------------------------------------------------
@@ -26,10 +28,34 @@ def rmsnorm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     return x * (np.float32(1.0) / np.sqrt(ms)) * weight
 
 
+def rmsnorm_split(x: np.ndarray, weight: np.ndarray, eps: float, n: int, reduce, own: bool = True) -> np.ndarray:
+    """:func:`rmsnorm` of a vector cut over workers: x (T, this worker's part), weight its part; the sums
+    of squares are summed by ``reduce`` (an all-reduce over the workers) and divided by ``n``, the
+    whole length. ``own`` False: this worker's part is also another's, which counts it (olmo2's q/k norm)."""
+    ss = np.add.reduce(x * x, axis=-1, keepdims=True)                    # (T, 1)
+    ms = reduce(ss if own else np.zeros_like(ss))
+    ms /= np.float32(n)
+    ms += np.float32(eps)
+    return x * (np.float32(1.0) / np.sqrt(ms)) * weight
+
+
 def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     """ggml ``swiglu``: ``silu(gate) * up`` with ``silu(g) = g / (1 + exp(-g))``; (..., n_ff) each."""
     with np.errstate(over="ignore"):
         return gate / (1.0 + np.exp(-gate)) * up
+
+
+@cache
+def gelu_f16_table() -> np.ndarray:
+    """ggml-cpu's ``ggml_table_gelu_f16``: ``gelu(x)`` for every float16 ``x`` (65536, as float32), each
+    computed in float32 in ggml's order, ``0.5f*x*(1.0f + tanhf(SQRT_2_OVER_PI*x*(1.0f + GELU_COEF_A*x*x)))``,
+    and rounded to float16 (tanh in float64, rounded to float32: glibc's tanhf is that to the last bit
+    here)."""
+    x = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32)
+    with np.errstate(all="ignore"):                                       # the infinities and NaNs
+        inner = (np.float32(0.7978845608028654) * x) * (np.float32(1.0) + (np.float32(0.044715) * x) * x)
+        th = np.tanh(inner.astype(np.float64)).astype(np.float32)
+        return ((np.float32(0.5) * x) * (np.float32(1.0) + th)).astype(np.float16).astype(np.float32)
 
 
 def geglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
@@ -37,21 +63,12 @@ def geglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
 
     ``gelu(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g³)))``. ggml-cpu
     (``GGML_GELU_FP16``) rounds ``gate`` to float16, reads ``gelu(gate)`` from
-    a float16 table, and passes ``gate`` through unchanged at or beyond 10 (0
-    at or below -10). Rounding the same way keeps greedy choices identical to
-    llama.cpp's when two logits are close. (..., n_ff) each.
+    its float16 table (:func:`gelu_f16_table`), and passes ``gate`` through
+    unchanged at or beyond 10 (0 at or below -10). Reading the same table keeps
+    the products bit for bit llama.cpp's, so an 8-bit rounding of them after
+    (a quantized ``ffn_down``) rounds the same way. (..., n_ff) each.
     """
-    g = gate.astype(np.float16).astype(np.float32)
-    t = g * g                                                             # in place from here on
-    t *= np.float32(0.044715)
-    t += np.float32(1.0)
-    t *= g
-    t *= np.float32(0.7978845608028654)                                   # sqrt(2/pi)
-    np.tanh(t, out=t)
-    t += np.float32(1.0)
-    t *= g
-    t *= np.float32(0.5)
-    t = t.astype(np.float16).astype(np.float32)
+    t = gelu_f16_table()[gate.astype(np.float16).view(np.uint16)]
     big = np.abs(gate) >= 10.0
     if big.any():
         t[big] = np.where(gate[big] > 0, gate[big], np.float32(0.0))
@@ -60,8 +77,9 @@ def geglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
 
 
 def softcap(x: np.ndarray, cap: float) -> np.ndarray:
-    """Gemma's logit soft-capping: ``cap * tanh(x / cap)``."""
-    return np.float32(cap) * np.tanh(x / np.float32(cap))
+    """Gemma's soft-capping ``cap * tanh(x / cap)`` as ggml computes it: ``scale(x, 1/cap)``, ``tanh``,
+    ``scale(cap)`` (a product with the float32 reciprocal, not a division)."""
+    return np.float32(cap) * np.tanh(x * np.float32(1.0 / cap))
 
 
 # ----------------------------------------------------------------------------
@@ -123,7 +141,7 @@ SCORES_MAX = 1 << 20     # attention scores held at once during prefill (float32
 ONE_BY_ONE = 16          # a batch of this many queries or fewer attends one query at a time
 
 
-def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: int, window: int) -> np.ndarray:
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: int, window: int, cap: float = 0.0) -> np.ndarray:
     """Causal (optionally sliding-window) softmax attention with GQA, as ggml ``soft_max_ext`` + ``mul_mat``.
 
     q (Hkv, G, T, D) already scaled, for queries at positions pos..pos+T-1;
@@ -134,27 +152,30 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: int, window: int
     Long prompts are cut into query chunks of at most ``SCORES_MAX`` scores. A batch of at most
     ``ONE_BY_ONE`` queries (a draft being checked) attends query by query over exactly its own keys, so each
     row has the bits of a one-token pass (sums over masked zeros would group the floats otherwise).
+    ``cap > 0`` soft-caps the scores before the mask (gemma2's ``attn_soft_cap``: ``cap * tanh(s / cap)``).
     """
     hkv, g, t, _ = q.shape
     if 1 < t <= ONE_BY_ONE:
-        return np.concatenate([attention(q[:, :, i:i + 1], k[:, :pos + i + 1], v[:, :pos + i + 1], pos + i, window)
-                               for i in range(t)], axis=2)
+        return np.concatenate([attention(q[:, :, i:i + 1], k[:, :pos + i + 1], v[:, :pos + i + 1], pos + i, window,
+                                         cap) for i in range(t)], axis=2)
     step = max(1, SCORES_MAX // (hkv * g * (pos + t)))
     if step >= t:                                                         # one chunk (decode, short prompts)
         s0 = max(0, pos - window + 1) if window else 0
-        return _attend(q, k[:, s0:], v[:, s0:], pos, s0, window)
+        return _attend(q, k[:, s0:], v[:, s0:], pos, s0, window, cap)
     out = np.empty((hkv, g, t, v.shape[2]), np.float32)
     for t0 in range(0, t, step):
         t1 = min(t, t0 + step)
         p0, p1 = pos + t0, pos + t1                                       # queries' positions
         s0 = max(0, p0 - window + 1) if window else 0                     # first key any of them sees
-        out[:, :, t0:t1] = _attend(q[:, :, t0:t1], k[:, s0:p1], v[:, s0:p1], p0, s0, window)
+        out[:, :, t0:t1] = _attend(q[:, :, t0:t1], k[:, s0:p1], v[:, s0:p1], p0, s0, window, cap)
     return out
 
 
-def _attend(q, k, v, p0: int, s0: int, window: int) -> np.ndarray:
+def _attend(q, k, v, p0: int, s0: int, window: int, cap: float = 0.0) -> np.ndarray:
     """One chunk: q (Hkv, G, Tc, D) at positions p0.., keys k (Hkv, S, D) at s0.. -> (Hkv, G, Tc, Dv)."""
     scores = np.einsum("hgtd,hsd->hgts", q, k)                            # (Hkv, G, Tc, S)
+    if cap:
+        scores = softcap(scores, cap)
     tc, s = q.shape[2], k.shape[1]
     if tc > 1 or (window and s > window):
         qp = np.arange(p0, p0 + tc)[:, None]                              # (Tc, 1)

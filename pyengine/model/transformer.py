@@ -33,7 +33,7 @@ import numpy as np
 from pyengine.errors import PyEngineError
 from pyengine.model.config import ModelConfig
 from pyengine.model.kv_cache import KVCache
-from pyengine.model.ops import Rope, attention, geglu, rmsnorm, softcap, swiglu
+from pyengine.model.ops import Rope, attention, geglu, rmsnorm, rmsnorm_split, softcap, swiglu
 from pyengine.model.shard import whole
 from pyengine.weights.forms import add_bias
 
@@ -47,8 +47,8 @@ class Layer:
     attn_norm: np.ndarray           # (n_embd,)
     wqkv: Any                       # (n_head*Dk + n_head_kv*Dk + n_head_kv*Dv, n_embd): attn_q, attn_k, attn_v
     bqkv: np.ndarray | None         # (n_head*Dk + n_head_kv*Dk + n_head_kv*Dv,) attn_q/k/v.bias (qwen2)
-    q_norm: np.ndarray | None       # (Dk,) attn_q_norm
-    k_norm: np.ndarray | None       # (Dk,) attn_k_norm
+    q_norm: np.ndarray | None       # (Dk,) attn_q_norm; this shard's (H*Dk,) when it norms all heads (olmo2)
+    k_norm: np.ndarray | None       # (Dk,) attn_k_norm; this shard's (Hkv*Dk,) when it norms all heads
     wo: Any                         # (n_embd, n_head*Dv) attn_output
     bo: np.ndarray | None           # (n_embd,) attn_output.bias
     post_attn_norm: np.ndarray | None  # (n_embd,) post_attention_norm
@@ -59,6 +59,7 @@ class Layer:
     b_down: np.ndarray | None       # (n_embd,) ffn_down.bias
     post_ffn_norm: np.ndarray | None  # (n_embd,) post_ffw_norm
     swa: bool                       # sliding-window layer (local rope base, windowed mask)
+    rope: bool = True               # q and k are rotated (not on smollm3's every 4th layer)
 
 
 class Solo:
@@ -146,12 +147,14 @@ class Model:
         x = self.embed(tokens)                                           # (T, n_embd)
         if c.spec.embd_scale:
             x *= np.float32(math.sqrt(c.n_embd))
+        if c.embedding_scale:                                            # granite
+            x *= np.float32(c.embedding_scale)
         for il, layer in enumerate(self.layers):
-            h = self.attention(layer, rmsnorm(x, layer.attn_norm, c.rms_eps), cache, il, pos)  # (T, n_embd)
+            h = self.attention(layer, self.pre_norm(x, layer.attn_norm), cache, il, pos)  # (T, n_embd)
             if il == c.n_layer - 1:                      # past the last attention only the output rows matter
                 x, h = x[rows], h[rows]
             x = x + self.post_norm(h, layer.post_attn_norm)
-            h = self.ffn(layer, rmsnorm(x, layer.ffn_norm, c.rms_eps))   # (R, n_embd)
+            h = self.ffn(layer, self.pre_norm(x, layer.ffn_norm))        # (R, n_embd)
             x = x + self.post_norm(h, layer.post_ffn_norm)
         cache.n = pos + t
         if logits == "none":
@@ -159,6 +162,8 @@ class Model:
         out = self.comm.gather(self.output(rmsnorm(x, self.output_norm, c.rms_eps)))   # (R, n_vocab)
         if out is not None and c.final_logit_softcap:
             out = softcap(out, c.final_logit_softcap)
+        if out is not None and c.logit_scale:                            # granite
+            out *= np.float32(1.0 / c.logit_scale)
         return out
 
     def embed(self, tokens: np.ndarray) -> np.ndarray:
@@ -183,16 +188,19 @@ class Model:
         q = qkv[:, :nq].reshape(t, hq, dk)                               # (T, H, Dk)
         k = qkv[:, nq:nq + nk].reshape(t, hkv, dk)                       # (T, Hkv, Dk)
         v = qkv[:, nq + nk:].reshape(t, hkv, dv)                         # (T, Hkv, Dv)
-        if layer.q_norm is not None:
+        if layer.q_norm is not None and c.spec.qk_norm_full:
+            q, k = self.norm_heads(q, k, layer)
+        elif layer.q_norm is not None:
             q = rmsnorm(q, layer.q_norm, c.rms_eps)
             k = rmsnorm(k, layer.k_norm, c.rms_eps)
-        rope = self.rope_swa if layer.swa else self.rope
-        q, k = rope(q, pos), rope(k, pos)
+        if layer.rope:
+            rope = self.rope_swa if layer.swa else self.rope
+            q, k = rope(q, pos), rope(k, pos)
         cache.k[il][:, pos:pos + t] = k.transpose(1, 0, 2)               # (Hkv, T, Dk)
         cache.v[il][:, pos:pos + t] = v.transpose(1, 0, 2)               # (Hkv, T, Dv)
         q = (q * np.float32(c.attn_scale)).reshape(t, hkv, -1, dk).transpose(1, 2, 0, 3)  # (Hkv, G, T, Dk)
         o = attention(q, cache.k[il][:, :pos + t], cache.v[il][:, :pos + t], pos,
-                      c.sliding_window if layer.swa else 0)             # (Hkv, G, T, Dv)
+                      c.sliding_window if layer.swa else 0, c.attn_logit_softcap)   # (Hkv, G, T, Dv)
         h = self.comm.all_reduce(layer.wo(o.transpose(2, 0, 1, 3).reshape(t, hq * dv)))   # (T, n_embd)
         return add_bias(h, layer.bo)
 
@@ -205,9 +213,24 @@ class Model:
         h = layer.w_down(act(gate_up[:, :f1 - f0], gate_up[:, f1 - f0:]))  # (R, n_embd)
         return add_bias(self.comm.all_reduce(h), layer.b_down)
 
+    def norm_heads(self, q: np.ndarray, k: np.ndarray, layer: Layer) -> tuple[np.ndarray, np.ndarray]:
+        """olmo2's q and k norms, each over all heads at once: q (T, H, Dk), k (T, Hkv, Dk) of this shard,
+        their sums of squares summed over the workers (a KV head held by several counted once)."""
+        c, (h0, _), (g0, _) = self.config, self.shard.heads, self.shard.kv_heads
+        t, first = q.shape[0], h0 == g0 * (c.n_head // c.n_head_kv)     # the first worker of its KV heads
+        parts = [(q.reshape(t, -1), layer.q_norm, c.n_head, True), (k.reshape(t, -1), layer.k_norm, c.n_head_kv, first)]
+        out = [rmsnorm_split(x, w, c.rms_eps, n * c.head_dim_k, self.comm.all_reduce, own)
+               for x, w, n, own in parts]
+        return out[0].reshape(q.shape), out[1].reshape(k.shape)
+
+    def pre_norm(self, x: np.ndarray, weight: np.ndarray | None) -> np.ndarray:
+        """The RMSNorm before attention and FFN; the identity where there is none (olmo2, exaone4)."""
+        return x if weight is None else rmsnorm(x, weight, self.config.rms_eps)
+
     def post_norm(self, h: np.ndarray, weight: np.ndarray | None) -> np.ndarray:
-        """gemma3's post-attention / post-FFN RMSNorm; the identity for the other architectures."""
-        return h if weight is None else rmsnorm(h, weight, self.config.rms_eps)
+        """What a block adds to the stream: RMS-normed after (gemma, olmo2, exaone4), scaled (granite)."""
+        h = h if weight is None else rmsnorm(h, weight, self.config.rms_eps)
+        return h * np.float32(self.config.residual_scale) if self.config.residual_scale else h
 
     def _check_tokens(self, tokens, cache: KVCache, logits: str) -> np.ndarray:
         if logits not in LOGITS_MODES:

@@ -1,0 +1,160 @@
+"""The families added after the shared fixtures (gemma2, phi3, granite, olmo2, smollm3, exaone4) against llama.cpp.
+
+Fixtures: tests/fixtures/tiny-<arch>.gguf (tests/fixtures/make_arch_fixtures.py: float32 random weights,
+the keys and tensors llama.cpp's loader expects) and their Q8_0 copies (gguf_write.quantized_copy, made
+here and checked against the sha256 llama.cpp was shown). Reference: tests/golden/arch_reference.json
+(make_arch_golden.py: llama.cpp, F32 KV cache, all logits of the prompt [1, 5, 9, 42], 8 greedy ids).
+What each test proves:
+- the float32 model gives llama.cpp's logits at every prompt position and after 8 greedy steps within
+  1e-3 (measured <= 6e-6) and the same greedy ids (no step's top-2 margin is below 0.02), in every
+  weight form;
+- the Q8_0 copy, in the forms that keep its codes and rounding activations as ggml does, gives llama.cpp's
+  logits for it within 1e-3 (measured <= 1.2e-6) and its greedy ids. (8-bit rounding amplifies: a float
+  sum 1 ulp off llama.cpp's, where ggml adds blocks in SIMD lanes, can flip a code of the next product's
+  input. The seeds in make_arch_fixtures.py were picked with none flipped and no near-tie;)
+- split over 2 workers (the helpers as threads, tests/split_threads.py) the model gives the whole
+  model's logits, in every form;
+- each family's feature shows in llama.cpp's logits: pyengine without it is farther than 0.05 from them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+from conftest import FIXTURES, GOLDEN
+from gguf_write import quantized_copy
+from split_threads import start, stop
+from test_model import Edited
+
+from pyengine.gguf import open_gguf
+from pyengine.model import load_model
+from pyengine.model.config import ARCHITECTURES
+from pyengine.model.ops import rmsnorm
+from pyengine.model.transformer import Model
+
+REF = json.loads((GOLDEN / "arch_reference.json").read_text())
+ARCHS = list(REF["fixtures"])
+PROMPT = REF["prompt_ids"]
+FORMS = ["f32", "quantized", "compact"]
+
+
+
+@pytest.fixture(scope="module")
+def q8(tmp_path_factory) -> dict:
+    """Each fixture's Q8_0 copy, the very file llama.cpp was given."""
+    out = {}
+    for arch in ARCHS:
+        path = tmp_path_factory.mktemp("q8") / f"tiny-{arch}-q8_0.gguf"
+        quantized_copy(FIXTURES / f"tiny-{arch}.gguf", path)
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == REF["fixtures"][arch]["q8_0"]["sha256"]
+        out[arch] = path
+    return out
+
+
+def path_of(arch: str) -> str:
+    path = FIXTURES / f"tiny-{arch}.gguf"
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == REF["fixtures"][arch]["f32"]["sha256"]
+    return str(path)
+
+
+def run(model) -> tuple[np.ndarray, list[int], np.ndarray]:
+    """The prompt's logits (4, n_vocab), 8 greedy ids decoded one at a time, the 8th step's logits."""
+    cache = model.new_cache(64)
+    prompt = model.forward(PROMPT, cache, logits="all")
+    logits, ids = prompt[-1], []
+    for _ in range(8):
+        ids.append(int(np.argmax(logits)))
+        logits = model.forward([ids[-1]], cache)
+    return prompt, ids, logits
+
+
+def test_every_added_family_has_a_fixture():
+    assert ARCHS == ["gemma2", "phi3", "granite", "olmo2", "smollm3", "exaone4"]
+    assert set(ARCHS) <= set(ARCHITECTURES)
+    for arch in ARCHS:
+        ref = REF["fixtures"][arch]
+        assert min(ref["f32"]["margins"]) > 0.02 and min(ref["q8_0"]["margins"]) > 0.02
+        assert ref["f32"]["greedy_ids"] == ref["q8_0"]["greedy_ids"] and len(set(ref["f32"]["greedy_ids"])) >= 3
+
+
+@pytest.mark.parametrize("weights", FORMS)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_float32_fixture_gives_llama_cpps_logits_and_ids(arch, weights):
+    ref = REF["fixtures"][arch]["f32"]
+    with open_gguf(path_of(arch)) as g:
+        prompt, ids, last = run(load_model(g, weights=weights))
+    assert np.abs(prompt - np.array(ref["prompt_logits"])).max() < 1e-3
+    assert ids == ref["greedy_ids"]
+    assert np.abs(last - np.array(ref["last_logits"])).max() < 1e-3
+
+
+@pytest.mark.parametrize("weights", ["quantized", "compact"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_q8_0_copy_gives_llama_cpps_logits_and_ids(arch, weights, q8):
+    ref = REF["fixtures"][arch]["q8_0"]
+    with open_gguf(q8[arch]) as g:
+        prompt, ids, _ = run(load_model(g, weights=weights, ggml_rounding=True))
+    assert np.abs(prompt[-1] - np.array(ref["prompt_logits"][0])).max() < 1e-3
+    assert ids == ref["greedy_ids"]
+
+
+@pytest.mark.parametrize("weights", FORMS)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_split_over_two_workers_gives_the_whole_models_logits(arch, weights, q8):
+    path = q8[arch] if weights != "f32" else path_of(arch)
+    with open_gguf(path) as g:
+        want, want_ids, want_last = run(load_model(g, weights=weights))
+    model, helpers, threads = start(path, 2, weights)
+    try:
+        assert model.workers == 2
+        got, ids, last = run(model)
+    finally:
+        stop(model, threads)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(last, want_last, rtol=0, atol=1e-4)
+    assert ids == want_ids
+
+
+# What each fixture exercises, taken away: metadata changed ("-" drops a key or tensor) ...
+WITHOUT_KEYS = {
+    "gemma2": [{"gemma2.attn_logit_softcapping": 1e9}, {"gemma2.final_logit_softcapping": 1e9},
+               {"gemma2.attention.sliding_window": 64}],
+    "granite": [{"-": "granite.embedding_scale"}, {"-": "granite.residual_scale"}, {"granite.logit_scale": 1.0},
+                {"-": "granite.attention.scale"}],
+    "exaone4": [{"-": "rope_freqs.weight"}],
+}
+
+
+def per_head_norms(self, q, k, layer):
+    """olmo2's q/k norms as if per head (its weights cut per head): what qk_norm_full is not."""
+    eps = self.config.rms_eps
+    return rmsnorm(q, layer.q_norm.reshape(q.shape[1:]), eps), rmsnorm(k, layer.k_norm.reshape(k.shape[1:]), eps)
+
+
+# ... or the loaded model changed (phi3's fused tensors need no check: cut wrong, nothing would match).
+WITHOUT_PARTS = {
+    "olmo2": lambda model, mp: mp.setattr(Model, "norm_heads", per_head_norms),
+    "smollm3": lambda model, mp: [mp.setattr(layer, "rope", True) for layer in model.layers],
+    "exaone4": lambda model, mp: [mp.setattr(layer, "post_attn_norm", None) for layer in model.layers],
+    "gemma2": lambda model, mp: [mp.setattr(layer, "post_ffn_norm", None) for layer in model.layers],
+}
+CASES = [(a, json.dumps(c)) for a, cs in WITHOUT_KEYS.items() for c in cs] + [(a, "model") for a in WITHOUT_PARTS]
+
+
+@pytest.mark.parametrize("arch, change", CASES)
+def test_each_feature_shows_in_llama_cpps_logits(arch, change, monkeypatch):
+    """Taken away, each feature moves pyengine's logits more than 0.05 from llama.cpp's: so they hold it."""
+    ref = np.array(REF["fixtures"][arch]["f32"]["prompt_logits"])
+    with open_gguf(path_of(arch)) as g:
+        if change == "model":
+            model = load_model(g)
+            WITHOUT_PARTS[arch](model, monkeypatch)
+        else:
+            edits = json.loads(change)
+            drop = [edits.pop("-")] if "-" in edits else []
+            model = load_model(Edited(g, drop, **{k.replace(".", "__"): v for k, v in edits.items()}))
+        prompt = model.forward(PROMPT, model.new_cache(64), logits="all")
+    assert np.abs(prompt - ref).max() > 0.05
