@@ -170,7 +170,7 @@ def stop_mid_reply_then_ask_again(page, model_path) -> None:
     set_settings(page, temperature=0, max_tokens=200)
     page.evaluate(WATCH_REPLY)
     send(page, LONG_QUESTION)
-    page.wait_for_function("window.replyUpdates.length >= 3", timeout=120_000)
+    page.wait_for_function("() => window.replyUpdates.length >= 3", timeout=120_000)
     # while it replies no file can be loaded (that would end the reply and replace the model)
     assert page.get_by_test_id("file-input").is_disabled() and page.get_by_test_id("load-demo").is_disabled()
     page.get_by_test_id("stop").click()
@@ -224,5 +224,5 @@ def strip_isolation_headers(route) -> None:
 def test_new_chat_clears_the_conversation(smollm):
     assert len(messages(smollm)) > 0
     smollm.get_by_test_id("new-chat").click()
-    smollm.wait_for_function("document.querySelectorAll('[data-testid=message]').length === 0")
+    smollm.wait_for_function("() => document.querySelectorAll('[data-testid=message]').length === 0")
     assert smollm.get_by_test_id("status").text_content() == "ready"

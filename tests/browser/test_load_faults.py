@@ -102,8 +102,8 @@ def test_a_model_too_big_for_the_browser_says_what_fits_and_keeps_the_chat(poste
     run({"type": "load", "files": [FileSource(sparse_3b(tmp_path / "3b.gguf"))]})
     assert [m["type"] for m in posted[start:]][-1] == "error" and "unloaded" not in [m["type"] for m in posted]
     assert posted[-1]["message"] == (
-        "this model (1.68 GiB of tensors) needs 5.05 GiB in each of 1 worker(s) in this form, largest array "
-        "0.78 GiB; a browser worker holds at most 4 GiB, one array at most 2 GiB: the low-memory form "
+        "this model (1.68 GiB of tensors) needs 5.04 GiB in each of 1 worker(s) in this form, largest array "
+        "0.23 GiB; a browser worker holds at most 4 GiB, one array at most 2 GiB: the low-memory form "
         "(Memory: low memory) would need 1.97 GiB a worker")
     assert worker._session.chat.messages == before
 

@@ -22,8 +22,8 @@ def test_reload_with_the_server_stopped(browser, built):
         page.goto(url)
         wait_status(page, ("no model",), BOOT_MS)
         # The service worker has cached the app and the runtime once it is active.
-        page.wait_for_function("navigator.serviceWorker.ready.then(() => true)")
-        page.wait_for_function("navigator.serviceWorker.controller !== null")
+        page.wait_for_function("() => navigator.serviceWorker.ready.then(() => true)")
+        page.wait_for_function("() => navigator.serviceWorker.controller !== null")
     finally:
         stop_server(proc)
 

@@ -92,7 +92,7 @@ def first_visit(playwright, profile, own_server, smollm2_path):
     proc, server = own_server
     context, page, guard = open_profile(playwright, profile, server)
     try:
-        page.wait_for_function("navigator.serviceWorker.ready.then(() => true)")
+        page.wait_for_function("() => navigator.serviceWorker.ready.then(() => true)")
         pick_files(page, [smollm2_path], EXACT)
         wait_loaded(page)
         assert page.get_by_test_id("status").text_content() == "ready", error_text(page)
@@ -142,6 +142,7 @@ def test_chats_and_the_model_are_back_after_the_browser_restarts_offline(playwri
         export_and_import(page, first)
         # the saved model, with one click: no file chosen, no server
         page.get_by_role("button", name="Load the saved model").click()
+        wait_status(page, ("loading", "ready"))           # the files are read from OPFS first
         wait_loaded(page)
         assert page.get_by_test_id("status").text_content() == "ready", error_text(page)
         send(page, SECOND)

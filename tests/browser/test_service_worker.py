@@ -57,7 +57,7 @@ def visit(browser, url: str):
     page.goto(url)
     wait_status(page, ("no model",), BOOT_MS)
     page.evaluate("navigator.serviceWorker.ready")
-    page.wait_for_function("navigator.serviceWorker.controller !== null")
+    page.wait_for_function("() => navigator.serviceWorker.controller !== null")
     return context, page, guard
 
 

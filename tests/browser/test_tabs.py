@@ -40,7 +40,7 @@ def test_a_second_tab_says_so_and_the_tabs_keep_in_step(browser, server):
             files=[{"name": "c.json", "mimeType": "application/json", "buffer": json.dumps(CHAT).encode()}])
         wait_titles(second, ["Shared"])
         second.get_by_role("button", name="Open the chat Shared").click()
-        second.wait_for_function("document.querySelectorAll('[data-testid=message]').length === 2")
+        second.wait_for_function("() => document.querySelectorAll('[data-testid=message]').length === 2")
         first.get_by_role("button", name="Rename the chat Shared").click()
         box = first.get_by_role("textbox", name="New name for the chat Shared")
         box.fill("Renamed")
@@ -50,7 +50,7 @@ def test_a_second_tab_says_so_and_the_tabs_keep_in_step(browser, server):
         second.get_by_role("button", name="Delete the chat Renamed").click()   # the second click deletes
         wait_titles(first, [])
         first.close()
-        second.wait_for_function("document.querySelector('[data-testid=tab-note]').hidden")
+        second.wait_for_function("() => document.querySelector('[data-testid=tab-note]').hidden")
     finally:
         context.close()
     assert guard.outside == []

@@ -39,7 +39,7 @@ def action(page, index: int, name: str):
 
 def two_turns(page) -> list[tuple[str, str]]:
     page.get_by_test_id("new-chat").click()
-    page.wait_for_function("document.querySelectorAll('[data-testid=message]').length === 0")
+    page.wait_for_function("() => document.querySelectorAll('[data-testid=message]').length === 0")
     send(page, FIRST)
     wait_reply(page)
     send(page, SECOND)
