@@ -9,6 +9,7 @@
 //   saved_models.js   the models kept in the browser (opfs.js): saved after a load, Load and Forget
 //   settings_form.js  the sampling fields (drawn from Python's rules), Memory and Workers
 //   composer.js       the message box: Send, Stop, New chat, and the settings' check before every reply
+//   layout.js         the phone layout: the settings fold away, the chat first
 //   tabs.js           another tab open: said plainly, the saved chats and models kept in step
 //   chats.js          the saved chats (store.js: IndexedDB): the list, New chat, export and import
 //   turns.js          the conversation the page keeps: send, regenerate, edit and resend, delete, copy
@@ -21,6 +22,7 @@ import { addPiece, setStatsLine, showStats, useStopWords, wireChatView } from ".
 import { checkFailed, checked, offerAgain, request, settingEdited, wireComposer } from "./app/composer.js";
 import { otherTabChanged, saveChat, startNewChat, useModelName, wireChats } from "./app/chats.js";
 import { wireTabs } from "./app/tabs.js";
+import { wireLayout } from "./app/layout.js";
 import { chat, replyDone, replyFailed, useMessages, useThinkingSwitch, wireTurns } from "./app/turns.js";
 import { findDemo, showReading, wireLoading } from "./app/loading.js";
 import { drawModels, modelLoaded, wireSavedModels } from "./app/saved_models.js";
@@ -121,6 +123,7 @@ function workerFailed(message) {
 
 function start() {
   setPhase("starting");
+  wireLayout();
   wireStatus();
   wireLoading();
   wireSavedModels();

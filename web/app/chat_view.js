@@ -172,6 +172,9 @@ function finishReply(note) {
   li.classList.remove("streaming");
   if (note) addNote(li, note, note === "stopped" ? "stopped" : "failed, not part of the conversation");
   if (follow) scrollToEnd();
+  // read out once, whole (the list itself is not live: a streaming reply would be read a piece at a time)
+  el.announce.textContent = note === "failed" ? "The reply failed."
+    : `The model replied${note === "stopped" ? " (stopped)" : ""}: ${turn.text}`;
   turn.reply = null;
 }
 

@@ -28,6 +28,8 @@ export const el = {
   importChat: byId("import-chat"),
   importFile: byId("import-file"),
   settings: byClass("settings"),
+  settingsFold: byId("settings-fold"),
+  announce: byId("announce"),
   settingsHint: byId("settings-hint"),
   workers: byId("workers"),
   workersNote: byId("workers-note"),
