@@ -57,6 +57,9 @@ class BenchHandler(serve.Handler):
     """serve.py's handler (headers, path checks, ranges) over the three folders of :data:`MOUNTS`."""
 
     static_root: Path
+    # wllama starts its workers from blob: URLs, which the app's Content-Security-Policy forbids: the bench
+    # pages are not the app, and run without it (the app's own page, bench_workers.py, keeps it)
+    policy = {k: v for k, v in serve.HEADERS.items() if k != "Content-Security-Policy"}
 
     def send_file(self, body: bool) -> None:
         self.root = self.static_root

@@ -127,6 +127,7 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: the page fetches a few dozen files
     timeout = IDLE_SECONDS         # on the socket: a read or write that waits longer ends the connection
     root: Path  # set by make_server
+    policy = HEADERS               # sent on every reply
 
     def do_GET(self) -> None:
         self.send_file(body=True)
@@ -188,7 +189,7 @@ class Handler(BaseHTTPRequestHandler):
     def end_headers(self) -> None:
         """Every reply's headers end with the policy ones: files, 304s, and the errors the base class
         sends itself (a bad request line, an unsupported method, a URI too long)."""
-        for key, value in HEADERS.items():
+        for key, value in self.policy.items():
             self.send_header(key, value)
         super().end_headers()
 
