@@ -98,7 +98,9 @@ def one_run(pw, url: str, model: Path, setting: str, prompt: str = PROMPT, n_gen
             "prompt_tokens": stats["prompt_tokens"], "prefill_tok_s": stats["prefill_tok_s"],
             "decode_tokens": stats["decode_tokens"],
             "decode_ms_per_token": 1000 * stats["decode_seconds"] / max(1, stats["decode_tokens"]),
-            "decode_tok_s": stats["decode_tok_s"], "browser": browser.version}
+            "decode_tok_s": stats["decode_tok_s"],
+            "decode_wait_ms_per_token": 1000 * stats["decode_wait_seconds"] / max(1, stats["decode_tokens"]),
+            "prefill_wait_s": stats["prefill_wait_seconds"], "browser": browser.version}
 
 
 def summarize(runs: list[dict], settings: list[str]) -> list[dict]:
@@ -107,7 +109,8 @@ def summarize(runs: list[dict], settings: list[str]) -> list[dict]:
     for n in settings:
         mine = [r for r in runs if r["setting"] == n]
         row = {"setting": n, "runs": len(mine)}
-        for key in ("decode_ms_per_token", "decode_tok_s", "prefill_tok_s", "load_s", "boot_s", "cpu_parallel"):
+        for key in ("decode_ms_per_token", "decode_wait_ms_per_token", "decode_tok_s", "prefill_tok_s", "load_s",
+                    "boot_s", "cpu_parallel"):
             v = [r[key] for r in mine]
             row[key] = {"median": statistics.median(v), "min": min(v), "max": max(v)}
         row["heap_bytes"] = mine[-1]["heap_bytes"]
@@ -122,11 +125,12 @@ def table(rows: list[dict]) -> str:
 
     def cell(m: dict, fmt: str) -> str:
         return f"{m['median']:{fmt}} ({m['min']:{fmt}}-{m['max']:{fmt}})"
-    lines = ["| workers | decode ms/token | decode tok/s | speed-up | prefill tok/s | load s | wasm heap per worker "
-             "| one sync µs | cpu_parallel |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| workers | decode ms/token | of which waiting for helpers | decode tok/s | speed-up | prefill tok/s "
+             "| load s | wasm heap per worker | one sync µs | cpu_parallel |", "|---" * 10 + "|"]
     for r in rows:
         heap = " + ".join(f"{b / 2**20:.0f} MiB" for b in r["heap_bytes"])
-        lines.append(f"| {r['setting']} | {cell(r['decode_ms_per_token'], '.1f')} | {cell(r['decode_tok_s'], '.2f')} "
+        lines.append(f"| {r['setting']} | {cell(r['decode_ms_per_token'], '.1f')} "
+                     f"| {cell(r['decode_wait_ms_per_token'], '.1f')} | {cell(r['decode_tok_s'], '.2f')} "
                      f"| {base / r['decode_ms_per_token']['median']:.2f}x | {cell(r['prefill_tok_s'], '.1f')} "
                      f"| {cell(r['load_s'], '.1f')} | {heap} | {'-' if r['sync_us'] is None else r['sync_us']} "
                      f"| {cell(r['cpu_parallel'], '.2f')} |")
@@ -156,7 +160,8 @@ def main() -> None:
                     r = {**one_run(pw, url, args.model, n, args.prompt, args.gen), "cpu_parallel": par}
                     runs.append(r)
                     print(f"run {i + 1}/{args.runs}, {n} worker(s), cpu_parallel {par:.2f}: "
-                          f"decode {r['decode_ms_per_token']:.1f} ms/token, "
+                          f"decode {r['decode_ms_per_token']:.1f} ms/token "
+                          f"({r['decode_wait_ms_per_token']:.1f} waiting), "
                           f"prefill {r['prefill_tok_s']:.1f} tok/s ({r['prompt_tokens']} tokens), "
                           f"load {r['load_s']:.1f} s", flush=True)
     finally:

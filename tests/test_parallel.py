@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -20,11 +21,13 @@ from split_threads import start, stop
 
 from pyengine.browser import worker
 from pyengine.errors import PyEngineError
+from pyengine.generation.loop import generate
 from pyengine.gguf import open_gguf
 from pyengine.gguf.source import FileSource
 from pyengine.model import load_model
 from pyengine.model.config import ModelConfig
 from pyengine.parallel import channel, driver, server, split
+from pyengine.text.tokenizer import Tokenizer
 
 RNG = np.random.default_rng(3)
 PROMPT = [1, 5, 9, 42, 7, 300, 12, 3]
@@ -216,3 +219,27 @@ def test_a_helper_that_fails_to_load_is_a_clear_error():
                                      "load the model again (or choose 1 worker)")
     for h in pool.helpers:
         h.chan.abort()
+
+
+def test_the_reply_says_how_long_the_main_worker_waited_for_the_helpers(monkeypatch):
+    """TurnStats' prefill_wait_seconds and decode_wait_seconds: a helper slowed by 50 ms a forward pass
+    makes the main worker wait about that long at each pass's meetings; a whole model waits for none."""
+    tok = Tokenizer.from_metadata(open_gguf(TINY["qwen2"]).metadata)
+    model, helpers, threads = start(TINY["qwen2"], 2, "f32")
+    slow = helpers[0].model.forward
+
+    def late(*args, **kw):
+        time.sleep(0.05)
+        return slow(*args, **kw)
+    monkeypatch.setattr(helpers[0].model, "forward", late)
+    try:
+        gen = generate(model, tok, PROMPT, max_tokens=4)
+        list(gen)
+        s = gen.stats
+        assert s.decode_tokens == 3 and 0.05 <= s.prefill_wait_seconds < s.ttft_seconds
+        assert 3 * 0.05 <= s.decode_wait_seconds < s.decode_seconds
+    finally:
+        stop(model, threads)
+    gen = generate(load_model(open_gguf(TINY["qwen2"])), tok, PROMPT, max_tokens=4)
+    list(gen)
+    assert gen.stats.prefill_wait_seconds == gen.stats.decode_wait_seconds == 0

@@ -84,6 +84,8 @@ class TurnStats:
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0     # the forward passes and sampling after the first token
     ttft_seconds: float = 0.0       # first step: prefill + sampling the first token
+    prefill_wait_seconds: float = 0.0   # of the prefill, the main worker waiting for helpers (a split model)
+    decode_wait_seconds: float = 0.0    # of the decode, the same
     dropped_messages: int = 0       # the oldest messages left out of the prompt to fit the context (chat.py)
     stop_reason: str = ""           # one of STOP_REASONS
 
@@ -177,7 +179,7 @@ class Generation:
         reply is over."""
         if self.done:
             return None
-        t0 = time.perf_counter()
+        t0, self._waited0 = time.perf_counter(), self._waited()
         try:
             draft: list[int] = []
             prefill = len(self.tokens) < len(self.prompt_ids)
@@ -272,11 +274,17 @@ class Generation:
             del self.tokens[n:]
 
     def _time(self, t0: float, prefill: bool) -> None:
-        dt = time.perf_counter() - t0
+        dt, waited = time.perf_counter() - t0, self._waited() - self._waited0
         if prefill:
             self.stats.ttft_seconds = dt
+            self.stats.prefill_wait_seconds = waited
         else:
             self.stats.decode_seconds += dt
+            self.stats.decode_wait_seconds += waited
+
+    def _waited(self) -> float:
+        """Seconds the model has waited for other workers so far (0 for a whole model)."""
+        return getattr(self.model, "waited", 0.0)
 
     def _finish(self, reason: str, piece: str = "") -> str:
         """End the reply: release held-back text (unless stopped early or at a stop string)."""

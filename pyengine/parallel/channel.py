@@ -125,6 +125,7 @@ class Channel:
         self.meetings = 0              # all-reduces of the running command (the slot half alternates)
         self.seq = 0                   # the running command
         self.reported = 0              # the last command a helper's failure was raised for
+        self.waited = 0.0              # seconds spent waiting at barriers for the other workers
 
     # --- loading: every worker reads its shard at once
     def report_load(self, tensors: int, done_bytes: int) -> None:
@@ -154,6 +155,14 @@ class Channel:
             b.notify(GEN)
             return
         t0 = time.monotonic()
+        try:
+            self._wait_generation(gen, t0)
+        finally:
+            self.waited += time.monotonic() - t0
+
+    def _wait_generation(self, gen: int, t0: float) -> None:
+        """The waiting half of :meth:`barrier`: until ctl[GEN] moves past ``gen`` (raises as it says)."""
+        b = self.block
         while b.load(GEN) == gen:
             if self.index and b.load(ABORT) == self.seq:
                 raise AbortError()

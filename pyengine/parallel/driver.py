@@ -34,6 +34,11 @@ class SplitModel:
     def workers(self) -> int:
         return self.chan.count
 
+    @property
+    def waited(self) -> float:
+        """Seconds this worker has waited at meetings for the others (all commands so far)."""
+        return self.chan.waited
+
     def new_cache(self, n_ctx: int | None = None):
         return self.model.new_cache(n_ctx)
 
