@@ -23,7 +23,9 @@ import { checkFailed, checked, offerAgain, request, settingEdited, wireComposer 
 import { otherTabChanged, saveChat, startNewChat, useModelName, wireChats } from "./app/chats.js";
 import { wireTabs } from "./app/tabs.js";
 import { wireLayout } from "./app/layout.js";
-import { chat, replyDone, replyFailed, useMessages, useThinkingSwitch, wireTurns } from "./app/turns.js";
+import {
+  chat, replyDone, replyFailed, useMessages, usePageWords, useThinkingSwitch, wireTurns,
+} from "./app/turns.js";
 import { findDemo, showReading, wireLoading } from "./app/loading.js";
 import { drawModels, modelLoaded, wireSavedModels } from "./app/saved_models.js";
 import { hideModel, showModel, useCards, wireModelView } from "./app/model_view.js";
@@ -40,6 +42,7 @@ const handlers = {
     drawSettings(msg.page);
     useCards(msg.page.cards);
     useStopWords(msg.page.stop_words);
+    usePageWords(msg.page);
     if (status.phase === "starting") settle();
   },
   "boot-error"(msg) {

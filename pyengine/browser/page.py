@@ -12,6 +12,12 @@ from pyengine.errors import GGUFError, PyEngineError
 # Why a reply ended (pyengine.generation.loop.STOP_REASONS), in the words of the statistics line.
 STOP_WORDS = {"eog": "end of turn", "stop_string": "stop string", "max_tokens": "token limit",
               "context": "context full", "stopped": "stopped", "error": "error"}
+# The stop reasons of a reply that Continue goes on with (ChatSession.resume): the context, the token
+# limit or Stop ended it, not the model.
+CONTINUED = ("context", "max_tokens", "stopped")
+# What the token probabilities view shades a token by (pyengine.generation.sampling.Sampler.probabilities).
+PROBS_NOTE = ("Each token is shaded by the probability it had after the repetition penalty and the temperature, "
+              "before top-k, top-p and min-p (temperature 0: the softmax of the penalized logits).")
 
 SHOWN_CHARS = 20_000  # a metadata string longer than this is cut in the inspector (a chat template fits)
 INSPECT_ROWS = 10_000  # metadata keys and tensors sent to the inspector (real models: a few hundred)

@@ -77,7 +77,15 @@ from collections.abc import Callable
 from typing import Any
 
 from pyengine.browser.file_source import BrowserFileSource
-from pyengine.browser.page import STOP_WORDS, error_text, inspector, model_card, open_gguf_plainly
+from pyengine.browser.page import (
+    CONTINUED,
+    PROBS_NOTE,
+    STOP_WORDS,
+    error_text,
+    inspector,
+    model_card,
+    open_gguf_plainly,
+)
 from pyengine.browser.settings import (
     check_fields,
     memory_options,
@@ -382,10 +390,12 @@ def setup(post: Callable[[Any], None], should_stop: Callable[[], bool] = lambda:
 def page_data() -> Any:
     """What the page builds its settings from before any model is loaded (worker.js sends it with
     ``booted``): ``settings`` (:func:`setting_rules` with no model limits), ``hint`` (the line under
-    them), ``memory`` (the Memory options), ``cards`` (the model card's line per weight policy) and
-    ``stop_words`` (why a reply ended, in words, per stop reason)."""
+    them), ``memory`` (the Memory options), ``cards`` (the model card's line per weight policy),
+    ``stop_words`` (why a reply ended, in words, per stop reason), ``continued`` (the stop reasons of a
+    reply Continue goes on with) and ``probs_note`` (what the probabilities view shows)."""
     return _to_js({"settings": setting_rules(), "hint": settings_hint(), "memory": memory_options(),
-                   "cards": weight_cards(), "stop_words": STOP_WORDS})
+                   "cards": weight_cards(), "stop_words": STOP_WORDS, "continued": list(CONTINUED),
+                   "probs_note": PROBS_NOTE})
 
 
 def _to_js(value: Any) -> Any:

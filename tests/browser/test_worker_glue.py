@@ -102,6 +102,8 @@ def test_page_data_says_the_hint_and_the_stop_reasons_in_words():
                             "each reply; every other field needs a number.")
     assert list(data["stop_words"]) == list(STOP_REASONS)
     assert data["stop_words"]["max_tokens"] == "token limit" and data["stop_words"]["eog"] == "end of turn"
+    assert data["continued"] == ["context", "max_tokens", "stopped"]   # not eog, stop_string or error
+    assert data["probs_note"].startswith("Each token is shaded by the probability it had after the repetition")
 
 
 # A field's rule, the text typed in it, and what it reads as (the tiny llama: 328 tokens, a context of 256).

@@ -96,8 +96,8 @@ export function drawMessages(messages, hasModel) {
   });
 }
 
-// What the context did to a reply (m: its message): data-stop (why it ended: "context", "max_tokens",
-// "stopped"; a reply so ended can be continued) and a line saying so when the context was full.
+// What the context did to a reply (m: its message): data-stop (why it ended, when Continue can go on with
+// it: m.stop, one of pyengine.browser.page.CONTINUED) and a line saying so when the context was full.
 export function showContext(li, m) {
   li.querySelector(".context-note")?.remove();
   if (m.stop) li.dataset.stop = m.stop;

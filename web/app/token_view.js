@@ -6,8 +6,6 @@
 import { make } from "./dom.js";
 
 export const PROBS_SHOWN = 5; // the alternatives listed for each token
-export const DESCRIPTION = "Each token is shaded by the probability it had after the repetition penalty and "
-  + "the temperature, before top-k, top-p and min-p (temperature 0: the softmax of the penalized logits).";
 
 const percent = (p) => `${(100 * p).toFixed(p < 0.001 ? 3 : 1)}%`;
 const visible = (text) => JSON.stringify(text).slice(1, -1); // spaces shown as they are, newlines as \n

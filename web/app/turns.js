@@ -8,7 +8,7 @@ import { el } from "./dom.js";
 import {
   drawMessages, editMessage, endTurn, failTurn, resumeReply, showContext, showTokens, startReply, startTurn,
 } from "./chat_view.js";
-import { DESCRIPTION, PROBS_SHOWN } from "./token_view.js";
+import { PROBS_SHOWN } from "./token_view.js";
 import { copyAndSay, copyCode } from "./markdown.js";
 import { setPhase, status } from "./status.js";
 import { worker } from "./worker_client.js";
@@ -20,6 +20,9 @@ export const chat = { messages: [] };
 let pending = null;
 let hooks = { request: null, changed: () => {} };
 const PROBS_KEY = "pyengine.probs"; // localStorage: the probabilities toggle
+// From Python once it is up (pyengine.browser.page): the stop reasons of a reply Continue goes on with
+// (CONTINUED), and what the probabilities view shows (PROBS_NOTE).
+const words = { continued: [], probsNote: "" };
 
 const plain = (messages) => messages.map(({ role, content }) => ({ role, content }));
 
@@ -75,7 +78,7 @@ export function replyDone(stopped, stats) {
   const li = el.messages.querySelector(".message.streaming");
   const { text, tokens } = endTurn(stopped, pending?.messages.length);
   if (!pending) return;
-  const stop = ["context", "max_tokens", "stopped"].includes(stats?.stop_reason) ? stats.stop_reason : undefined;
+  const stop = words.continued.includes(stats?.stop_reason) ? stats.stop_reason : undefined;
   const reply = { role: "assistant", content: text, ...(stopped ? { note: "stopped" } : {}),
     ...(tokens.length ? { tokens } : {}), ...(stop ? { stop } : {}),
     ...(stats?.dropped_messages ? { dropped: stats.dropped_messages } : {}) };
@@ -122,6 +125,13 @@ function onAction(button) {
   }
 }
 
+// page: what Python sends once it is up (pyengine.browser.worker.page_data).
+export function usePageWords(page) {
+  words.continued = page.continued;
+  words.probsNote = page.probs_note;
+  if (el.showProbs.checked) el.probsNote.textContent = words.probsNote;
+}
+
 // request(action): run action(settings) once the settings are checked (composer.js);
 // changed(): the conversation changed (it is saved).
 export function wireTurns(request, changed) {
@@ -129,7 +139,7 @@ export function wireTurns(request, changed) {
   el.showProbs.checked = localStorage.getItem(PROBS_KEY) === "1";
   const useProbs = () => {
     showTokens(el.showProbs.checked);
-    el.probsNote.textContent = el.showProbs.checked ? DESCRIPTION : "";
+    el.probsNote.textContent = el.showProbs.checked ? words.probsNote : "";
     localStorage.setItem(PROBS_KEY, el.showProbs.checked ? "1" : "0");
     drawMessages(chat.messages, status.hasModel);
   };
