@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -20,8 +21,9 @@ from static_build import current_static, offline, same_as_web
 
 sys.path.insert(0, str(ROOT / "build_scripts"))
 from build_wheels import PYENGINE_SOURCES, sources_digest  # noqa: E402
-from buildlib import install_bytes, link_file, prune  # noqa: E402
+from buildlib import install_bytes, link_file, npm_pack, prune  # noqa: E402
 from fetch_runtime import LOCK_PACKAGES, PYODIDE_FILES, lock_closure  # noqa: E402
+from fetch_vendor import VENDOR  # noqa: E402
 
 
 def sha256(path: Path) -> str:
@@ -92,6 +94,16 @@ def test_files_json_lists_every_file_but_the_models(static):
     for rel in ("pyodide/pyodide.mjs", "wheels/manifest.json"):
         assert rel in listed
     assert len(listing["version"]) == 16
+
+
+def test_vendor_holds_the_pinned_packages_files_and_nothing_else(static):
+    """The page's libraries (markdown-it, DOMPurify, highlight.js) are the files of their pinned npm tarballs."""
+    names = {name for *_, files in VENDOR for name in files.values()}
+    assert {p.name for p in (static / "vendor").iterdir()} == names
+    for spec, tarball, digest, files in VENDOR:
+        with tarfile.open(npm_pack(spec, tarball, digest), "r:gz") as tar:
+            for member, name in files.items():
+                assert (static / "vendor" / name).read_bytes() == tar.extractfile(f"package/{member}").read(), name
 
 
 def test_page_is_a_copy_of_web(static):

@@ -17,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -119,6 +121,34 @@ class NetworkGuard:
             route.abort()
         else:
             route.continue_()
+
+
+def strip_isolation_headers(route) -> None:
+    """A route that takes COOP and COEP off the responses: the page is not cross-origin isolated."""
+    response = route.fetch()
+    headers = {k: v for k, v in response.headers.items()
+               if k.lower() not in ("cross-origin-opener-policy", "cross-origin-embedder-policy")}
+    route.fulfill(response=response, headers=headers)
+
+
+@contextmanager
+def fresh_page(browser, url: str, isolated: bool = True) -> Iterator:
+    """A page of its own on the app at ``url`` with Python started, in a new context with the guard on and
+    service workers blocked (their cached responses would bring the headers back); isolated=False takes
+    COOP/COEP off every response. The context is closed after, and no request may have left 127.0.0.1."""
+    context = browser.new_context(service_workers="block")
+    guard = NetworkGuard(context)
+    if not isolated:
+        context.route(f"{url}**", strip_isolation_headers)
+    page = context.new_page()
+    try:
+        page.goto(url)
+        wait_status(page, ("no model",), BOOT_MS)
+        assert page.evaluate("crossOriginIsolated") is isolated
+        yield page
+    finally:
+        context.close()
+    assert guard.outside == []
 
 
 def open_app(browser, url: str):

@@ -79,6 +79,23 @@ def pick_files(page, paths: list[Path], weights: str | None = EXACT) -> None:
     page.get_by_test_id("file-input").set_input_files([str(p) for p in paths])
 
 
+def load_model(page, paths: list[Path], weights: str | None = EXACT, workers: str | None = None,
+               drop: bool = False) -> None:
+    """Pick ``paths`` (drop=True: drop them; small files only) as one model, Memory set to ``weights`` and
+    the Workers select to ``workers`` first (None: as they are), and wait for the load; an AssertionError
+    with the page's error unless the model is ready."""
+    if workers is not None:
+        page.get_by_test_id("workers").select_option(workers)
+    (drop_files if drop else pick_files)(page, paths, weights)
+    wait_ready(page)
+
+
+def wait_ready(page) -> None:
+    """:func:`wait_loaded`, then an AssertionError with the page's error unless the model is ready."""
+    wait_loaded(page)
+    assert page.get_by_test_id("status").text_content() == "ready", error_text(page)
+
+
 def wait_loaded(page) -> None:
     """Wait for the end of a load: 'ready' with a model, or the error of a failed load."""
     page.wait_for_function("""() => {
@@ -113,6 +130,12 @@ def send(page, text: str) -> None:
     asked = page.locator("[data-testid=message][data-role=user]").count()
     prompt.press("Enter")
     page.wait_for_function(TAKEN, arg=asked, timeout=CHECK_MS)
+
+
+def ask(page, text: str) -> str:
+    """:func:`send` ``text``, then :func:`wait_reply`: the reply's text."""
+    send(page, text)
+    return wait_reply(page)
 
 
 def wait_reply(page) -> str:

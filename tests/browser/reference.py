@@ -1,8 +1,12 @@
 """The CPython engine's replies, to compare with the page's: the same conversation through
-pyengine.generation.ChatSession, greedy, in this process."""
+pyengine.generation.ChatSession, greedy, in this process, or through the CLI (``python -m pyengine chat``)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 
@@ -60,3 +64,17 @@ def cpython_reply(path: Path, turns: list[str], max_tokens: int, system: str | N
     form ``weights`` (pyengine.weights.budget.WEIGHT_FORMS, or "auto" as the page's default; float32 as the
     tests load by default, see browser/pages.py ``EXACT``)."""
     return _turn(path, turns, max_tokens, system, params, weights, workers)[1].text
+
+
+def cli_chat(path: Path, turns: list[str], max_tokens: int, *options: str) -> dict:
+    """What ``python -m pyengine chat PATH --messages FILE --json -n max_tokens --temp 0 --weights f32
+    [options]`` prints (its JSON) for the conversation ``turns`` (user, assistant, user, ...): the CLI's
+    greedy reply to the last one, as a person would run it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        messages = Path(tmp) / "messages.json"
+        messages.write_text(json.dumps([{"role": "user" if i % 2 == 0 else "assistant", "content": t}
+                                        for i, t in enumerate(turns)]))
+        out = subprocess.run([sys.executable, "-m", "pyengine", "chat", str(path), "--messages", str(messages),
+                              "--json", "-n", str(max_tokens), "--temp", "0", "--weights", "f32", *options],
+                             capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], check=True)
+    return json.loads(out.stdout)

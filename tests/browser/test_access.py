@@ -9,7 +9,7 @@ import pytest
 from conftest import TINY
 
 from browser.conftest import NetworkGuard
-from browser.pages import BOOT_MS, EXACT, drop_files, error_text, set_settings, wait_loaded, wait_reply, wait_status
+from browser.pages import BOOT_MS, load_model, set_settings, wait_reply, wait_status
 from browser.test_markdown import STREAM
 
 pytestmark = pytest.mark.browser
@@ -27,9 +27,7 @@ WIDE = "```python\n" + "x = 1  # " + "wide " * 60 + "\n```\n\n| " + " | ".join(f
 
 @pytest.fixture(scope="module")
 def tiny(app):
-    drop_files(app, [TINY["llama"]], EXACT)
-    wait_loaded(app)
-    assert app.get_by_test_id("status").text_content() == "ready", error_text(app)
+    load_model(app, [TINY["llama"]], drop=True)
     set_settings(app, temperature=0, max_tokens=4, seed=None)
     return app
 

@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import pytest
 
-from browser.conftest import NetworkGuard
+from browser.conftest import fresh_page
 from browser.pages import (
-    BOOT_MS,
     WATCH_REPLY,
+    ask,
     error_text,
+    load_model,
     messages,
-    pick_files,
     send,
     send_error,
     set_settings,
-    wait_loaded,
     wait_reply,
     wait_send_error_gone,
     wait_status,
@@ -40,9 +39,7 @@ FOLLOW_UP = "Name three colors.\nJust the names, please."
 @pytest.fixture(scope="module")
 def smollm(app, smollm2_path):
     """The app with SmolLM2-135M-Instruct picked and loaded."""
-    pick_files(app, [smollm2_path])
-    wait_loaded(app)
-    assert app.get_by_test_id("status").text_content() == "ready", error_text(app)
+    load_model(app, [smollm2_path])
     return app
 
 
@@ -83,8 +80,7 @@ def test_greedy_reply_streams_and_equals_cpython(smollm, smollm2_path):
     smollm.get_by_test_id("new-chat").click()
     set_settings(smollm, temperature=0, max_tokens=24, seed=None)
     smollm.evaluate(WATCH_REPLY)
-    send(smollm, QUESTION)
-    reply = wait_reply(smollm)
+    reply = ask(smollm, QUESTION)
     updates = smollm.evaluate("window.replyUpdates")
     assert len(updates) >= 4, updates                       # the reply grew piece by piece
     assert all(updates[i + 1].startswith(updates[i]) for i in range(len(updates) - 1))
@@ -100,8 +96,7 @@ def test_system_prompt(smollm, smollm2_path):
     set_settings(smollm, temperature=0, max_tokens=12)
     smollm.get_by_test_id("system-prompt").fill(SYSTEM)
     try:
-        send(smollm, WHO)
-        reply = wait_reply(smollm)
+        reply = ask(smollm, WHO)
     finally:
         smollm.get_by_test_id("system-prompt").fill("")
     assert reply == cpython_reply(smollm2_path, [WHO], max_tokens=12, system=SYSTEM)
@@ -198,27 +193,9 @@ def test_stop_mid_reply_then_the_next_message_works(smollm, smollm2_path):
 
 def test_stop_without_cross_origin_isolation(browser, server, smollm2_path):
     """Without COOP/COEP there is no SharedArrayBuffer: Stop is the cooperative check between tokens."""
-    context = browser.new_context(service_workers="block")  # the cached responses would bring the headers back
-    guard = NetworkGuard(context)
-    context.route(f"{server}**", strip_isolation_headers)
-    page = context.new_page()
-    try:
-        page.goto(server)
-        wait_status(page, ("no model",), BOOT_MS)
-        assert page.evaluate("crossOriginIsolated") is False
-        pick_files(page, [smollm2_path])
-        wait_loaded(page)
+    with fresh_page(browser, server, isolated=False) as page:
+        load_model(page, [smollm2_path])
         stop_mid_reply_then_ask_again(page, smollm2_path)
-    finally:
-        context.close()
-    assert guard.outside == []
-
-
-def strip_isolation_headers(route) -> None:
-    response = route.fetch()
-    headers = {k: v for k, v in response.headers.items()
-               if k.lower() not in ("cross-origin-opener-policy", "cross-origin-embedder-policy")}
-    route.fulfill(response=response, headers=headers)
 
 
 def test_new_chat_clears_the_conversation(smollm):

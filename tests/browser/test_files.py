@@ -14,6 +14,7 @@ from browser.pages import (
     conversation,
     drop_files,
     error_text,
+    load_model,
     messages,
     messages_with_notes,
     pick_files,
@@ -73,9 +74,7 @@ def test_a_file_that_is_not_a_gguf_is_said_plainly(app, tmp_path):
 
 def test_split_model_dropped_as_several_files(app, tmp_path):
     parts = split_gguf(TINY["llama"], 3, tmp_path)
-    drop_files(app, parts[::-1])  # any order
-    wait_loaded(app)
-    assert app.get_by_test_id("status").text_content() == "ready", error_text(app)
+    load_model(app, parts[::-1], drop=True)  # any order
     assert card_field(app, "architecture") == "llama"
     assert card_field(app, "file-size").endswith("in 3 files")
     assert card_field(app, "files").split("\n") == [p.name for p in parts]  # in split order

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from browser.conftest import STATIC, start_server, stop_server
-from browser.pages import error_text, messages, send, set_settings, wait_status
-from browser.test_workers import load, new_page, worker_count
+from browser.conftest import STATIC, fresh_page, start_server, stop_server
+from browser.pages import error_text, load_model, messages, send, set_settings, wait_status
+from browser.test_workers import worker_count
 
 pytestmark = pytest.mark.browser
 
@@ -48,9 +48,8 @@ def dying_helper_server(built, tmp_path):
 
 def test_a_helper_killed_mid_reply_ends_it_at_once_and_the_model_loads_again(browser, dying_helper_server,
                                                                              smollm2_path):
-    context, guard, page = new_page(browser, dying_helper_server)
-    try:
-        load(page, smollm2_path, workers="2")
+    with fresh_page(browser, dying_helper_server) as page:
+        load_model(page, [smollm2_path], workers="2")
         assert worker_count(page) == 2
         page.get_by_test_id("new-chat").click()
         set_settings(page, temperature=0, max_tokens=16, seed=None)
@@ -60,12 +59,9 @@ def test_a_helper_killed_mid_reply_ends_it_at_once_and_the_model_loads_again(bro
         assert time.monotonic() - t0 < 60
         assert error_text(page) == "worker 2 stopped (see the browser console): the model was let go; load it again"
         assert messages(page)[0] == ("user", "What is the capital of France?")
-        load(page, smollm2_path)                                       # a new helper (this one dies later too)
+        load_model(page, [smollm2_path])                               # a new helper (this one dies later too)
         assert worker_count(page) == 2 and error_text(page) is None
         set_settings(page, max_tokens=1)
         send(page, "Hi")
         wait_status(page, ("ready",), 120_000)
         assert messages(page)[-1][0] == "assistant"
-    finally:
-        context.close()
-    assert guard.outside == []

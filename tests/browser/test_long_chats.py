@@ -9,7 +9,7 @@ import json
 import pytest
 from conftest import TINY
 
-from browser.pages import EXACT, drop_files, error_text, messages, send, set_settings, wait_loaded, wait_reply
+from browser.pages import ask, load_model, messages, set_settings
 from pyengine.generation import ChatSession, load
 from pyengine.generation.sampling import SamplerParams
 
@@ -27,9 +27,7 @@ def long_talk(n: int) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def tiny(app):
-    drop_files(app, [TINY["llama"]], EXACT)
-    wait_loaded(app)
-    assert app.get_by_test_id("status").text_content() == "ready", error_text(app)
+    load_model(app, [TINY["llama"]], drop=True)
     set_settings(app, temperature=0, max_tokens=8, seed=None)
     return app
 
@@ -50,8 +48,7 @@ def test_a_long_chat_keeps_the_system_prompt_and_the_newest_turns(tiny, engine):
     assert tiny.get_by_test_id("system-prompt").input_value() == SYSTEM
     assert tiny.get_by_test_id("temperature").input_value() == "0.8"   # a chat without settings: the defaults
     set_settings(tiny, temperature=0, max_tokens=8, seed=None)
-    send(tiny, LAST)
-    reply = wait_reply(tiny)
+    reply = ask(tiny, LAST)
     want = ChatSession(engine, system=SYSTEM, n_ctx=256)
     want.messages = long_talk(12)
     turn = want.send(LAST, GREEDY, max_tokens=8)
@@ -69,8 +66,7 @@ def test_continue_goes_on_with_a_reply_cut_by_its_limit(tiny, engine):
     tiny.get_by_test_id("new-chat").click()
     tiny.get_by_test_id("system-prompt").fill("")
     set_settings(tiny, max_tokens=4)
-    send(tiny, "hello")
-    first = wait_reply(tiny)
+    first = ask(tiny, "hello")
     last = tiny.locator(".message.assistant:last-child")
     assert last.get_attribute("data-stop") == "max_tokens"
     last.get_by_role("button", name="Continue this reply").click()

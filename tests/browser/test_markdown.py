@@ -63,6 +63,20 @@ def test_code_is_highlighted_and_its_copy_button_copies_it(app, server):
     assert message.get_attribute("data-text") == REPLY
 
 
+BLOCKS = ("## Steps\n\n1. first\n2. second\n\n- a `code` item\n- [a link](https://example.org/)\n\n"
+          "| key | value |\n|---|---|\n| x | 1 |\n")
+
+
+def test_headings_lists_tables_links_and_inline_code(app):
+    stream(app, BLOCKS, size=5)
+    body = reply_body(app)
+    assert body.locator("h2").text_content() == "Steps"
+    assert body.locator("ol > li").all_text_contents() == ["first", "second"]
+    assert body.locator("ul > li code").all_text_contents() == ["code"]
+    assert body.locator("table td").all_text_contents() == ["x", "1"]
+    assert body.locator("ul a").get_attribute("href") == "https://example.org/"
+
+
 def test_a_streamed_reply_keeps_the_blocks_above_and_the_reader_in_place(app):
     """While a reply grows, the paragraphs already drawn stay the same nodes; a reader who scrolled up is
     not pulled down."""

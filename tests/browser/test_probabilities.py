@@ -5,14 +5,11 @@ focus, and the arrow keys move between tokens."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 
-from browser.conftest import ROOT
-from browser.pages import error_text, pick_files, send, set_settings, wait_loaded, wait_reply
+from browser.pages import ask, load_model, set_settings
+from browser.reference import cli_chat
+from pyengine.browser.page import PROBS_NOTE
 
 pytestmark = pytest.mark.browser
 
@@ -36,29 +33,16 @@ TOKENS = """async () => {
 
 @pytest.fixture(scope="module")
 def smollm(app, smollm2_path):
-    app.get_by_test_id("workers").select_option("1")
-    pick_files(app, [smollm2_path])
-    wait_loaded(app)
-    assert app.get_by_test_id("status").text_content() == "ready", error_text(app)
+    load_model(app, [smollm2_path], workers="1")
     return app
 
 
-def cli_probs(path, tmp_path) -> dict:
-    messages = tmp_path / "messages.json"
-    messages.write_text(json.dumps([{"role": "user", "content": QUESTION}]))
-    out = subprocess.run([sys.executable, "-m", "pyengine", "chat", str(path), "--messages", str(messages), "--json",
-                          "--probs", "5", "-n", str(N), "--temp", "0", "--weights", "f32"],
-                         capture_output=True, text=True, cwd=ROOT, check=True)
-    return json.loads(out.stdout)
-
-
-def test_the_page_shows_the_probabilities_the_cli_prints(smollm, smollm2_path, tmp_path):
+def test_the_page_shows_the_probabilities_the_cli_prints(smollm, smollm2_path):
     smollm.get_by_test_id("show-probs").check()
-    assert smollm.get_by_test_id("probs-note").text_content().startswith("Each token is shaded by the probability")
+    assert smollm.get_by_test_id("probs-note").text_content() == PROBS_NOTE   # the distribution, named
     set_settings(smollm, temperature=0, max_tokens=N, seed=None)
-    send(smollm, QUESTION)
-    reply = wait_reply(smollm)
-    want = cli_probs(smollm2_path, tmp_path)
+    reply = ask(smollm, QUESTION)
+    want = cli_chat(smollm2_path, [QUESTION], N, "--probs", "5")
     assert reply == want["text"]
     got = smollm.evaluate(TOKENS)
     assert len(got) == len(want["probs"]) == N

@@ -8,25 +8,14 @@ parts, byte for byte, and Forget frees its space."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from conftest import TINY
 from gguf_split import split_gguf
 
 from browser.conftest import CHROMIUM, CHROMIUM_ARGS, NetworkGuard, start_server, stop_server
-from browser.pages import (
-    BOOT_MS,
-    EXACT,
-    drop_files,
-    error_text,
-    messages,
-    pick_files,
-    send,
-    set_settings,
-    wait_loaded,
-    wait_reply,
-    wait_status,
-)
+from browser.pages import BOOT_MS, ask, load_model, messages, set_settings, wait_ready, wait_status
 from browser.reference import cpython_reply
 
 pytestmark = pytest.mark.browser
@@ -93,20 +82,16 @@ def first_visit(playwright, profile, own_server, smollm2_path):
     context, page, guard = open_profile(playwright, profile, server)
     try:
         page.wait_for_function("() => navigator.serviceWorker.ready.then(() => true)")
-        pick_files(page, [smollm2_path], EXACT)
-        wait_loaded(page)
-        assert page.get_by_test_id("status").text_content() == "ready", error_text(page)
+        load_model(page, [smollm2_path])
         set_settings(page, temperature=0, max_tokens=8, seed=None)
         page.get_by_test_id("system-prompt").fill(SYSTEM)
-        send(page, FIRST)
-        wait_reply(page)
+        ask(page, FIRST)
         first = messages(page)
         wait_saved(page, 1)
         page.get_by_test_id("new-chat").click()
         page.get_by_test_id("system-prompt").fill("")
         set_settings(page, max_tokens=6)
-        send(page, SECOND)
-        wait_reply(page)
+        ask(page, SECOND)
         second = messages(page)
         wait_saved(page, 2)
         page.get_by_role("button", name=f"Rename the chat {SECOND}").click()
@@ -143,10 +128,8 @@ def test_chats_and_the_model_are_back_after_the_browser_restarts_offline(playwri
         # the saved model, with one click: no file chosen, no server
         page.get_by_role("button", name="Load the saved model").click()
         wait_status(page, ("loading", "ready"))           # the files are read from OPFS first
-        wait_loaded(page)
-        assert page.get_by_test_id("status").text_content() == "ready", error_text(page)
-        send(page, SECOND)
-        reply = wait_reply(page)
+        wait_ready(page)
+        reply = ask(page, SECOND)
         assert reply == cpython_reply(smollm2_path, [FIRST, first[1][1], SECOND], max_tokens=8, system=SYSTEM)
     finally:
         context.close()
@@ -184,6 +167,9 @@ BAD_IMPORTS = [
      "bad.json: messages[1]: a system message may only come first"),
     ('{"messages": [], "settings": {"seed": [1]}}', "bad.json: settings.seed must be a number or text (it is a list)"),
     ('[{"role": "user", "content": "<img src=x onerror=\\"window.pwned=1\\">"}]', None),
+    ('[{"role": "user", "content": "<script>window.pwned=2</script>"}, {"role": "assistant", "content": '
+     '"<script>window.pwned=3</script> [x](javascript:window.pwned=4) <img src=x onerror=\\"window.pwned=5\\">"}]',
+     None),
 ]
 
 
@@ -193,10 +179,12 @@ def test_an_import_is_checked_and_stays_inert(app, text, error):
         files=[{"name": "bad.json", "mimeType": "application/json", "buffer": text.encode()}])
     note = app.get_by_test_id("chats-note")
     app.wait_for_function("() => document.querySelector('[data-testid=chats-note]').textContent !== ''")
-    if error is None:
-        assert note.text_content() == "Imported bad.json: 1 message."
-        assert app.evaluate("window.pwned") is None and app.locator(".messages img").count() == 0
-        assert messages(app) == [("user", json.loads(text)[0]["content"])]
+    if error is None:  # imported, and drawn inert: the user's text as text, a reply's Markdown sanitized
+        shown = [(m["role"], m["content"]) for m in json.loads(text)]
+        assert note.text_content() == f"Imported bad.json: {len(shown)} message{'s' if len(shown) > 1 else ''}."
+        assert messages(app) == shown
+        assert app.evaluate("window.pwned") is None
+        assert app.locator(".messages :is(script, img, [onerror], a[href^='javascript'])").count() == 0
     else:
         assert note.text_content().startswith(f"Not imported: {error}"), note.text_content()
     app.evaluate("document.querySelector('[data-testid=chats-note]').textContent = ''")
@@ -204,10 +192,20 @@ def test_an_import_is_checked_and_stays_inert(app, text, error):
 
 def test_a_split_model_is_saved_as_its_parts_and_forget_frees_them(app, tmp_path):
     parts = split_gguf(TINY["llama"], 3, tmp_path)
-    drop_files(app, parts)
-    wait_loaded(app)
-    assert app.get_by_test_id("status").text_content() == "ready", error_text(app)
+    app.evaluate("""() => {  // count the asks to keep the storage (the answer stays the browser's own); keep the notes
+      const persist = navigator.storage.persist.bind(navigator.storage);
+      window.persistAsked = 0;
+      navigator.storage.persist = () => { window.persistAsked += 1; return persist(); };
+      const note = document.querySelector('[data-testid=storage-note]');
+      window.storageNotes = [];
+      new MutationObserver(() => window.storageNotes.push(note.textContent)).observe(note, {childList: true});
+    }""")
+    load_model(app, parts, drop=True)
     wait_model_saved(app)
+    assert app.evaluate("window.persistAsked") == 1         # navigator.storage.persist() asked once it is saved
+    notes = app.evaluate("window.storageNotes")
+    copying = [m.groups() for m in (re.fullmatch(r"Saving .+ for the next visit: (.+) of (.+)", n) for n in notes) if m]
+    assert len(copying) >= 3 and copying[-1][0] == copying[-1][1]  # the copy's progress, part by part, to the end
     item = app.locator(f"[data-testid=saved-model-list] li[data-folder='{parts[0].name}']")
     assert item.locator("small").text_content().endswith("in 3 parts")
     stored = app.evaluate("""async () => {

@@ -7,20 +7,18 @@ from __future__ import annotations
 import pytest
 from conftest import TINY
 
-from browser.conftest import NetworkGuard
+from browser.conftest import fresh_page
 from browser.pages import (
     BOOT_MS,
     EXACT,
-    drop_files,
     error_text,
+    load_model,
     pick_files,
     send,
     set_settings,
-    wait_loaded,
     wait_reply,
     wait_status,
 )
-from browser.test_chat import strip_isolation_headers
 
 pytestmark = pytest.mark.browser
 
@@ -34,9 +32,7 @@ def stop_a_load_then_load_another(page, big) -> None:
     wait_status(page, ("no model",), BOOT_MS)
     assert page.get_by_test_id("stats").text_content() == "load stopped"
     assert error_text(page) is None and page.get_by_test_id("model-info").is_hidden()
-    drop_files(page, [TINY["llama"]], EXACT)
-    wait_loaded(page)
-    assert page.get_by_test_id("status").text_content() == "ready", error_text(page)
+    load_model(page, [TINY["llama"]], drop=True)
     set_settings(page, temperature=0, max_tokens=4, seed=None)
     send(page, "hello")
     assert wait_reply(page)
@@ -48,15 +44,5 @@ def test_stop_cancels_a_load(app, gemma3_path):
 
 
 def test_stop_cancels_a_load_without_isolation(browser, server, gemma3_path):
-    context = browser.new_context(service_workers="block")
-    guard = NetworkGuard(context)
-    context.route(f"{server}**", strip_isolation_headers)
-    page = context.new_page()
-    try:
-        page.goto(server)
-        wait_status(page, ("no model",), BOOT_MS)
-        assert page.evaluate("crossOriginIsolated") is False
+    with fresh_page(browser, server, isolated=False) as page:
         stop_a_load_then_load_another(page, gemma3_path)
-    finally:
-        context.close()
-    assert guard.outside == []

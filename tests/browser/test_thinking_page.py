@@ -12,7 +12,7 @@ from conftest import TINY
 from gguf_write import gguf_bytes
 from test_thinking import QWEN3_LIKE
 
-from browser.pages import EXACT, drop_files, error_text, messages, send, set_settings, wait_loaded, wait_reply
+from browser.pages import EXACT, ask, drop_files, load_model, messages, set_settings, wait_loaded
 from pyengine.generation import ChatSession, load
 from pyengine.generation.sampling import SamplerParams
 from pyengine.gguf import open_gguf
@@ -66,15 +66,12 @@ def test_the_thinking_toggle_reaches_the_template(app, tmp_path):
     drop_files(app, [TINY["llama"]], EXACT)
     wait_loaded(app)
     assert toggle.is_hidden()                                 # no switch in that template
-    drop_files(app, [model], EXACT)
-    wait_loaded(app)
-    assert app.get_by_test_id("status").text_content() == "ready", error_text(app)
+    load_model(app, [model], drop=True)
     assert toggle.is_visible() and toggle.is_checked()
     toggle.uncheck()
     app.get_by_test_id("new-chat").click()
     set_settings(app, temperature=0, max_tokens=6, seed=None)
-    send(app, "hi")
-    reply = wait_reply(app)
+    reply = ask(app, "hi")
     engine = load([str(model)], weights="f32")
     engine = dataclasses.replace(engine, template=ChatTemplate.from_metadata(
         {**engine.gguf.metadata, "tokenizer.chat_template": QWEN3_LIKE}))

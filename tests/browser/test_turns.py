@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from browser.pages import REPLY_MS, error_text, messages, pick_files, send, set_settings, wait_reply
-from browser.reference import cpython_reply
+from browser.pages import REPLY_MS, ask, error_text, load_model, messages, set_settings, wait_reply
+from browser.reference import cli_chat, cpython_reply
 
 pytestmark = pytest.mark.browser
 
@@ -20,11 +20,7 @@ EDITED = "And of Spain?"
 
 @pytest.fixture(scope="module")
 def smollm(app, smollm2_path):
-    from browser.pages import wait_loaded
-    app.get_by_test_id("workers").select_option("1")
-    pick_files(app, [smollm2_path])
-    wait_loaded(app)
-    assert app.get_by_test_id("status").text_content() == "ready", error_text(app)
+    load_model(app, [smollm2_path], workers="1")
     set_settings(app, temperature=0, max_tokens=16, seed=None)
     return app
 
@@ -40,10 +36,8 @@ def action(page, index: int, name: str):
 def two_turns(page) -> list[tuple[str, str]]:
     page.get_by_test_id("new-chat").click()
     page.wait_for_function("() => document.querySelectorAll('[data-testid=message]').length === 0")
-    send(page, FIRST)
-    wait_reply(page)
-    send(page, SECOND)
-    wait_reply(page)
+    ask(page, FIRST)
+    ask(page, SECOND)
     return messages(page)
 
 
@@ -71,8 +65,7 @@ def test_edit_and_resend_equals_the_cli_reply_to_the_edited_conversation(smollm,
     box.fill(EDITED)
     box.press("Enter")
     reply = wait_reply(smollm)
-    want = cpython_reply(smollm2_path, [FIRST, before[1][1], EDITED], max_tokens=16)
-    assert reply == want
+    assert reply == cli_chat(smollm2_path, [FIRST, before[1][1], EDITED], 16)["text"]
     assert messages(smollm) == [*before[:2], ("user", EDITED), ("assistant", reply)]
     s = stats(smollm)
     # the cache held everything up to the edited words: the first turn and the second's opening
@@ -92,8 +85,7 @@ def test_delete_a_turn_then_the_next_reply_answers_what_is_left(smollm, smollm2_
     before = two_turns(smollm)
     action(smollm, 0, "Delete this message and its reply").click()
     assert messages(smollm) == before[2:]
-    send(smollm, EDITED)
-    reply = wait_reply(smollm)
+    reply = ask(smollm, EDITED)
     assert reply == cpython_reply(smollm2_path, [SECOND, before[3][1], EDITED], max_tokens=16)
 
 

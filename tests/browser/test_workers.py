@@ -13,31 +13,12 @@ import shutil
 
 import pytest
 
-from browser.conftest import STATIC, NetworkGuard, start_server, stop_server
-from browser.pages import (
-    BOOT_MS,
-    EXACT,
-    error_text,
-    messages,
-    pick_files,
-    send,
-    set_settings,
-    wait_loaded,
-    wait_reply,
-    wait_status,
-)
+from browser.conftest import STATIC, fresh_page, start_server, stop_server
+from browser.pages import ask, error_text, load_model, messages, set_settings
 from browser.reference import cpython_reply
-from browser.test_chat import QUESTION, stop_mid_reply_then_ask_again, strip_isolation_headers
+from browser.test_chat import QUESTION, stop_mid_reply_then_ask_again
 
 pytestmark = pytest.mark.browser
-
-
-def load(page, path, workers: str | None = None, weights: str | None = EXACT) -> None:
-    if workers is not None:
-        page.get_by_test_id("workers").select_option(workers)
-    pick_files(page, [path], weights)
-    wait_loaded(page)
-    assert page.get_by_test_id("status").text_content() == "ready", error_text(page)
 
 
 def worker_count(page) -> int:
@@ -47,8 +28,7 @@ def worker_count(page) -> int:
 def greedy(page, text: str, max_tokens: int) -> str:
     page.get_by_test_id("new-chat").click()
     set_settings(page, temperature=0, max_tokens=max_tokens, seed=None)
-    send(page, text)
-    return wait_reply(page)
+    return ask(page, text)
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +36,7 @@ def two_workers(app, smollm2_path):
     """The app (cross-origin isolated: 2 workers by default) with SmolLM2-135M-Instruct loaded."""
     assert app.evaluate("crossOriginIsolated")
     assert app.get_by_test_id("workers").input_value() == "2"
-    load(app, smollm2_path)
+    load_model(app, [smollm2_path])
     return app
 
 
@@ -76,13 +56,13 @@ def test_gemma3_with_two_then_four_workers_replies_as_cpython(two_workers, gemma
     """Gemma 3's output is tied to token_embd: the helpers also look up the embedding rows they hold."""
     question = "The capital of France is"
     want = cpython_reply(gemma3_path, [question], max_tokens=12)
-    load(two_workers, gemma3_path)
+    load_model(two_workers, [gemma3_path])
     assert worker_count(two_workers) == 2
     assert greedy(two_workers, question, 12) == want
-    load(two_workers, gemma3_path, "4")                 # the old helper leaves its loop, three load
+    load_model(two_workers, [gemma3_path], workers="4")  # the old helper leaves its loop, three load
     assert worker_count(two_workers) == 4
     assert greedy(two_workers, question, 12) == want
-    load(two_workers, gemma3_path, "1")
+    load_model(two_workers, [gemma3_path], workers="1")
     assert worker_count(two_workers) == 1
     assert greedy(two_workers, question, 12) == want
 
@@ -91,40 +71,24 @@ def test_gemma3_default_form_over_two_workers_replies_as_one(two_workers, gemma3
     """The default "mixed" form holds Gemma 3's vocabulary in two forms (packed rows, then int8 rows:
     a RowSplit); split over two workers across that seam, the reply is one worker's, token for token."""
     question = "The capital of France is"
-    load(two_workers, gemma3_path, "1", weights="auto")
+    load_model(two_workers, [gemma3_path], "auto", "1")
     assert worker_count(two_workers) == 1
     want = greedy(two_workers, question, 12)
-    load(two_workers, gemma3_path, "2", weights="auto")
+    load_model(two_workers, [gemma3_path], "auto", "2")
     assert worker_count(two_workers) == 2
     assert two_workers.get_by_test_id("model-info").locator("dd[data-field=weights]").text_content() \
         .startswith("mixed:")
     assert greedy(two_workers, question, 12) == want and want.strip()
 
 
-def new_page(browser, server, route=None):
-    context = browser.new_context(service_workers="block")  # cached responses would undo the route
-    guard = NetworkGuard(context)
-    if route is not None:
-        context.route(f"{server}**", route)
-    page = context.new_page()
-    page.goto(server)
-    wait_status(page, ("no model",), BOOT_MS)
-    return context, guard, page
-
-
 def test_without_isolation_the_setting_falls_back_to_one_worker(browser, server, smollm2_path):
-    context, guard, page = new_page(browser, server, strip_isolation_headers)
-    try:
-        assert page.evaluate("crossOriginIsolated") is False
+    with fresh_page(browser, server, isolated=False) as page:
         workers = page.get_by_test_id("workers")
         assert workers.input_value() == "1" and workers.is_disabled()
         assert page.get_by_test_id("workers-note").text_content() == "1 worker: the page is not cross-origin isolated"
-        load(page, smollm2_path)
+        load_model(page, [smollm2_path])
         assert worker_count(page) == 1
         assert greedy(page, QUESTION, 8) == cpython_reply(smollm2_path, [QUESTION], max_tokens=8)
-    finally:
-        context.close()
-    assert guard.outside == []
 
 
 @pytest.fixture
@@ -141,15 +105,11 @@ def broken_helper_server(built, tmp_path):
 
 
 def test_a_helper_that_cannot_start_leaves_one_working_worker(browser, broken_helper_server, smollm2_path):
-    context, guard, page = new_page(browser, broken_helper_server)
-    try:
+    with fresh_page(browser, broken_helper_server) as page:
         assert page.evaluate("crossOriginIsolated") and page.get_by_test_id("workers").input_value() == "2"
-        load(page, smollm2_path)
+        load_model(page, [smollm2_path])
         note = page.get_by_test_id("workers-note").text_content()
         assert worker_count(page) == 1 and note.startswith("running in 1 worker (worker 2 failed: "), note
         assert error_text(page) is None
         assert greedy(page, QUESTION, 8) == cpython_reply(smollm2_path, [QUESTION], max_tokens=8)
         assert messages(page)[-1][0] == "assistant"
-    finally:
-        context.close()
-    assert guard.outside == []
