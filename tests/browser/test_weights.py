@@ -13,10 +13,10 @@ import pytest
 from conftest import TINY
 from test_parallel import FakePool, run, worker_reply
 
-from browser.pages import error_text
+from browser.pages import error_text, load_model
 from browser.reference import cpython_reply, reply_before_near_tie
 from browser.test_chat import QUESTION
-from browser.test_workers import greedy, load, worker_count
+from browser.test_workers import greedy, worker_count
 from pyengine.browser import worker
 from pyengine.gguf import open_gguf
 from pyengine.gguf.source import FileSource
@@ -77,7 +77,7 @@ def test_the_memory_setting_offers_the_forms(app):
 @pytest.fixture(scope="module")
 def compact_smollm(app, smollm2_path):
     """The app with SmolLM2-135M-Instruct loaded compact (2 workers: the page is cross-origin isolated)."""
-    load(app, smollm2_path, weights="compact", workers="2")
+    load_model(app, [smollm2_path], "compact", workers="2")
     return app
 
 
@@ -111,7 +111,7 @@ def test_the_default_form_replies_as_pyodide_under_node(compact_smollm, smollm2_
     with the same forms under Pyodide in Node, token for token."""
     from test_node_pyodide import in_pyodide
     page = compact_smollm
-    load(page, smollm2_path, weights="auto", workers="1")
+    load_model(page, [smollm2_path], "auto", workers="1")
     shown = page.get_by_test_id("model-info").locator("dd[data-field=weights]").text_content()
     reply = greedy(page, QUESTION, 24)
     node = in_pyodide(f"""
