@@ -26,7 +26,7 @@ import { wireLayout } from "./app/layout.js";
 import {
   chat, replyDone, replyFailed, useMessages, usePageWords, useThinkingSwitch, wireTurns,
 } from "./app/turns.js";
-import { findDemo, showReading, wireLoading } from "./app/loading.js";
+import { findDemo, loadFailed, loadSucceeded, modelLetGo, showReading, wireLoading } from "./app/loading.js";
 import { drawModels, modelLoaded, wireSavedModels } from "./app/saved_models.js";
 import { hideModel, showModel, useCards, wireModelView } from "./app/model_view.js";
 import { drawSettings, showWorkers, useRules, wireSettings, workersWanted } from "./app/settings_form.js";
@@ -53,6 +53,7 @@ const handlers = {
   progress: showReading,
   unloaded() { // the model loaded before is gone; the new one is on its way
     status.hasModel = false;
+    modelLetGo();
     hideModel();
   },
   model(msg) {
@@ -62,6 +63,7 @@ const handlers = {
     useRules(msg.settings);
     useMessages(chat.messages); // the conversation goes on with the new model
     useModelName(msg.card.name);
+    loadSucceeded(msg.card.name);
     useThinkingSwitch(msg.thinking);
     modelLoaded(msg.card.name);
     setStatsLine(`loaded in ${msg.seconds.toFixed(1)} s`);
@@ -95,7 +97,8 @@ const handlers = {
     setStatsLine("");
   },
   error(msg) {
-    showError(msg.message);
+    if (msg.during === "load") loadFailed(msg.message);
+    else showError(msg.message);
     if (msg.during === "check") checkFailed();
     if (msg.during === "chat") {
       offerAgain(replyFailed(msg.message));

@@ -100,3 +100,11 @@ def error_text(e: BaseException) -> str:
         return "out of memory: the model does not fit in the browser's 4 GiB of WebAssembly memory"
     traceback.print_exception(e, file=sys.stderr)  # the console keeps the traceback for a bug report
     return f"internal error: {type(e).__name__}: {e}"
+
+
+def weights_failed(text: str, let_go: bool) -> str:
+    """The error of a load that failed while the weights were read (``text``: :func:`error_text`'s);
+    ``let_go``: the model loaded before was let go to make room (the page offers to load it again)."""
+    before = "; the model loaded before was let go to make room: the conversation is kept, load it again" \
+        if let_go else ""
+    return f"the load failed while the weights were read: {text}{before}"

@@ -40,7 +40,9 @@ the :class:`~pyengine.errors.PyEngineError` text for bad input (a setting named 
 the page's label and its range, a file that is not a GGUF said plainly), ``internal
 error: ...`` for a bug in pyengine (its traceback goes to the console only); the
 worker stays alive, and keeps the model and the conversation it had unless a load
-got as far as ``unloaded``. A failed reply is not part of the conversation: the next
+got as far as ``unloaded``: its error then says that it failed while the weights were
+read and the model before was let go, and the page, which keeps the conversation,
+offers to load that model again. A failed reply is not part of the conversation: the next
 message is answered as if the failed one had not been sent.
 
 Stop: when the page is cross-origin isolated it writes SIGINT into Pyodide's
@@ -85,6 +87,7 @@ from pyengine.browser.page import (
     inspector,
     model_card,
     open_gguf_plainly,
+    weights_failed,
 )
 from pyengine.browser.settings import (
     check_fields,
@@ -194,8 +197,11 @@ class WorkerSession:
         wanted, note = await self._start_helpers()
         plan = plan_load(gguf, config, weights, wanted)                   # an unknown form or no room fails here
         plan.note = plan.note or note
-        self._unload()
-        model, workers = await self._load_shards(gguf, config, files, plan)
+        let_go = self._unload()
+        try:
+            model, workers = await self._load_shards(gguf, config, files, plan)
+        except Exception as e:  # noqa: BLE001 (said as a load that failed while the weights were read)
+            raise PyEngineError(weights_failed(error_text(e), let_go)) from e
         chat = ChatSession(Engine(gguf, model, tokenizer, template, template_error))
         self.chat, self.model = chat, model
         self.rules = setting_rules(config.n_vocab, chat.cache.n_ctx)
@@ -215,15 +221,17 @@ class WorkerSession:
             gc.collect()
         self.post({"type": "load-stopped", "has_model": self.chat is not None})
 
-    def _unload(self) -> None:
-        """Let the model loaded before go (its helpers leave their loop and drop their shards)."""
+    def _unload(self) -> bool:
+        """Let the model loaded before go (its helpers leave their loop and drop their shards); whether
+        there was one."""
         if self.chat is None:
-            return
+            return False
         if isinstance(self.model, SplitModel):
             self.model.close()
         self.chat = self.model = None
         gc.collect()                           # a chat and its last reply refer to each other
         self.post({"type": "unloaded"})
+        return True
 
     def _drop_dead_helpers(self) -> bool:
         """After a failed reply: when a helper serves no more (killed mid-reply), the split model cannot go

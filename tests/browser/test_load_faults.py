@@ -172,9 +172,12 @@ class SlicedBlob(FakeBlob):
 
 
 def test_a_file_that_becomes_unreadable_mid_load_is_a_clear_error(posted):
-    """The tensors' reads fail half-way: the load says which file and byte, and that the file changed;
-    no internal error, and the worker holds no half-built model."""
+    """The tensors' reads fail half-way: the load says that it failed while the weights were read, which
+    file and byte, that the file changed, and that the model before was let go; no internal error, and the
+    worker holds no half-built model. The model before, loaded again, answers the conversation the page kept."""
+    from browser.reference import cpython_reply
     load_tiny(posted)
+    first, _ = chat(posted, "hello", max_tokens=3)
     data = TINY["qwen2"].read_bytes()
     with open_gguf(TINY["qwen2"]) as g:
         after = g.data_offset + sum(t.n_bytes for t in g.tensors.values()) // 2
@@ -182,8 +185,28 @@ def test_a_file_that_becomes_unreadable_mid_load_is_a_clear_error(posted):
     run({"type": "load", "files": [BrowserFileSource(SlicedBlob(data, "qwen2.gguf"), FailingReader(data, after))]})
     kinds = [m["type"] for m in posted[start:]]
     assert "unloaded" in kinds and kinds[-1] == "error", kinds
-    assert re.fullmatch(r"qwen2\.gguf: byte \d+: the file can no longer be read \(NotReadableError: The requested "
-                        r"file could not be read.*\): it was changed, moved or deleted since it was chosen; "
-                        r"choose it again", posted[-1]["message"]), posted[-1]["message"]
+    assert re.fullmatch(r"the load failed while the weights were read: qwen2\.gguf: byte \d+: the file can no "
+                        r"longer be read \(NotReadableError: The requested file could not be read.*\): it was "
+                        r"changed, moved or deleted since it was chosen; choose it again; the model loaded before "
+                        r"was let go to make room: the conversation is kept, load it again",
+                        posted[-1]["message"]), posted[-1]["message"]
     run({"type": "chat", "text": "hi", "system": "", "settings": {}})
     assert posted[-1]["message"] == "no model is loaded: drop a .gguf file first"
+    load_tiny(posted)                                        # the page's "Load ... again", then its conversation
+    start = len(posted)
+    talk = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": first},
+            {"role": "user", "content": "again"}]
+    run({"type": "chat", "messages": talk, "system": "", "settings": {"temperature": 0, "max_tokens": 3}})
+    again = "".join(m["text"] for m in posted[start:] if m["type"] == "piece")
+    assert posted[-1]["type"] == "done" and again == cpython_reply(TINY["llama"], ["hello", first, "again"],
+                                                                   max_tokens=3)
+
+
+def test_a_failure_before_any_model_says_only_that_the_weights_failed(posted):
+    data = TINY["qwen2"].read_bytes()
+    with open_gguf(TINY["qwen2"]) as g:
+        after = g.data_offset + 1
+    run({"type": "load", "files": [BrowserFileSource(SlicedBlob(data, "qwen2.gguf"), FailingReader(data, after))]})
+    assert [m["type"] for m in posted][-1] == "error" and "unloaded" not in [m["type"] for m in posted]
+    assert posted[-1]["message"].startswith("the load failed while the weights were read: qwen2.gguf: byte ")
+    assert posted[-1]["message"].endswith("; choose it again"), posted[-1]["message"]

@@ -10,6 +10,7 @@ export const el = {
   tabNote: byId("tab-note"),
   errorText: byClass("error-text"),
   errorClose: byClass("error-close"),
+  errorAction: byId("error-action"),
   dropzone: byId("dropzone"),
   fileInput: byId("file-input"),
   loadDemo: byId("load-demo"),

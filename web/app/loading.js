@@ -8,6 +8,8 @@ import { isolated, worker } from "./worker_client.js";
 
 let demo = null; // models/demo.json: {display_name, file, url, size}
 let last = { files: [], saved: false }; // the files of the load asked last; saved: they came from OPFS
+let loaded = null; // the model loaded now: {files, saved, name}
+let letGo = null; // the model the load under way let go ("unloaded"), offered again if the load fails
 
 // The files of the load asked last, and whether they are a saved model's (saved_models.js).
 export const lastLoad = () => last;
@@ -17,12 +19,34 @@ export function loadFiles(files, saved = false) {
   files = Array.from(files);
   if (files.length === 0) return;
   last = { files, saved };
+  letGo = null;
   clearError();
   showProgress(`reading ${files.length > 1 ? `${files.length} files` : files[0].name}`, 0);
   el.progressText.title = files.map((f) => f.name).join("\n");
   setPhase("loading");
   el.weightsNote.textContent = "";
   worker.load(files, memoryChoice());
+}
+
+// The worker's "model": the load asked last is the model loaded now (named as its card).
+export function loadSucceeded(name) {
+  loaded = { ...last, name };
+  letGo = null;
+}
+
+// The worker's "unloaded": the model loaded before is gone.
+export function modelLetGo() {
+  letGo = loaded;
+  loaded = null;
+}
+
+// A load failed: the error, with a button to load again the model it let go, if it got that far (the
+// weights failed to read: the conversation is kept, and goes on with that model once it is back).
+export function loadFailed(message) {
+  const before = letGo;
+  letGo = null;
+  const again = before && { label: `Load ${before.name} again`, run: () => loadFiles(before.files, before.saved) };
+  showError(message, again);
 }
 
 // The worker's "progress" message while it reads the tensors.

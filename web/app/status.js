@@ -29,14 +29,22 @@ export const replying = () => status.phase === "generating" || status.phase === 
 
 export const canLoad = () => !el.fileInput.disabled;
 
-export function showError(message) {
+let errorAction = null; // what the banner's button does, when it has one
+
+// action: {label, run} for a button beside the message (Load the model before again), or null.
+export function showError(message, action = null) {
   el.errorText.textContent = message;
+  if (action) el.errorAction.textContent = action.label;
+  el.errorAction.hidden = !action;
+  errorAction = action && action.run;
   el.error.hidden = false;
 }
 
 export function clearError() {
   el.error.hidden = true;
   el.errorText.textContent = "";
+  el.errorAction.hidden = true;
+  errorAction = null;
 }
 
 // frac: the part done, from 0 to 1; null for a step of unknown length (the bar slides).
@@ -51,4 +59,9 @@ export const hideProgress = () => { el.progress.hidden = true; };
 
 export function wireStatus() {
   el.errorClose.addEventListener("click", clearError);
+  el.errorAction.addEventListener("click", () => {
+    const run = errorAction;
+    clearError();
+    run?.();
+  });
 }
