@@ -409,6 +409,13 @@ NOTES = [
     "Two threads on 2 cores shared with other work: when the other core is busy, spin-waiting threads collapse "
     "(see the minima of wllama-2t and llamacpp-2t); 4 workers on 2 cores take turns.",
     "Where pyengine's decode time goes: bench/PROFILE.md (bench/profile_step.py).",
+    "A saved model's second load (bench/saved_load.py, 2026-12-01; the Qwen2.5-0.5B shape in Q4_K_M, 378 MiB, 1 "
+    "worker, default Memory: mixed, 1.08 GiB of wasm memory): first load (the file chosen) 8.3 s and 7.6 s, second "
+    "load (the copy in OPFS) 9.2 s and 7.4 s, no faster: reading the saved file's bytes alone takes 0.85 s and 0.77 "
+    "s, and the rest, ~90% of a load, is building the weight forms. A cache of the converted weights would read back "
+    "~1 GiB instead (~2 s at that rate): a second load of ~2-3 s instead of ~7.5 s, for a stored format of every "
+    "weight form, kept in step with the form, budget and worker split it was made for, and an OPFS writer in the "
+    "worker: not small, not built.",
 ]
 
 
