@@ -1,8 +1,12 @@
-"""Make docs/screenshot.png: the app in Chromium with SmolLM2-135M-Instruct and a finished greedy reply.
+"""Make the README's screenshots with SmolLM2-135M-Instruct (Memory f32, greedy replies) in Chromium:
+
+    docs/screenshot.png     a chat whose reply has highlighted code, 1280 px wide
+    docs/probabilities.png  a short reply as its tokens shaded by probability, one token's alternatives open
+    docs/phone.png          the chat at a phone's width (390 px), the settings folded away
 
     python tests/browser/screenshot.py        (needs static/ built and the models fetched)
 
-Not a test: run it by hand when the page's look changes.
+Not a test: run it by hand when the page's look changes, and look at the pictures.
 """
 
 from __future__ import annotations
@@ -15,11 +19,27 @@ sys.path[:0] = [str(Path(__file__).resolve().parent.parent)]  # tests/: the brow
 from playwright.sync_api import sync_playwright  # noqa: E402
 
 from browser.conftest import CHROMIUM, CHROMIUM_ARGS, ROOT, check_static, start_server, stop_server  # noqa: E402
-from browser.pages import BOOT_MS, pick_files, send, set_settings, wait_loaded, wait_reply, wait_status  # noqa: E402
+from browser.pages import BOOT_MS, ask, load_model, set_settings, wait_status  # noqa: E402
 
 MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
-QUESTION = "Give me three tips for a good night's sleep."
-OUT = ROOT / "docs" / "screenshot.png"
+QUESTION = "Write a Python function that checks if a number is prime."
+SHORT = "What is the capital of France?"
+DOCS = ROOT / "docs"
+DESKTOP = {"width": 1280, "height": 860}
+PHONE = {"width": 390, "height": 844}
+
+
+def shoot(page, name: str) -> None:
+    path = DOCS / name
+    page.screenshot(path=str(path))
+    print(f"wrote {path.relative_to(ROOT)} ({path.stat().st_size // 1024} KiB)")
+
+
+def show_alternatives(page, index: int) -> None:
+    """Focus the reply's token ``index`` (its alternatives open under it) and scroll it into view."""
+    token = page.locator(".message.assistant:last-child .tok").nth(index)
+    token.focus()
+    token.scroll_into_view_if_needed()
 
 
 def main() -> None:
@@ -28,20 +48,31 @@ def main() -> None:
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1280, "height": 800}, device_scale_factor=1)
+            page = browser.new_page(viewport=DESKTOP, device_scale_factor=1)
             page.goto(url)
             wait_status(page, ("no model",), BOOT_MS)
-            pick_files(page, [MODEL])
-            wait_loaded(page)
-            set_settings(page, temperature=0, max_tokens=96)
-            send(page, QUESTION)
-            print(wait_reply(page))
+            load_model(page, [MODEL], workers="1")  # f32: in the file's codes (as in llama.cpp) SHORT goes astray
+            set_settings(page, temperature=0, max_tokens=256)
+            print(ask(page, QUESTION))
+            page.locator(".message.assistant:last-child pre").first.scroll_into_view_if_needed()
             page.evaluate("document.querySelector('.side').scrollTop = 0")
-            page.screenshot(path=str(OUT))
+            shoot(page, "screenshot.png")
+
+            page.set_viewport_size(PHONE)
+            page.evaluate("document.querySelector('.messages').scrollTop = 0")
+            shoot(page, "phone.png")
+            page.set_viewport_size(DESKTOP)
+
+            page.get_by_test_id("new-chat").click()
+            page.get_by_test_id("show-probs").check()  # the records come with the replies asked while it is on
+            set_settings(page, max_tokens=24)
+            print(ask(page, SHORT))
+            show_alternatives(page, 5)  # " Paris"
+            shoot(page, "probabilities.png")
+            page.get_by_test_id("show-probs").uncheck()  # the toggle is kept in localStorage
             browser.close()
     finally:
         stop_server(proc)
-    print(f"wrote {OUT.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":
