@@ -1,7 +1,7 @@
 """Where a prefill and a decode step spend their time, by kernel: a profile (not a test), in CPython or in
 Pyodide under Node.
 
-    python bench/profile_step.py [gemma3|smollm2|MODEL.gguf] [--decode 16] [--node] [--cprofile]
+    python bench/profile_step.py [gemma3|smollm2|MODEL.gguf] [--decode 16] [--node] [--cprofile] [--shard K/N]
 
 Loads the model, prefills bench/run.py's fixed 128-token prompt once, then runs --decode greedy decode
 steps, with a timer (perf_counter) around each kernel the forward pass calls: every weight matmul by
@@ -10,7 +10,9 @@ attention over the KV cache, RMSNorm, rope, the gated activation, the logit soft
 (argmax). "other" is the forward pass minus its kernels: Python between them, residual adds, reshapes,
 KV cache writes, the embedding rows. The timers add ~1 us per call (a few hundred calls per token).
 ``--node`` runs the same code in Pyodide (tests/node/run_pyodide.mjs, static/ as built); ``--cprofile``
-(CPython only) also prints cProfile's top functions of the decode steps.
+(CPython only) also prints cProfile's top functions of the decode steps. ``--shard K/N`` loads only worker
+K's shard of a split over N workers, in the forms the page plans for N (``browser_budget``), and runs it
+alone (its sums and gathers return its own part): what one worker computes, without the waits.
 """
 
 from __future__ import annotations
@@ -62,18 +64,46 @@ def instrument(model) -> tuple[dict, dict]:
     return seconds, calls
 
 
-def profile(path: str, prompt_ids: list[int], n_decode: int, cprofile: bool = False, weights: str = "auto") -> dict:
+class Alone:
+    """A shard's communicator with no other workers: its own partial sums and logits (timing only)."""
+
+    def __init__(self, count: int):
+        self.count = count
+
+    def all_reduce(self, a):
+        return a
+
+    def gather(self, a):
+        return a
+
+
+def load(path: str, weights: str, shard: str | None):
+    """The whole model, or shard "K/N" of it in the page's forms for N workers."""
+    from pyengine.gguf import open_gguf
+    from pyengine.model import load_model
+    g = open_gguf(path)
+    if shard is None:
+        return load_model(g, weights=weights)
+    from pyengine.model.config import ModelConfig
+    from pyengine.parallel.driver import plan_load
+    from pyengine.weights.budget import browser_budget
+    k, n = map(int, shard.split("/"))
+    plan = plan_load(g, ModelConfig.from_metadata(g.metadata, g.tensors), weights, n, browser_budget)
+    return load_model(g, shard=plan.shards[k], forms=plan.forms, weights=plan.weights, comm=Alone(n))
+
+
+def profile(path: str, prompt_ids: list[int], n_decode: int, cprofile: bool = False, weights: str = "auto",
+            shard: str | None = None) -> dict:
     """{"prefill": {label: ms per token}, "decode": {label: ms per token}, ...} for one model file."""
     import numpy as np
 
     from pyengine.generation.sampling import Sampler, SamplerParams
-    from pyengine.gguf import open_gguf
-    from pyengine.model import load_model
-    model = load_model(open_gguf(path), weights=weights)
+    model = load(path, weights, shard)
     seconds, calls = instrument(model)
     sampler = Sampler(SamplerParams(temperature=0.0))
     cache = model.new_cache(len(prompt_ids) + n_decode + 1)
-    out = {"model": Path(path).name, "n_prompt": len(prompt_ids), "n_decode": n_decode}
+    out = {"model": Path(path).name + (f", shard {shard}" if shard else ""), "n_prompt": len(prompt_ids),
+           "n_decode": n_decode, "weights_nbytes": model.weights_nbytes}
 
     def sample(logits, history):
         t0 = time.perf_counter()
@@ -114,7 +144,7 @@ def profile(path: str, prompt_ids: list[int], n_decode: int, cprofile: bool = Fa
 
 def table(result: dict) -> str:
     lines = [f"{result['model']} ({result['runtime']}): ms per token, prefill of {result['n_prompt']} tokens "
-             f"and {result['n_decode']} decode steps", "",
+             f"and {result['n_decode']} decode steps; weights {result['weights_nbytes'] / 2**20:.0f} MiB", "",
              "| step | prefill ms/token | decode ms/token | decode share | decode calls/token |",
              "|---|---|---|---|---|"]
     total = result["decode"]["forward (total)"] + result["decode"].get("sampler (argmax)", 0.0)
@@ -138,17 +168,19 @@ def main() -> None:
     ap.add_argument("--cprofile", action="store_true", help="cProfile's top functions of the decode steps")
     ap.add_argument("--weights", default="auto", help="weight form (pyengine.weights.budget.CHOICES)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--shard", help="K/N: only worker K's shard of a split over N workers")
     args = ap.parse_args()
     path = run.MODELS.get(args.model) or Path(args.model).resolve()
     ids = run.make_prompt(path).ids
     if args.node:
         run.Bench().ensure_static()
         code = (f"import sys; sys.path.insert(0, '/bench')\nimport profile_step\n"
-                f"profile_step.profile('/models/{path.name}', {ids!r}, {args.decode}, weights={args.weights!r})\n")
+                f"profile_step.profile('/models/{path.name}', {ids!r}, {args.decode}, weights={args.weights!r}, "
+                f"shard={args.shard!r})\n")
         result = run.run_process(["node", str(ROOT / "tests" / "node" / "run_pyodide.mjs"), "--mount",
                                   f"{BENCH}:/bench", "--mount", f"{path.parent}:/models", "--code", code])
     else:
-        result = profile(str(path), ids, args.decode, args.cprofile, args.weights)
+        result = profile(str(path), ids, args.decode, args.cprofile, args.weights, args.shard)
     if args.json:
         print(json.dumps(result, indent=1))
         return
