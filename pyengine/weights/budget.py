@@ -134,7 +134,7 @@ def plan_forms(matrices: list[Matrix], weights: str, budget: int) -> tuple[str, 
 def default_budget(file_bytes: int, n_workers: int = 1) -> int:
     """Bytes of weights one of ``n_workers`` workers may hold for a model of ``file_bytes`` bytes of tensors:
     in the browser ``FILE_RATIO`` times the file over all workers, less each one's runtime (at least
-    ``MIN_BUDGET``); in CPython ``RAM_SHARE`` of the memory available."""
+    ``MIN_BUDGET``, at most a worker's heap); in CPython ``RAM_SHARE`` of the memory available."""
     if sys.platform == "emscripten":
         return browser_budget(file_bytes, n_workers)
     return int(RAM_SHARE * available_memory())
@@ -142,8 +142,9 @@ def default_budget(file_bytes: int, n_workers: int = 1) -> int:
 
 def browser_budget(file_bytes: int, n_workers: int = 1) -> int:
     """The browser's budget of weights a worker (see :func:`default_budget`), in any runtime (tests), at
-    least ``MIN_BUDGET``."""
-    return max(int(FILE_RATIO * file_bytes / n_workers - RUNTIME_BYTES), MIN_BUDGET)
+    least ``MIN_BUDGET`` and at most what a worker's heap holds besides its runtime (``HEAP_MAX`` less
+    ``RUNTIME_BYTES``), so that "auto" picks forms that fit."""
+    return max(int(min(FILE_RATIO * file_bytes / n_workers, HEAP_MAX)) - RUNTIME_BYTES, MIN_BUDGET)
 
 
 def available_memory() -> int:

@@ -89,30 +89,61 @@ def test_the_header_is_shown_as_it_is_read(posted):
     assert posted.index(header[-1]) < next(i for i, m in enumerate(posted) if m.get("stage") == "reading tensors")
 
 
-def test_a_model_too_big_for_the_browser_says_what_fits_and_keeps_the_chat(posted, tmp_path, monkeypatch):
-    """A model of Llama-3.2-3B's shapes in Q4_0 (1.68 GiB of tensors; a sparse file, only its header
-    written): in the browser (sys.platform as Pyodide's) the default form needs more than one worker's
-    4 GiB, and the load says so, and what would fit, before it reads a weight."""
+def too_big_load(posted, path, monkeypatch, weights: str) -> str:
+    """In the browser (sys.platform as Pyodide's), the tiny llama loaded with a chat, then a load of
+    ``path`` in ``weights`` that must fail before it reads a weight: its message; the chat is kept."""
     from pyengine.weights import budget
     load_tiny(posted)
     chat(posted, "hello", max_tokens=3)
     before = list(worker._session.chat.messages)
     monkeypatch.setattr(budget.sys, "platform", "emscripten")
     start = len(posted)
-    run({"type": "load", "files": [FileSource(sparse_3b(tmp_path / "3b.gguf"))]})
+    run({"type": "load", "files": [FileSource(path)], "weights": weights})
     assert [m["type"] for m in posted[start:]][-1] == "error" and "unloaded" not in [m["type"] for m in posted]
-    assert posted[-1]["message"] == (
-        "this model (1.68 GiB of tensors) needs 5.04 GiB in each of 1 worker(s) in this form, largest array "
-        "0.23 GiB; a browser worker holds at most 4 GiB, one array at most 2 GiB: the low-memory form "
-        "(Memory: low memory) would need 1.97 GiB a worker")
     assert worker._session.chat.messages == before
+    return posted[-1]["message"]
 
 
-def sparse_3b(path):
-    """Llama-3.2-3B's shapes (3072 wide, 28 layers, 24/8 heads, 8192 FFN, 128,256 tokens) in Q4_0, the tiny
-    llama's tokenizer padded to the vocabulary; the file is sparse past its header."""
+def test_a_form_too_big_for_the_browser_says_what_fits_and_keeps_the_chat(posted, tmp_path, monkeypatch):
+    """A model of Llama-3.2-3B's shapes in Q4_0 (1.68 GiB of tensors; a sparse file, only its header
+    written) asked in float32: more than one worker's 4 GiB; the load says so, and what would fit."""
+    message = too_big_load(posted, sparse_model(tmp_path / "3b.gguf"), monkeypatch, "f32")
+    assert message == (
+        "this model (1.68 GiB of tensors) needs 12.07 GiB in each of 1 worker(s) in this form, largest array "
+        "1.47 GiB; a browser worker holds at most 4 GiB, one array at most 2 GiB: the low-memory form "
+        "(Memory: low memory) would need 1.97 GiB a worker")
+
+
+def test_auto_picks_forms_that_fit_a_worker(tmp_path, monkeypatch):
+    """The same 3B in the default form: three times the file would pass a worker's heap, so auto stays
+    within the heap (mixed forms), and split over 2 workers within 3 times the file over them."""
+    from pyengine.model.config import ModelConfig
+    from pyengine.parallel.driver import plan_load
+    from pyengine.weights import budget
+    monkeypatch.setattr(budget.sys, "platform", "emscripten")
+    with open_gguf(sparse_model(tmp_path / "3b.gguf")) as g:
+        config = ModelConfig.from_metadata(g.metadata, g.tensors)
+        one, two = plan_load(g, config, "auto", 1), plan_load(g, config, "auto", 2)
+        file_bytes = sum(t.n_bytes for t in g.tensors.values())
+    assert one.weights == "mixed" and 3 * 2**30 < one.nbytes <= budget.HEAP_MAX - budget.RUNTIME_BYTES
+    assert len(two.shards) == 2 and two.nbytes <= 3 * file_bytes / 2 - budget.RUNTIME_BYTES < one.nbytes
+
+
+def test_a_model_too_big_for_any_form_says_so_and_keeps_the_chat(posted, tmp_path, monkeypatch):
+    """Llama-3.1-8B's shapes in Q4_0 (3.93 GiB of tensors): even the low-memory form passes one worker's heap."""
+    path = sparse_model(tmp_path / "8b.gguf", n_embd=4096, n_ff=14336, n_layer=32, n_head=32)
+    message = too_big_load(posted, path, monkeypatch, "auto")
+    assert message == (
+        "this model (3.93 GiB of tensors) needs 4.47 GiB in each of 1 worker(s) in this form, largest array 0.31 GiB; "
+        "a browser worker holds at most 4 GiB, one array at most 2 GiB: even the low-memory form needs 4.47 GiB a "
+        "worker: more workers, or a smaller quantization of the model")
+
+
+def sparse_model(path, n_embd: int = 3072, n_ff: int = 8192, n_layer: int = 28, n_head: int = 24, n_kv: int = 8):
+    """Llama shapes (by default Llama-3.2-3B's: 3072 wide, 28 layers, 24/8 heads, 8192 FFN) with 128,256 tokens
+    in Q4_0, the tiny llama's tokenizer padded to the vocabulary; the file is sparse past its header."""
     from gguf_write import header, kv, pad, tensor_info
-    n_embd, n_ff, n_layer, n_head, n_kv, n_vocab = 3072, 8192, 28, 24, 8, 128_256
+    n_vocab = 128_256
     with open_gguf(TINY["llama"]) as g:
         tokens = list(g.metadata["tokenizer.ggml.tokens"])
         scores = list(g.metadata["tokenizer.ggml.scores"])
