@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT, TINY
 from gguf_corpus import assemble
 from gguf_split import split_gguf
-from gguf_write import gguf_bytes, gstr, header, u32, u64
+from gguf_write import gguf_bytes, gstr, header, kv, pad, tensor_info, u32, u64
 
 import pyengine.gguf.header as gguf_header
 from pyengine.browser.page import inspector
@@ -120,19 +120,37 @@ def test_a_40_mb_array_is_held_once_while_read(array_40mb):
     assert list(g.tensors) == ["t"] and np.array_equal(g.tensor("t"), np.ones(8))
 
 
-def test_inspect_of_a_40_mb_array_stays_near_its_size(array_40mb):
-    """``python -m pyengine inspect``'s peak RSS grows by about the array over a tiny file's."""
+def inspect_peak(path) -> int:
+    """The peak RSS in bytes of ``python -m pyengine inspect PATH``, run as the one child of a fresh process."""
     code = ("import resource, subprocess, sys; "
             "subprocess.run([sys.executable, '-m', 'pyengine', 'inspect', sys.argv[1]], check=True, "
             "stdout=subprocess.DEVNULL); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    p = subprocess.run([sys.executable, "-c", code, str(path)], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300, check=True)
+    return int(p.stdout) * 1024
 
-    def peak_bytes(path) -> int:  # the peak RSS of its one child, in a fresh process
-        p = subprocess.run([sys.executable, "-c", code, str(path)], cwd=ROOT, capture_output=True, text=True,
-                           timeout=120, check=True)
-        return int(p.stdout) * 1024
 
-    grown = peak_bytes(array_40mb) - peak_bytes(TINY["llama"])
+def test_inspect_of_a_40_mb_array_stays_near_its_size(array_40mb):
+    """``python -m pyengine inspect``'s peak RSS grows by about the array over a tiny file's."""
+    grown = inspect_peak(array_40mb) - inspect_peak(TINY["llama"])
     assert 30_000_000 < grown < 1.25 * 40_000_000, grown
+
+
+def test_inspect_of_a_240_mb_array_stays_near_its_size(tmp_path):
+    """The issue's file: one float32 metadata array of 240 MB (60,000,000 zeros; a sparse file) made
+    ``inspect`` peak at 2.5 GB RSS as Python floats; now about the array over a tiny file's."""
+    n, path = 60_000_000, tmp_path / "240mb.gguf"
+    head = header(1, 2) + kv("general.architecture", "STRING", "llama") + gstr("a.big") + u32(9) + u32(6) + u64(n)
+    infos = tensor_info("t", (8,), 0, 0)
+    with open(path, "wb") as f:
+        f.write(head)
+        f.seek(len(head) + 4 * n)                        # the array's zeros: a hole in the file
+        f.write(infos)
+        f.write(bytes(pad(f.tell(), 32) - f.tell()) + np.ones(8, "<f4").tobytes())
+    with open_gguf(path) as g:
+        assert g.metadata["a.big"].shape == (n,) and list(g.tensors) == ["t"]
+    grown = inspect_peak(path) - inspect_peak(TINY["llama"])
+    assert 200_000_000 < grown < 1.25 * 240_000_000, grown
 
 
 # --- the cap on the metadata held ---------------------------------------------------------------
