@@ -215,8 +215,9 @@ def test_a_helper_that_fails_to_load_is_a_clear_error():
     worker.setup(posted.append, pool=pool, heap=lambda: 12345)
     run(worker.handle({"type": "load", "files": [FileSource(TINY["gemma3"])]}))
     assert posted[-1]["type"] == "error" and pool.dropped == [0]
-    assert posted[-1]["message"] == ("worker 2 could not load its part of the model: Python did not start; "
-                                     "load the model again (or choose 1 worker)")
+    assert posted[-1]["message"] == ("the load failed while the weights were read: worker 2 could not load its "
+                                     "part of the model: Python did not start; load the model again (or choose "
+                                     "1 worker)")
     for h in pool.helpers:
         h.chan.abort()
 
