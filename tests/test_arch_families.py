@@ -1,4 +1,5 @@
-"""The families added after the shared fixtures (gemma2, phi3, granite, olmo2, smollm3, exaone4) against llama.cpp.
+"""The families added after the shared fixtures (gemma2, phi3, granite, olmo2, smollm3, exaone4, lfm2) against
+llama.cpp.
 
 Fixtures: tests/fixtures/tiny-<arch>.gguf (tests/fixtures/make_arch_fixtures.py: float32 random weights,
 the keys and tensors llama.cpp's loader expects) and their Q8_0 copies (gguf_write.quantized_copy, made
@@ -14,7 +15,9 @@ What each test proves:
   input. The seeds in make_arch_fixtures.py were picked with none flipped and no near-tie;)
 - split over 2 workers (the helpers as threads, tests/split_threads.py) the model gives the whole
   model's logits, in every form;
-- each family's feature shows in llama.cpp's logits: pyengine without it is farther than 0.05 from them.
+- each family's feature shows in llama.cpp's logits: pyengine without it is farther than 0.05 from them;
+- lfm2's convolution state, kept in the cache, carries a conversation: a second turn, and a turn taken
+  again from an earlier position (regenerate, edit), give the logits of a fresh prefill of it all.
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ def run(model) -> tuple[np.ndarray, list[int], np.ndarray]:
 
 
 def test_every_added_family_has_a_fixture():
-    assert ARCHS == ["gemma2", "phi3", "granite", "olmo2", "smollm3", "exaone4"]
+    assert ARCHS == ["gemma2", "phi3", "granite", "olmo2", "smollm3", "exaone4", "lfm2"]
     assert set(ARCHS) <= set(ARCHITECTURES)
     for arch in ARCHS:
         ref = REF["fixtures"][arch]
@@ -140,6 +143,9 @@ WITHOUT_PARTS = {
     "smollm3": lambda model, mp: [mp.setattr(layer, "rope", True) for layer in model.layers],
     "exaone4": lambda model, mp: [mp.setattr(layer, "post_attn_norm", None) for layer in model.layers],
     "gemma2": lambda model, mp: [mp.setattr(layer, "post_ffn_norm", None) for layer in model.layers],
+    # the short convolution seeing its own token only, not the l_cache - 1 before it
+    "lfm2": lambda model, mp: [mp.setattr(layer, "conv", layer.conv * np.float32([0, 0, 1]))
+                               for layer in model.layers if layer.conv is not None],
 }
 CASES = [(a, json.dumps(c)) for a, cs in WITHOUT_KEYS.items() for c in cs] + [(a, "model") for a in WITHOUT_PARTS]
 
@@ -158,3 +164,32 @@ def test_each_feature_shows_in_llama_cpps_logits(arch, change, monkeypatch):
             model = load_model(Edited(g, drop, **{k.replace(".", "__"): v for k, v in edits.items()}))
         prompt = model.forward(PROMPT, model.new_cache(64), logits="all")
     assert np.abs(prompt - ref).max() > 0.05
+
+
+# lfm2's state across turns: turn 1 is the prompt and 3 greedy ids, turn 2 five more tokens; going back
+# takes turn 2 again from position 2 (an edit of the prompt's end), then from 6 and 3 of what it holds then.
+TURN_2 = [7, 300, 12, 64, 5]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_lfm2_state_carries_across_turns_and_going_back(workers):
+    with open_gguf(path_of("lfm2")) as g:
+        whole = load_model(g)
+        model, _, threads = (whole, [], []) if workers == 1 else start(path_of("lfm2"), 2, "f32")
+        try:
+            assert getattr(model, "workers", 1) == workers
+            cache = model.new_cache(64)
+            model.forward(PROMPT, cache, logits="none")
+            turn_1 = PROMPT + REF["fixtures"]["lfm2"]["f32"]["greedy_ids"][:3]
+            for t in turn_1[len(PROMPT):]:
+                model.forward([t], cache)
+            held = turn_1                                            # what the cache holds
+            for keep in (len(turn_1), 2, 6, 3):
+                cache.truncate(keep)
+                got = model.forward(TURN_2, cache, logits="all")
+                held = held[:keep] + TURN_2
+                want = whole.forward(held, whole.new_cache(64), logits="all")[keep:]
+                np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+                assert cache.n == len(held)
+        finally:
+            stop(model, threads)

@@ -156,7 +156,7 @@ def test_unsupported_architecture_lists_the_supported():
     with pytest.raises(ModelError, match=r"\['llama'\]"):
         ModelConfig.from_metadata({**md, "general.architecture": ["llama"]})
     assert list(ARCHITECTURES) == ["llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "granite", "olmo2",
-                                   "smollm3", "exaone4"]
+                                   "smollm3", "exaone4", "lfm2"]
 
 
 @pytest.mark.parametrize("key, value, message", [
@@ -169,8 +169,37 @@ def test_unsupported_architecture_lists_the_supported():
     ("llama.rope.freq_base", float("nan"), "must be finite"),
     ("llama.rope.dimension_count", 8, "equal to the head size"),
     ("llama.attention.head_count", [4, 4, 2], "per-layer"),
+    ("llama.attention.head_count_kv", [2, 1], "per-layer"),
 ])
 def test_bad_values_are_clear_errors(key, value, message):
     md = metadata("llama")[0]
     with pytest.raises(ModelError, match=message):
         ModelConfig.from_metadata({**md, key: value})
+
+
+def lfm2_metadata() -> dict:
+    with open_gguf(TINY["qwen2"].with_name("tiny-lfm2.gguf")) as g:
+        return dict(g.metadata)
+
+
+def test_lfm2_short_convolutions_are_the_layers_without_kv_heads():
+    """llama.cpp llama_model_lfm2::load_arch_hparams: is_recr(il) = n_head_kv(il) == 0."""
+    c = ModelConfig.from_metadata(lfm2_metadata())
+    assert c.conv_layers == (True, True, False, True) and c.n_head_kv == 2 and c.shortconv_l_cache == 3
+    assert c.spec.output_norm == "token_embd_norm"
+    c = ModelConfig.from_metadata({**lfm2_metadata(), "lfm2.attention.head_count_kv": 2})
+    assert c.conv_layers == (False,) * 4 and c.n_head_kv == 2
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("lfm2.shortconv.l_cache", None, "missing metadata key 'lfm2.shortconv.l_cache'"),
+    ("lfm2.shortconv.l_cache", 1, "must be at least 2"),
+    ("lfm2.attention.head_count_kv", [0, 2, 0], "has 3 values, expected one per layer"),
+    ("lfm2.attention.head_count_kv", [0, 2, 0, 1], "per-layer values"),
+    ("lfm2.attention.head_count_kv", [0, 2, 0, "2"], "must be a number"),
+    ("lfm2.attention.sliding_window", 8, "sliding window on lfm2 is not supported"),
+])
+def test_lfm2_bad_values_are_clear_errors(key, value, message):
+    md = {k: v for k, v in lfm2_metadata().items() if k != key}
+    with pytest.raises(ModelError, match=message):
+        ModelConfig.from_metadata(md if value is None else {**md, key: value})

@@ -8,7 +8,8 @@ and model folders with NODEFS. The two JSON results must be equal:
   sha256 of every dequantized tensor (so every quant type in the fixtures, bit for bit); for the real
   models, the metadata and one tensor of each ggml type;
 - the model: greedy ids and the first step's logits from the same prompt on each tiny fixture (8 tokens;
-  logits within 1e-3);
+  logits within 1e-3); on the fixtures of the families added later (tests/fixtures/make_arch_fixtures.py),
+  llama.cpp's own ids and logits (tests/golden/arch_reference.json, within 1e-3);
 - the chat, as the worker runs it, on SmolLM2-135M-Instruct: its Jinja template rendered by jinja2 and the
   pure-Python markupsafe, then a temperature-0 ChatSession reply of at most 8 tokens (ids, streamed
   pieces, stop reason), and the first step's logits (within 1e-3).
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import FIXTURES, MODELS, SMOLLM2, TINY
+from conftest import FIXTURES, GOLDEN, MODELS, SMOLLM2, TINY
 from static_build import STATIC, current_static, offline
 
 pytestmark = pytest.mark.node
@@ -158,6 +159,25 @@ names = {sorted(p.name for p in TINY.values())!r}
 {{"describe": {{n: describe(f"{{FX}}/{{n}}") for n in names}},
  "greedy": {{n: greedy(f"{{FX}}/{{n}}", {PROMPT_IDS!r}, {GREEDY_STEPS}) for n in names}}}}
 '''
+
+
+ARCH_REF = json.loads((GOLDEN / "arch_reference.json").read_text())
+ARCH_CODE = f'''
+{{a: greedy(f"{{FX}}/tiny-{{a}}.gguf", {PROMPT_IDS!r}, {GREEDY_STEPS}) for a in {list(ARCH_REF["fixtures"])!r}}}
+'''
+
+
+@pytest.fixture(scope="module")
+def arch_runs(static_ready) -> dict:
+    return in_pyodide(ARCH_CODE)
+
+
+@pytest.mark.parametrize("arch", list(ARCH_REF["fixtures"]))
+def test_added_families_in_pyodide_give_llama_cpps_ids_and_logits(arch_runs, arch):
+    ref = ARCH_REF["fixtures"][arch]["f32"]
+    assert ARCH_REF["prompt_ids"] == PROMPT_IDS and len(ref["greedy_ids"]) == GREEDY_STEPS
+    assert arch_runs[arch]["greedy_ids"] == ref["greedy_ids"]
+    assert np.abs(np.array(arch_runs[arch]["logits"]) - np.array(ref["prompt_logits"][-1])).max() < 1e-3
 
 
 @pytest.fixture(scope="module")

@@ -24,14 +24,19 @@ from pyengine.model.config import ARCHITECTURES, ModelConfig
 from pyengine.model.load import load_model
 
 
-@pytest.fixture(scope="module")
-def mamba(tmp_path_factory) -> str:
+def mamba_bytes() -> bytes:
+    """tiny-qwen2.gguf as a "mamba" file."""
     with open_gguf(TINY["qwen2"]) as g:
         kvs = [(k.replace("qwen2.", "mamba."), t, "mamba" if k == "general.architecture" else g.metadata[k])
                for k, t in g.value_types.items()]
         tensors = [(n, i.shape, i.type.id, g.tensor_bytes(n).tobytes()) for n, i in g.tensors.items()]
+    return gguf_bytes(kvs, tensors)
+
+
+@pytest.fixture(scope="module")
+def mamba(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("unsupported") / "tiny-mamba.gguf"
-    path.write_bytes(gguf_bytes(kvs, tensors))
+    path.write_bytes(mamba_bytes())
     return str(path)
 
 

@@ -28,7 +28,7 @@ import {
 } from "./app/turns.js";
 import { findDemo, loadFailed, loadSucceeded, modelLetGo, showReading, wireLoading } from "./app/loading.js";
 import { drawModels, modelLoaded, wireSavedModels } from "./app/saved_models.js";
-import { hideModel, showModel, useCards, wireModelView } from "./app/model_view.js";
+import { hideModel, showInspector, showModel, useCards, wireModelView } from "./app/model_view.js";
 import { drawSettings, showWorkers, useRules, wireSettings, workersWanted } from "./app/settings_form.js";
 import { hideProgress, replying, setPhase, settle, showError, showProgress, status, wireStatus } from "./app/status.js";
 import { worker } from "./app/worker_client.js";
@@ -70,6 +70,9 @@ const handlers = {
     showWorkers(msg.workers);
     setPhase("ready");
     el.prompt.focus();
+  },
+  inspect(msg) { // a file whose architecture pyengine does not run: not loaded, but its parts shown
+    showInspector(msg.inspect);
   },
   "load-stopped"(msg) { // Stop during a load (cross-origin isolated): the model before stays, if it got that far
     hideProgress();

@@ -8,8 +8,9 @@ worker's ``postMessage``, then hands every command from the page to
 command        fields                                              replies
 =============  ==================================================  ==============================
 ``load``       ``files``: the ``File`` objects (all parts of a     (``unloaded``), ``progress``...,
-               split model, any order); ``weights``: "auto"        ``model``
-               (default), or a key of ``WEIGHT_FORMS``
+               split model, any order); ``weights``: "auto"        ``model``; an architecture not
+               (default), or a key of ``WEIGHT_FORMS``             run: ``inspect`` (the file's
+                                                                   inspector), then ``error``
 ``check``      ``settings`` (:data:`SETTINGS` names -> the text    ``checked``
                typed in the field), ``bad_input`` (the names of
                the fields in which the browser found no number)
@@ -98,7 +99,7 @@ from pyengine.browser.settings import (
     weight_cards,
 )
 from pyengine.browser.shared_memory import new_block
-from pyengine.errors import PyEngineError, TemplateError
+from pyengine.errors import PyEngineError, TemplateError, UnsupportedArchitectureError
 from pyengine.generation.chat import THINKING, ChatSession, thinking_switch
 from pyengine.generation.engine import Engine, text_parts
 from pyengine.gguf.quants import dequantizer
@@ -188,7 +189,11 @@ class WorkerSession:
         sources = [f if hasattr(f, "read") else BrowserFileSource(f) for f in files]
         gguf = open_gguf_plainly(sources, header_progress(self.post))
         d = describe(gguf)
-        config = ModelConfig.from_metadata(gguf.metadata, gguf.tensors)   # an unsupported architecture fails here
+        try:
+            config = ModelConfig.from_metadata(gguf.metadata, gguf.tensors)
+        except UnsupportedArchitectureError as e:                        # still a GGUF: the inspector shows it
+            self.post({"type": "inspect", "inspect": inspector(d)})
+            raise PyEngineError(f"{e}; the Inspector tab shows its metadata and tensors") from None
         tokenizer, template, template_error = text_parts(gguf)
         if template is None:
             raise TemplateError(template_error)                              # a chat needs one

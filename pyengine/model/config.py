@@ -54,6 +54,8 @@ class ArchSpec:
     final_softcap: float = 0.0  # logits soft-capped at this when the file says nothing (gemma2)
     big_n_layer: int = 0        # a model of this many layers scales q by 1/sqrt(n_embd / n_head) (the 27Bs)
     required: tuple = ()        # fields whose key this architecture cannot do without (granite: logit_scale)
+    shortconv: bool = False     # blocks whose head_count_kv is 0 are short convolutions (lfm2)
+    output_norm: str = "output_norm"  # the final norm's tensor (lfm2: token_embd_norm, llama.cpp's name for it)
 
 
 ARCHITECTURES: dict[str, ArchSpec] = {
@@ -70,6 +72,8 @@ ARCHITECTURES: dict[str, ArchSpec] = {
     "smollm3": ArchSpec(False, False, False, False, False, no_rope_step=4),
     "exaone4": ArchSpec(True,  True,  True,  False, False, swa_pattern=4, pre_norms=False, rope_swa_only=True,
                         sliding_window=4096, swa_n_layer=64),
+    "lfm2":   ArchSpec(True,  True,  False, False, False, shortconv=True, output_norm="token_embd_norm",
+                       required=("shortconv_l_cache",)),
 }
 
 # field                      GGUF key ("{arch}" is general.architecture)    type   default
@@ -79,7 +83,7 @@ KEYS = [
     ("n_layer",                "{arch}.block_count",                          int,   REQUIRED),
     ("n_ff",                   "{arch}.feed_forward_length",                  int,   REQUIRED),
     ("n_head",                 "{arch}.attention.head_count",                 int,   REQUIRED),
-    ("n_head_kv",              "{arch}.attention.head_count_kv",              int,   None),   # n_head
+    ("n_head_kv",              "{arch}.attention.head_count_kv",              None,  None),   # n_head; per layer
     ("head_dim_k",             "{arch}.attention.key_length",                 int,   None),   # n_embd / n_head
     ("head_dim_v",             "{arch}.attention.value_length",               int,   None),   # n_embd / n_head
     ("rms_eps",                "{arch}.attention.layer_norm_rms_epsilon",     float, REQUIRED),
@@ -98,6 +102,7 @@ KEYS = [
     ("logit_scale",            "{arch}.logit_scale",                          float, 0.0),    # 0: none (granite)
     ("attention_scale",        "{arch}.attention.scale",                      float, 0.0),    # 0: 1/sqrt(Dk)
     ("n_vocab",                "{arch}.vocab_size",                           int,   None),   # len(tokens)
+    ("shortconv_l_cache",      "{arch}.shortconv.l_cache",                    int,   0),      # taps (lfm2)
 ]
 
 ROPE_SCALING_TYPES = ("none", "linear")  # yarn and longrope are not implemented
@@ -131,9 +136,11 @@ class ModelConfig:
     residual_scale: float       # what attention and FFN add to the stream times this when > 0 (granite)
     logit_scale: float          # logits divided by this when > 0 (granite)
     attention_scale: float      # the file's attention.scale (granite; 0: none), see attn_scale
+    shortconv_l_cache: int      # taps of the short convolutions: each sees itself and l_cache - 1 inputs before
     tied_output: bool | None = None  # output reuses token_embd (known from the tensors, None if not given)
     swa_layers: tuple = ()      # per layer: True when it uses the sliding window
     rope_layers: tuple = ()     # per layer: True when q and k are rotated (smollm3, exaone4: not all)
+    conv_layers: tuple = ()     # per layer: True when it is a short convolution, not attention (lfm2)
     attn_scale: float = 0.0     # multiplies q before q·k (1/sqrt(head_dim_k) unless the arch says otherwise)
     spec: ArchSpec = field(default=None, repr=False)
 
@@ -216,6 +223,7 @@ def _derive(cfg: ModelConfig, metadata: dict) -> None:
             raise ModelError(f"metadata: {name} = {getattr(cfg, name)} must be positive")
     if cfg.n_layer > MAX_LAYERS:
         raise ModelError(f"metadata key '{a}.block_count' = {cfg.n_layer}: at most {MAX_LAYERS} layers")
+    _derive_conv_layers(cfg)
     if cfg.n_head_kv is None:
         cfg.n_head_kv = cfg.n_head
     if cfg.n_head_kv <= 0 or cfg.n_head % cfg.n_head_kv:
@@ -250,6 +258,28 @@ def _derive(cfg: ModelConfig, metadata: dict) -> None:
     if cfg.n_vocab <= 0:
         raise ModelError(f"metadata: vocab size {cfg.n_vocab} must be positive")
     _derive_attention(cfg)
+
+
+def _derive_conv_layers(cfg: ModelConfig) -> None:
+    """The short-convolution blocks (lfm2: head_count_kv 0, per layer or for all) and the KV heads of the
+    attention blocks, which must agree (llama.cpp ``llama_model_lfm2::load_arch_hparams``)."""
+    key, kv = f"{cfg.arch}.attention.head_count_kv", cfg.n_head_kv
+    cfg.conv_layers = (False,) * cfg.n_layer
+    if kv is not None and cfg.spec.shortconv:
+        per_layer = isinstance(kv, (list, np.ndarray))
+        if per_layer and len(kv) != cfg.n_layer:
+            raise ModelError(f"metadata key {key!r} has {len(kv)} values, expected one per layer ({cfg.n_layer})")
+        heads = [_check_value(key, h, int) for h in (kv.tolist() if isinstance(kv, np.ndarray) else kv)] \
+            if per_layer else [_check_value(key, kv, int)] * cfg.n_layer
+        cfg.conv_layers = tuple(h == 0 for h in heads)
+        kv = [h for h in heads if h] or None
+        if any(cfg.conv_layers) and cfg.shortconv_l_cache < 2:
+            raise ModelError(f"metadata key '{cfg.arch}.shortconv.l_cache' = {cfg.shortconv_l_cache} must be at "
+                             f"least 2")
+        if cfg.sliding_window:
+            raise ModelError(f"metadata key '{cfg.arch}.attention.sliding_window': a sliding window on "
+                             f"{cfg.arch} is not supported")
+    cfg.n_head_kv = None if kv is None else _check_value(key, kv, int)
 
 
 def _derive_attention(cfg: ModelConfig) -> None:

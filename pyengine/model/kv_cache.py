@@ -2,7 +2,10 @@
 
 It adds ``2 · n_layer · n_ctx · n_head_kv · head_dim · 4`` bytes (gemma-3-270m:
 36 KiB per token; SmolLM2: 45 KiB per token) and grows with the conversation up
-to ``n_ctx``.
+to ``n_ctx``. A short-convolution block (lfm2) keeps its convolution's input at
+every position in place of keys and values (``n_embd · 4`` bytes per token),
+so its state at any position is the rows before it: going back is a truncate,
+as for attention.
 """
 
 from __future__ import annotations
@@ -22,16 +25,21 @@ class KVCache:
     ``k[il]`` is (n_head_kv, capacity, Dk) float32 and ``v[il]`` (n_head_kv,
     capacity, Dv): one head's positions are contiguous rows, so attention reads
     ``k[il][:, :n]`` without a copy. Capacity doubles as needed up to ``n_ctx``.
+    ``conv[il]`` is (capacity, channels) float32 for a short-convolution block
+    (its ``k[il]``, ``v[il]`` hold no heads), None for attention.
     ``n`` is the number of positions filled; ``truncate(n)`` forgets the rest
     (a chat reuses the common prefix of the previous turn).
     """
 
-    def __init__(self, n_layer: int, n_head_kv: int, head_dim_k: int, head_dim_v: int, n_ctx: int):
+    def __init__(self, n_layer: int, n_head_kv: int, head_dim_k: int, head_dim_v: int, n_ctx: int,
+                 conv_channels: tuple = ()):
         self.n_ctx, self.n = n_ctx, 0
         self.id = next(_IDS)          # names this cache to the helper workers of a split model
         cap = min(n_ctx, 256)
-        self.k = [np.zeros((n_head_kv, cap, head_dim_k), np.float32) for _ in range(n_layer)]
-        self.v = [np.zeros((n_head_kv, cap, head_dim_v), np.float32) for _ in range(n_layer)]
+        conv = tuple(conv_channels) or (0,) * n_layer                    # per layer: channels, 0 for attention
+        self.k = [np.zeros((0 if w else n_head_kv, cap, head_dim_k), np.float32) for w in conv]
+        self.v = [np.zeros((0 if w else n_head_kv, cap, head_dim_v), np.float32) for w in conv]
+        self.conv = [np.zeros((cap, w), np.float32) if w else None for w in conv]
 
     @property
     def capacity(self) -> int:
@@ -39,7 +47,7 @@ class KVCache:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.k + self.v)
+        return sum(a.nbytes for a in self.k + self.v + self.conv if a is not None)
 
     def reserve(self, n: int) -> None:
         """Make room for positions 0..n-1 (n <= n_ctx), keeping what is stored."""
@@ -51,6 +59,11 @@ class KVCache:
                 b = np.zeros((a.shape[0], cap, a.shape[2]), np.float32)
                 b[:, :self.n] = a[:, :self.n]
                 arrs[il] = b
+        for il, a in enumerate(self.conv):
+            if a is not None:
+                b = np.zeros((cap, a.shape[1]), np.float32)
+                b[:self.n] = a[:self.n]
+                self.conv[il] = b
 
     def truncate(self, n: int) -> None:
         """Keep the first ``n`` positions (0 <= n <= self.n)."""

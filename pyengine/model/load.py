@@ -23,9 +23,10 @@ from pyengine.weights.budget import HEAP_HEADROOM, Matrix, default_budget, forms
 from pyengine.weights.build import Builder, piece_nbytes
 
 
-def layer_tensors(c: ModelConfig, fused_qkv: bool = False) -> list[tuple[str, tuple, bool]]:
+def layer_tensors(c: ModelConfig, fused_qkv: bool = False, conv: bool = False) -> list[tuple[str, tuple, bool]]:
     """The tensors of one block: (name after ``blk.N.``, ggml ne shape, required). ``fused_qkv``: the
-    file holds q, k and v in one ``attn_qkv`` (phi3's GGUFs; llama.cpp takes either for any architecture)."""
+    file holds q, k and v in one ``attn_qkv`` (phi3's GGUFs; llama.cpp takes either for any architecture);
+    ``conv``: a short convolution in place of attention (lfm2)."""
     e, f, dk, dv, spec = c.n_embd, c.n_ff, c.head_dim_k, c.head_dim_v, c.spec
     nq, nk, nv, no = c.n_head * dk, c.n_head_kv * dk, c.n_head_kv * dv, c.n_head * dv
     qkv = [("attn_qkv.weight", (e, nq + nk + nv), True), ("attn_qkv.bias", (nq + nk + nv,), False)] if fused_qkv \
@@ -36,10 +37,14 @@ def layer_tensors(c: ModelConfig, fused_qkv: bool = False) -> list[tuple[str, tu
     gate_up = [("ffn_up.weight", (e, 2 * f), True)] if spec.ffn_fused_up \
         else [("ffn_gate.weight", (e, f), True), ("ffn_gate.bias", (f,), False),
               ("ffn_up.weight", (e, f), True), ("ffn_up.bias", (f,), False)]
+    mixer = [*qkv, ("attn_q_norm.weight", q_norm, True), ("attn_k_norm.weight", k_norm, True),
+             ("attn_output.weight", (no, e), True), ("attn_output.bias", (e,), False)]
+    if conv:
+        mixer = [("shortconv.in_proj.weight", (e, 3 * e), True),
+                 ("shortconv.conv.weight", (c.shortconv_l_cache, e), True),
+                 ("shortconv.out_proj.weight", (e, e), True)]
     rows = [
-        ("attn_norm.weight", (e,), True), *qkv,
-        ("attn_q_norm.weight", q_norm, True), ("attn_k_norm.weight", k_norm, True),
-        ("attn_output.weight", (no, e), True), ("attn_output.bias", (e,), False),
+        ("attn_norm.weight", (e,), True), *mixer,
         ("post_attention_norm.weight", (e,), True),
         ("ffn_norm.weight", (e,), True), *gate_up,
         ("ffn_down.weight", (f, e), True), ("ffn_down.bias", (e,), False),
@@ -59,12 +64,12 @@ def model_tensors(c: ModelConfig, tensors=None) -> list[tuple[str, tuple, bool]]
     """Every tensor the model reads: (GGUF name, ggml ne shape, required); ``tensors`` (the file's) says
     which layers hold a fused ``attn_qkv``."""
     names = [("token_embd.weight", (c.n_embd, c.n_vocab), True),
-             ("output_norm.weight", (c.n_embd,), True),
+             (c.spec.output_norm + ".weight", (c.n_embd,), True),
              ("output.weight", (c.n_embd, c.n_vocab), False),
              ("rope_freqs.weight", (c.rope_dim // 2,), False)]
     for il in range(c.n_layer):
         fused = tensors is not None and f"blk.{il}.attn_qkv.weight" in tensors
-        names += [(f"blk.{il}.{n}", shape, req) for n, shape, req in layer_tensors(c, fused)]
+        names += [(f"blk.{il}.{n}", shape, req) for n, shape, req in layer_tensors(c, fused, c.conv_layers[il])]
     return names
 
 
@@ -134,19 +139,30 @@ def shard_matrices(config: ModelConfig, tensors, shard: Shard) -> dict[tuple, tu
         out[("output",)] = ([("output.weight", v0, v1)], None)
     for il in range(c.n_layer):
         p = f"blk.{il}."
-        if p + "attn_qkv.weight" in tensors:              # q, k, v stacked in one tensor
+        if c.conv_layers[il]:
+            out.update(conv_matrices(c, il, shard))
+        elif p + "attn_qkv.weight" in tensors:            # q, k, v stacked in one tensor
             nq, nk, fused = c.n_head * dk, c.n_head_kv * dk, p + "attn_qkv.weight"
             out[(il, "wqkv")] = ([(fused, h0 * dk, h1 * dk), (fused, nq + g0 * dk, nq + g1 * dk),
                                   (fused, nq + nk + g0 * dv, nq + nk + g1 * dv)], None)
         else:
             out[(il, "wqkv")] = ([(p + "attn_q.weight", h0 * dk, h1 * dk), (p + "attn_k.weight", g0 * dk, g1 * dk),
                                   (p + "attn_v.weight", g0 * dv, g1 * dv)], None)
-        out[(il, "wo")] = ([(p + "attn_output.weight", 0, c.n_embd)], (h0 * dv, h1 * dv))
+        if not c.conv_layers[il]:
+            out[(il, "wo")] = ([(p + "attn_output.weight", 0, c.n_embd)], (h0 * dv, h1 * dv))
         gate, up, n = (p + "ffn_up.weight", p + "ffn_up.weight", c.n_ff) if c.spec.ffn_fused_up \
             else (p + "ffn_gate.weight", p + "ffn_up.weight", 0)
         out[(il, "w_gate_up")] = ([(gate, f0, f1), (up, n + f0, n + f1)], None)
         out[(il, "w_down")] = ([(p + "ffn_down.weight", 0, c.n_embd)], (f0, f1))
     return out
+
+
+def conv_matrices(c: ModelConfig, il: int, shard: Shard) -> dict[tuple, tuple]:
+    """The matrices of lfm2's short-convolution block ``il`` for ``shard``'s channels ``e0..e1``: the rows
+    of in_proj's three parts (b, c, x), the columns of out_proj."""
+    (e0, e1), n, p = shard.conv, c.n_embd, f"blk.{il}.shortconv."
+    rows = [(p + "in_proj.weight", part * n + e0, part * n + e1) for part in range(3)]
+    return {(il, "conv_in"): (rows, None), (il, "conv_out"): ([(p + "out_proj.weight", 0, n)], (e0, e1))}
 
 
 def budget_matrices(matrices: dict, tensors) -> list[Matrix]:
@@ -167,8 +183,9 @@ def budget_matrices(matrices: dict, tensors) -> list[Matrix]:
 
 
 def vector_names(gguf_file, names: list[str]) -> list[str]:
-    """The 1-D tensors among ``names``, read whole (norms, biases, rope factors)."""
-    return [n for n in names if len(_squeeze(gguf_file.tensors[n].shape)) == 1]
+    """The tensors among ``names`` read whole: the 1-D ones (norms, biases, rope factors) and the short
+    convolutions' kernels (l_cache x n_embd, lfm2)."""
+    return [n for n in names if len(_squeeze(gguf_file.tensors[n].shape)) == 1 or n.endswith(".shortconv.conv.weight")]
 
 
 def load_nbytes(gguf_file, config: ModelConfig, shard: Shard) -> int:
@@ -217,8 +234,19 @@ class _Loader:
         return np.concatenate([self.vector(n, (a, b)) if n in self.gf.tensors else np.zeros(b - a, np.float32)
                                for n, (_, a, b) in zip(names, pieces)])
 
+    def kernel(self, name: str) -> np.ndarray | None:
+        """A short convolution's kernel, this shard's channels: (e1 - e0, l_cache) float32; None if absent."""
+        if name not in self.gf.tensors:
+            return None
+        (e0, e1), a = self.shard.conv, self.gf.tensor(name)
+        self._tick(name, self.gf.tensors[name].n_bytes)
+        return np.ascontiguousarray(np.asarray(a, np.float32).reshape(-1, self.config.shortconv_l_cache)[e0:e1])
+
     def matrix(self, key: tuple, forms: dict) -> tuple:
-        """Matrix ``key`` of the shard in its form, and its bias (rows of it; whole for a column cut)."""
+        """Matrix ``key`` of the shard in its form, and its bias (rows of it; whole for a column cut);
+        (None, None) when this block has no such matrix (a short convolution's q, k, v)."""
+        if key not in self.matrices:
+            return None, None
         pieces, cols = self.matrices[key]
         w = self.build.build(pieces, forms[key], cols)
         if cols is None:
@@ -237,9 +265,11 @@ class _Loader:
         post_attn_norm, ffn_norm = self.vector(p + "post_attention_norm.weight"), self.vector(p + "ffn_norm.weight")
         w_gate_up, b_gate_up = self.matrix((il, "w_gate_up"), forms)
         w_down, b_down = self.matrix((il, "w_down"), forms)
+        conv_in, conv_out = self.matrix((il, "conv_in"), forms)[0], self.matrix((il, "conv_out"), forms)[0]
         return Layer(attn_norm, wqkv, bqkv, q_norm, k_norm, wo, bo, post_attn_norm,
                      ffn_norm, w_gate_up, b_gate_up, w_down, b_down, self.vector(p + "post_ffw_norm.weight"),
-                     swa=c.swa_layers[il], rope=c.rope_layers[il])
+                     swa=c.swa_layers[il], rope=c.rope_layers[il],
+                     conv_in=conv_in, conv=self.kernel(p + "shortconv.conv.weight"), conv_out=conv_out)
 
     def load(self, weights: str, budget: int, forms: dict | None, comm) -> Model:
         listed = budget_matrices(self.matrices, self.gf.tensors)
@@ -248,7 +278,7 @@ class _Loader:
         if self.progress is not None:
             self.progress(0, self.total, 0, self.total_bytes)
         token_embd, _ = self.matrix(("token_embd",), forms)
-        output_norm = self.vector("output_norm.weight")
+        output_norm = self.vector(self.config.spec.output_norm + ".weight")
         output = self.matrix(("output",), forms)[0] if ("output",) in self.matrices else token_embd
         rope_freqs = self.vector("rope_freqs.weight")
         layers = [self.layer(il, forms) for il in range(self.config.n_layer)]

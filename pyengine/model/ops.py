@@ -1,4 +1,5 @@
-"""The network's operations in numpy: RMSNorm, the gated FFN activations, rope, attention.
+"""The network's operations in numpy: RMSNorm, the gated FFN activations, rope, attention, the short
+convolution.
 
 Each is the math of the ggml CPU op named in its docstring. Shapes: ``T``
 tokens in the batch, ``S`` positions of the KV cache attended to, ``H`` query
@@ -80,6 +81,17 @@ def softcap(x: np.ndarray, cap: float) -> np.ndarray:
     """Gemma's soft-capping ``cap * tanh(x / cap)`` as ggml computes it: ``scale(x, 1/cap)``, ``tanh``,
     ``scale(cap)`` (a product with the float32 reciprocal, not a division)."""
     return np.float32(cap) * np.tanh(x * np.float32(1.0 / cap))
+
+
+def ssm_conv(x: np.ndarray, kernel: np.ndarray) -> np.ndarray:
+    """ggml ``ssm_conv``, one sequence: a causal depthwise convolution. x (L - 1 + T, C) holds the L - 1
+    inputs before the batch then its T, kernel (C, L) float32 -> (T, C), out[t] = sum_i x[t + i] * kernel[:, i],
+    summed in tap order as ggml does."""
+    n_taps, t = kernel.shape[1], x.shape[0] - kernel.shape[1] + 1
+    out = x[0:t] * kernel[:, 0]                                           # (T, C)
+    for i in range(1, n_taps):
+        out += x[i:i + t] * kernel[:, i]
+    return out
 
 
 # ----------------------------------------------------------------------------

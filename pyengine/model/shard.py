@@ -1,4 +1,5 @@
-"""What part of the model one worker holds: its attention heads, FFN units and vocabulary rows.
+"""What part of the model one worker holds: its attention heads, FFN units, vocabulary rows and
+short-convolution channels (lfm2).
 
 A whole model is the one shard of one worker; ``pyengine.parallel.split``
 cuts a model into the shards of several.
@@ -12,20 +13,21 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Shard:
     """Worker ``index`` of ``count``: q heads ``heads``, KV heads ``kv_heads``, FFN units ``ffn``, vocabulary
-    rows ``vocab``, each a range ``(first, end)``."""
+    rows ``vocab``, channels ``conv`` of the short convolutions (lfm2), each a range ``(first, end)``."""
     index: int
     count: int
     heads: tuple[int, int]
     kv_heads: tuple[int, int]
     ffn: tuple[int, int]
     vocab: tuple[int, int]
+    conv: tuple[int, int] = (0, 0)
 
     def as_dict(self) -> dict:
         return {"index": self.index, "count": self.count, "heads": self.heads, "kv_heads": self.kv_heads,
-                "ffn": self.ffn, "vocab": self.vocab}
+                "ffn": self.ffn, "vocab": self.vocab, "conv": self.conv}
 
 
 def whole(config) -> Shard:
     """The whole model in one worker."""
     c = config
-    return Shard(0, 1, (0, c.n_head), (0, c.n_head_kv), (0, c.n_ff), (0, c.n_vocab))
+    return Shard(0, 1, (0, c.n_head), (0, c.n_head_kv), (0, c.n_ff), (0, c.n_vocab), (0, c.n_embd))

@@ -11,6 +11,8 @@ data in :data:`pyengine.model.config.ARCHITECTURES`, not code::
         q, k = q_norm(q), k_norm(k)             (qwen3, gemma3: RMSNorm per head)
         q, k = rope(q), rope(k)                 (NORM pairs for llama, NEOX halves otherwise)
         h = wo · attention(q, K, V)             (causal; sliding window on gemma3's local layers)
+          or, in a short-convolution block (lfm2, src/models/lfm2.cpp):
+        b, c, x' = split(in_proj · h); h = out_proj · (c * conv(b * x'))   (conv over the last l_cache inputs)
         x = x + post_attention_norm(h)          (post-norm: gemma3 only)
         h = w_down · act(w_gate · ffn_norm(x)) * (w_up · ffn_norm(x))   (SiLU, or GELU for gemma3)
         x = x + post_ffw_norm(h)
@@ -33,7 +35,7 @@ import numpy as np
 from pyengine.errors import PyEngineError
 from pyengine.model.config import ModelConfig
 from pyengine.model.kv_cache import KVCache
-from pyengine.model.ops import Rope, attention, geglu, rmsnorm, rmsnorm_split, softcap, swiglu
+from pyengine.model.ops import Rope, attention, geglu, rmsnorm, rmsnorm_split, softcap, ssm_conv, swiglu
 from pyengine.model.shard import whole
 from pyengine.weights.forms import add_bias
 
@@ -60,6 +62,9 @@ class Layer:
     post_ffn_norm: np.ndarray | None  # (n_embd,) post_ffw_norm
     swa: bool                       # sliding-window layer (local rope base, windowed mask)
     rope: bool = True               # q and k are rotated (not on smollm3's every 4th layer)
+    conv_in: Any = None             # (3*C, n_embd) shortconv.in_proj: b, c, x of this shard's C channels (lfm2)
+    conv: np.ndarray | None = None  # (C, l_cache) shortconv.conv, the kernel; None: an attention block
+    conv_out: Any = None            # (n_embd, C) shortconv.out_proj
 
 
 class Solo:
@@ -111,7 +116,8 @@ class Model:
         if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx <= 0:
             raise PyEngineError(f"context size must be a positive number of tokens, got {n_ctx!r}")
         g0, g1 = self.shard.kv_heads
-        return KVCache(c.n_layer, g1 - g0, c.head_dim_k, c.head_dim_v, n_ctx)
+        conv = tuple(0 if layer.conv is None else layer.conv.shape[0] for layer in self.layers)
+        return KVCache(c.n_layer, g1 - g0, c.head_dim_k, c.head_dim_v, n_ctx, conv)
 
     # ------------------------------------------------------------------------
     # the forward pass: the hot loop
@@ -150,7 +156,8 @@ class Model:
         if c.embedding_scale:                                            # granite
             x *= np.float32(c.embedding_scale)
         for il, layer in enumerate(self.layers):
-            h = self.attention(layer, self.pre_norm(x, layer.attn_norm), cache, il, pos)  # (T, n_embd)
+            mix = self.attention if layer.conv is None else self.shortconv
+            h = mix(layer, self.pre_norm(x, layer.attn_norm), cache, il, pos)  # (T, n_embd)
             if il == c.n_layer - 1:                      # past the last attention only the output rows matter
                 x, h = x[rows], h[rows]
             x = x + self.post_norm(h, layer.post_attn_norm)
@@ -203,6 +210,20 @@ class Model:
                       c.sliding_window if layer.swa else 0, c.attn_logit_softcap)   # (Hkv, G, T, Dv)
         h = self.comm.all_reduce(layer.wo(o.transpose(2, 0, 1, 3).reshape(t, hq * dv)))   # (T, n_embd)
         return add_bias(h, layer.bo)
+
+    def shortconv(self, layer: Layer, x: np.ndarray, cache: KVCache, il: int, pos: int) -> np.ndarray:
+        """lfm2's short-convolution block on x (T, n_embd), already normed, at positions pos.. over this
+        shard's C channels, summed over the workers -> (T, n_embd): ``out_proj(c * conv(b * x))``, the
+        convolution seeing the l_cache - 1 inputs before each token (kept in the cache, zeros before 0)."""
+        t, n_ch, taps = x.shape[0], layer.conv.shape[0], layer.conv.shape[1]
+        bcx = layer.conv_in(x)                                           # (T, 3C): b, c, x
+        cache.conv[il][pos:pos + t] = bcx[:, :n_ch] * bcx[:, 2 * n_ch:]  # b * x, (T, C)
+        first = pos - (taps - 1)
+        seen = cache.conv[il][max(first, 0):pos + t]                     # (L - 1 + T, C) once past the start
+        if first < 0:
+            seen = np.concatenate([np.zeros((-first, n_ch), np.float32), seen])
+        y = bcx[:, n_ch:2 * n_ch] * ssm_conv(seen, layer.conv)           # (T, C)
+        return self.comm.all_reduce(layer.conv_out(y))                   # (T, n_embd)
 
     def ffn(self, layer: Layer, x: np.ndarray) -> np.ndarray:
         """Gated feed-forward of x (R, n_embd), already normed, over this shard's FFN units, summed over the

@@ -89,10 +89,10 @@ def plan_load(gguf, config, weights: str, n_workers: int, budget=default_budget)
     note) and choose each matrix's form for the largest shard within ``budget(file bytes, workers)``.
     Raises PyEngineError when no form fits a worker's heap, naming what it needs and what would fit."""
     note = ""
-    head_align, ffn_align = alignments(config, gguf.tensors)
+    aligns = alignments(config, gguf.tensors)
     for n in range(n_workers, 0, -1):
         try:
-            shards = plan(config, n, head_align, ffn_align)
+            shards = plan(config, n, *aligns)
             break
         except PyEngineError as e:
             note = f"running in {n - 1} worker{'s' * (n > 2)}: {e}" if n > 1 else note

@@ -52,10 +52,10 @@ def head_ranges(n_head: int, n_head_kv: int, n_workers: int, align: int) -> list
     return out
 
 
-def plan(config, n_workers: int, head_align: int = 1, ffn_align: int = 1) -> list[Shard]:
-    """The shards of ``n_workers`` workers: ``head_align`` q heads and ``ffn_align`` FFN units make a whole
-    block of the column-cut matrices (attn_output, ffn_down). Raises PyEngineError for a model that
-    cannot be cut so many ways."""
+def plan(config, n_workers: int, head_align: int = 1, ffn_align: int = 1, conv_align: int = 1) -> list[Shard]:
+    """The shards of ``n_workers`` workers: ``head_align`` q heads, ``ffn_align`` FFN units and ``conv_align``
+    short-convolution channels make a whole block of the column-cut matrices (attn_output, ffn_down,
+    shortconv.out_proj). Raises PyEngineError for a model that cannot be cut so many ways."""
     c = config
     if not 1 <= n_workers <= MAX_WORKERS:
         raise PyEngineError(f"cannot split a model over {n_workers} workers (1..{MAX_WORKERS})")
@@ -64,17 +64,23 @@ def plan(config, n_workers: int, head_align: int = 1, ffn_align: int = 1) -> lis
     heads = head_ranges(c.n_head, c.n_head_kv, n_workers, head_align)
     ffn = ranges(c.n_ff, n_workers, ffn_align)
     vocab = ranges(c.n_vocab, n_workers)
-    return [Shard(i, n_workers, h, kv, f, v) for i, ((h, kv), f, v) in enumerate(zip(heads, ffn, vocab))]
+    conv = ranges(c.n_embd, n_workers, conv_align)
+    return [Shard(i, n_workers, h, kv, f, v, e) for i, ((h, kv), f, v, e) in enumerate(zip(heads, ffn, vocab, conv))]
 
 
-def alignments(config, tensors) -> tuple[int, int]:
-    """(q heads, FFN units) that make a whole ggml block of every layer's attn_output and ffn_down."""
-    hb = fb = 1
+def alignments(config, tensors) -> tuple[int, int, int]:
+    """(q heads, FFN units, short-convolution channels) that make a whole ggml block of every layer's
+    attn_output, ffn_down and shortconv.out_proj."""
+    hb = fb = cb = 1
     for il in range(config.n_layer):
-        wo, down = tensors.get(f"blk.{il}.attn_output.weight"), tensors.get(f"blk.{il}.ffn_down.weight")
+        p = f"blk.{il}."
+        wo, down = tensors.get(p + "attn_output.weight"), tensors.get(p + "ffn_down.weight")
+        out = tensors.get(p + "shortconv.out_proj.weight")
         if wo is not None:
             hb = math.lcm(hb, wo.type.block_size)
         if down is not None:
             fb = math.lcm(fb, down.type.block_size)
+        if out is not None:
+            cb = math.lcm(cb, out.type.block_size)
     dv = config.head_dim_v
-    return hb // math.gcd(hb, dv), fb
+    return hb // math.gcd(hb, dv), fb, cb

@@ -26,6 +26,7 @@ from browser.pages import (
 )
 from browser.reference import cpython_reply
 from pyengine.gguf import open_gguf
+from pyengine.model.config import ARCHITECTURES
 
 pytestmark = pytest.mark.browser
 
@@ -121,6 +122,27 @@ def test_a_failed_reply_is_marked_and_left_out_of_the_chat(app):
     assert wait_reply(app) == cpython_reply(TINY["llama"], turns + ["hello"], max_tokens=6)
     assert "tok/s" in app.get_by_test_id("stats").text_content()
     assert error_text(app) is None
+
+
+def test_an_unsupported_architecture_is_named_and_shown_in_the_inspector(app, tmp_path):
+    """The error names the architecture and the supported ones; the file's keys and tensors are in the
+    Inspector tab; the model loaded before stays (tests/test_unsupported.py: the same file in the CLI)."""
+    from test_unsupported import mamba_bytes
+    assert app.get_by_test_id("status").text_content() == "ready", "runs after a load in this module"
+    path = tmp_path / "tiny-mamba.gguf"
+    path.write_bytes(mamba_bytes())
+    drop_files(app, [path])
+    wait_loaded(app)
+    assert error_text(app) == (f"unsupported architecture 'mamba' (general.architecture); supported: "
+                               f"{', '.join(ARCHITECTURES)}; the Inspector tab shows its metadata and tensors")
+    assert app.get_by_test_id("status").text_content() == "ready"
+    inspector = app.get_by_test_id("inspector")
+    with open_gguf(TINY["qwen2"]) as g:
+        n_tensors = len(g.tensors)
+    assert inspector.locator(".tensor-count").text_content() == f"({n_tensors})"
+    keys = inspector.locator(".meta-table tbody tr td:first-child").all_text_contents()
+    assert "mamba.block_count" in keys and "general.architecture" in keys
+    app.locator(".error-close").click()
 
 
 def test_model_text_is_never_html(app, tmp_path):

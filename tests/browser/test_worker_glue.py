@@ -13,6 +13,7 @@ from pyengine.browser.file_source import BrowserFileSource
 from pyengine.errors import PyEngineError
 from pyengine.gguf import open_gguf
 from pyengine.gguf.source import BytesSource
+from pyengine.model.config import ARCHITECTURES
 
 
 class FakeBlob:
@@ -414,8 +415,12 @@ def test_a_model_that_cannot_load_keeps_the_one_before(posted):
     before = list(worker._session.chat.messages)
     start = len(posted)
     run({"type": "load", "files": [retyped(TINY["llama"], **{"general.architecture": "phi9"})]})
-    assert [m["type"] for m in posted[start:]] == ["progress", "error"]  # the header read; no "unloaded"
-    assert "phi9" in posted[-1]["message"]
+    # the header read, the file shown in the inspector (tests/test_unsupported.py: all of it); no "unloaded"
+    assert [m["type"] for m in posted[start:]] == ["progress", "inspect", "error"]
+    with open_gguf(TINY["llama"]) as g:
+        assert [t["name"] for t in posted[-2]["inspect"]["tensors"]] == list(g.tensors)
+    assert posted[-1]["message"] == (f"unsupported architecture 'phi9' (general.architecture); supported: "
+                                     f"{', '.join(ARCHITECTURES)}; the Inspector tab shows its metadata and tensors")
     assert worker._session.chat.messages == before
 
 

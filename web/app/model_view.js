@@ -57,7 +57,8 @@ function row(cells, tag = "td") {
 
 const shownOf = (shown, total) => (shown < total ? `${withCommas(shown)} of ${withCommas(total)}` : withCommas(total));
 
-function showInspector(info) {
+// info: pyengine.browser.page.inspector (also of a file that could not be loaded).
+export function showInspector(info) {
   const find = (selector) => el.inspector.querySelector(selector);
   find(".empty").hidden = true;
   find(".inspect-body").hidden = false;
