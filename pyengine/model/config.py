@@ -54,6 +54,10 @@ class ArchSpec:
     final_softcap: float = 0.0  # logits soft-capped at this when the file says nothing (gemma2)
     big_n_layer: int = 0        # a model of this many layers scales q by 1/sqrt(n_embd / n_head) (the 27Bs)
     required: tuple = ()        # fields whose key this architecture cannot do without (granite: logit_scale)
+    recurrent: bool = False     # hybrid: Gated DeltaNet layers, full attention every full_attention_interval-th
+    q_gate: bool = False        # attn_q holds each head's query then its output gate (sigmoid) (qwen35)
+    ffn_norm: str = "ffn_norm"  # the name of the norm before the FFN (qwen35: post_attention_norm)
+    imrope: bool = False        # rope.dimension_sections interleaved over the pairs (llama.cpp IMROPE)
 
 
 ARCHITECTURES: dict[str, ArchSpec] = {
@@ -70,6 +74,9 @@ ARCHITECTURES: dict[str, ArchSpec] = {
     "smollm3": ArchSpec(False, False, False, False, False, no_rope_step=4),
     "exaone4": ArchSpec(True,  True,  True,  False, False, swa_pattern=4, pre_norms=False, rope_swa_only=True,
                         sliding_window=4096, swa_n_layer=64),
+    "qwen35": ArchSpec(True,  True,  False, False, False, recurrent=True, q_gate=True, ffn_norm="post_attention_norm",
+                       imrope=True, required=("rope_sections", "ssm_d_conv", "ssm_d_inner", "ssm_d_state",
+                                              "ssm_dt_rank", "ssm_n_group")),
 }
 
 # field                      GGUF key ("{arch}" is general.architecture)    type   default
@@ -98,6 +105,14 @@ KEYS = [
     ("logit_scale",            "{arch}.logit_scale",                          float, 0.0),    # 0: none (granite)
     ("attention_scale",        "{arch}.attention.scale",                      float, 0.0),    # 0: 1/sqrt(Dk)
     ("n_vocab",                "{arch}.vocab_size",                           int,   None),   # len(tokens)
+    ("rope_sections",          "{arch}.rope.dimension_sections",              None,  None),   # 4 ints (qwen35)
+    ("full_attention_interval", "{arch}.full_attention_interval",             int,   4),      # qwen35
+    ("recurrent_layers",       "{arch}.attention.recurrent_layers",           None,  None),   # [bool] per layer
+    ("ssm_d_conv",             "{arch}.ssm.conv_kernel",                      int,   0),      # conv taps
+    ("ssm_d_inner",            "{arch}.ssm.inner_size",                       int,   0),      # v heads * head size
+    ("ssm_d_state",            "{arch}.ssm.state_size",                       int,   0),      # k and v head size
+    ("ssm_dt_rank",            "{arch}.ssm.time_step_rank",                   int,   0),      # v heads
+    ("ssm_n_group",            "{arch}.ssm.group_count",                      int,   0),      # k heads
 ]
 
 ROPE_SCALING_TYPES = ("none", "linear")  # yarn and longrope are not implemented
@@ -131,10 +146,19 @@ class ModelConfig:
     residual_scale: float       # what attention and FFN add to the stream times this when > 0 (granite)
     logit_scale: float          # logits divided by this when > 0 (granite)
     attention_scale: float      # the file's attention.scale (granite; 0: none), see attn_scale
+    rope_sections: object       # as in the file: 4 counts of rope pairs (time, height, width, extra) or None
+    full_attention_interval: int  # hybrid: every this-th layer is full attention
+    recurrent_layers: object    # as in the file: per layer True for a Gated DeltaNet layer, or None
+    ssm_d_conv: int             # taps of the DeltaNet's causal conv
+    ssm_d_inner: int            # DeltaNet value width: v heads * head size
+    ssm_d_state: int            # DeltaNet head size (keys and values)
+    ssm_dt_rank: int            # DeltaNet value heads (each has its decay and beta)
+    ssm_n_group: int            # DeltaNet key heads (value head h reads key head h % ssm_n_group)
     tied_output: bool | None = None  # output reuses token_embd (known from the tensors, None if not given)
     swa_layers: tuple = ()      # per layer: True when it uses the sliding window
     rope_layers: tuple = ()     # per layer: True when q and k are rotated (smollm3, exaone4: not all)
     attn_scale: float = 0.0     # multiplies q before q·k (1/sqrt(head_dim_k) unless the arch says otherwise)
+    recurrent: tuple = ()       # per layer: True for a Gated DeltaNet layer (hybrid architectures)
     spec: ArchSpec = field(default=None, repr=False)
 
     @property
@@ -250,6 +274,43 @@ def _derive(cfg: ModelConfig, metadata: dict) -> None:
     if cfg.n_vocab <= 0:
         raise ModelError(f"metadata: vocab size {cfg.n_vocab} must be positive")
     _derive_attention(cfg)
+    _derive_recurrent(cfg)
+
+
+def _derive_recurrent(cfg: ModelConfig) -> None:
+    """The Gated DeltaNet layers and their sizes, as llama.cpp's qwen35 loader reads them (its
+    ``load_arch_hparams``: ``attention.recurrent_layers``, else every layer but each
+    ``full_attention_interval``-th), and the rope sections checked."""
+    a, n = cfg.arch, cfg.n_layer
+    if not cfg.spec.recurrent:
+        cfg.recurrent = (False,) * n
+        return
+    layers = cfg.recurrent_layers
+    if layers is not None:
+        if len(layers) != n or not all(isinstance(x, (bool, np.bool_)) for x in layers):
+            raise ModelError(f"metadata key '{a}.attention.recurrent_layers' must be {n} booleans")
+        cfg.recurrent = tuple(bool(x) for x in layers)
+    else:
+        step = cfg.full_attention_interval
+        if step <= 0:
+            raise ModelError(f"metadata key '{a}.full_attention_interval' = {step} must be positive")
+        cfg.recurrent = tuple((il + 1) % step != 0 for il in range(n))
+    for name in ("ssm_d_conv", "ssm_d_state", "ssm_dt_rank", "ssm_n_group"):
+        if not 0 < getattr(cfg, name) <= 1 << 16:
+            raise ModelError(f"metadata: {name} = {getattr(cfg, name)} must be in 1..65536")
+    if cfg.ssm_dt_rank % cfg.ssm_n_group or cfg.ssm_d_inner != cfg.ssm_d_state * cfg.ssm_dt_rank:
+        raise ModelError(f"metadata: ssm.group_count = {cfg.ssm_n_group} must divide ssm.time_step_rank = "
+                         f"{cfg.ssm_dt_rank}, and ssm.inner_size = {cfg.ssm_d_inner} be their head size "
+                         f"{cfg.ssm_d_state} times the latter")
+    if cfg.spec.q_gate and cfg.head_dim_k != cfg.head_dim_v:
+        raise ModelError(f"metadata: the gated attention of {a} needs key_length = value_length")
+    sections = cfg.rope_sections
+    if not isinstance(sections, (list, np.ndarray)) or len(sections) != 4 or \
+            not all(isinstance(x, (int, np.integer)) and 0 <= x <= cfg.rope_dim for x in sections) or \
+            not 0 < sum(int(x) for x in sections) <= cfg.rope_dim // 2:
+        raise ModelError(f"metadata key '{a}.rope.dimension_sections' must be 4 counts of rope pairs "
+                         f"summing to 1..{cfg.rope_dim // 2}, got {sections!r}")
+    cfg.rope_sections = tuple(int(x) for x in sections)
 
 
 def _derive_attention(cfg: ModelConfig) -> None:
