@@ -253,3 +253,23 @@ def test_chat_turns_and_regenerate_reuse_the_state():
     plain = alone.respond(GREEDY, max_tokens=12)
     list(plain)
     assert plain.ids == again.ids and plain.stats.cached_tokens == 0
+
+
+# --- hostile metadata -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("change, message", [
+    ({"-": "qwen35.ssm.state_size"}, "missing metadata key 'qwen35.ssm.state_size'"),
+    ({"qwen35.ssm.group_count": 3}, "group_count = 3 must divide"),
+    ({"qwen35.ssm.state_size": 4096, "qwen35.ssm.inner_size": 4 * 4096}, "more than 16777216 floats"),
+    ({"qwen35.rope.dimension_sections": [9, 0, 0, 0]}, "dimension_sections"),
+    ({"qwen35.attention.recurrent_layers": [True, False]}, "must be 5 booleans"),
+    ({"qwen35.full_attention_interval": 0}, "must be positive"),
+])
+def test_bad_hybrid_metadata_is_a_clear_error(change, message):
+    from pyengine.errors import ModelError
+    from pyengine.model.config import ModelConfig
+    with open_gguf(PATH) as g:
+        md = dict(g.metadata)
+    md.pop(change.pop("-", None), None)
+    with pytest.raises(ModelError, match=message):
+        ModelConfig.from_metadata({**md, **change})

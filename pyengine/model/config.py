@@ -31,6 +31,7 @@ from pyengine.errors import ModelError, UnsupportedArchitectureError
 
 REQUIRED = object()  # marks a key without a default
 MAX_LAYERS = 512     # llama.cpp's LLAMA_MAX_LAYERS: a hostile block_count must not make us list 10^9 layers
+MAX_STATE = 1 << 24  # floats of one DeltaNet layer's recurrent state (64 MiB; Qwen3.5-0.8B: 16 x 128² = 1 MiB)
 
 
 @dataclass(frozen=True)
@@ -298,6 +299,9 @@ def _derive_recurrent(cfg: ModelConfig) -> None:
     for name in ("ssm_d_conv", "ssm_d_state", "ssm_dt_rank", "ssm_n_group"):
         if not 0 < getattr(cfg, name) <= 1 << 16:
             raise ModelError(f"metadata: {name} = {getattr(cfg, name)} must be in 1..65536")
+    if cfg.ssm_dt_rank * cfg.ssm_d_state ** 2 > MAX_STATE:
+        raise ModelError(f"metadata: a DeltaNet state of ssm.time_step_rank = {cfg.ssm_dt_rank} heads of "
+                         f"ssm.state_size = {cfg.ssm_d_state}² is more than {MAX_STATE} floats a layer")
     if cfg.ssm_dt_rank % cfg.ssm_n_group or cfg.ssm_d_inner != cfg.ssm_d_state * cfg.ssm_dt_rank:
         raise ModelError(f"metadata: ssm.group_count = {cfg.ssm_n_group} must divide ssm.time_step_rank = "
                          f"{cfg.ssm_dt_rank}, and ssm.inner_size = {cfg.ssm_d_inner} be their head size "
