@@ -11,6 +11,7 @@ logits of the prompt [1, 5, 9, 42], 8 greedy ids, all logits of an 80-token prom
   1.2e-6) and its greedy ids; its 80 tokens run in two passes of 40 (a pass of 64 tokens or more takes the
   float32 rows, whose 1-ulp differences flip an 8-bit activation code of this prompt: 0.29 off);
 - split over 2 workers (each holding the DeltaNet layers whole) it gives the whole model's logits;
+- under Pyodide in Node (static/ as built) the same logits within 1e-3 and the same greedy ids;
 - the chunked delta rule is the token-by-token one; a turn continuing a cache (the state carried over)
   gives the logits of a fresh prefill of the whole conversation; going back (regenerate, edit, a rejected
   draft) lands on a held state and gives the same logits again; chat turns and lookup replies equal plain
@@ -29,6 +30,7 @@ from gguf_write import quantized_copy
 from split_threads import start, stop
 from test_arch_families import run  # the prompt's logits, 8 greedy ids, the 8th step's logits
 from test_lookup import MarginSampler, same_up_to_a_near_tie
+from test_node_pyodide import in_pyodide, static_ready  # noqa: F401  (static_ready: a fixture)
 
 from pyengine.generation import ChatSession, Generation, load
 from pyengine.generation.sampling import Sampler, SamplerParams
@@ -110,6 +112,27 @@ def test_split_over_two_workers_gives_the_whole_models_logits(weights, q8):
     assert got[0][1] == want[0][1]
     for a, b in zip([got[0][0], got[0][2], got[1]], [want[0][0], want[0][2], want[1]]):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-4)
+
+
+PYODIDE_CODE = f'''
+from pyengine.model import load_model
+m = load_model(open_gguf(f"{{FX}}/tiny-qwen35.gguf"), weights="f32")
+c = m.new_cache(128)
+prompt = m.forward({PROMPT!r}, c, logits="all")
+ids, logits = [], prompt[-1]
+for _ in range(8):
+    ids.append(int(np.argmax(logits)))
+    logits = m.forward([ids[-1]], c)
+{{"prompt": prompt.tolist(), "ids": ids, "long": m.forward({LONG!r}, m.new_cache(128), logits="all").tolist()}}
+'''
+
+
+@pytest.mark.node
+def test_pyodide_gives_llama_cpps_logits_and_ids(static_ready):  # noqa: F811
+    got = in_pyodide(PYODIDE_CODE)
+    assert got["ids"] == REF["f32"]["greedy_ids"]
+    assert np.abs(np.array(got["prompt"]) - np.array(REF["f32"]["prompt_logits"])).max() < 1e-3
+    assert np.abs(np.array(got["long"]) - np.array(REF["f32"]["long"])).max() < 1e-3
 
 
 def test_the_output_gate_shows_in_llama_cpps_logits(model, monkeypatch):
