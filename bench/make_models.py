@@ -1,6 +1,7 @@
-"""Models of real size with random weights, for the benchmarks: the shapes of Qwen2.5-0.5B and Llama-3.2-1B.
+"""Models of real size with random weights, for the benchmarks: the shapes of Qwen2.5-0.5B, Llama-3.2-1B and
+Qwen3.5-0.8B (the Gated DeltaNet hybrid: ``qwen35-0.8b``).
 
-    python bench/make_models.py [qwen2-0.5b|llama-1b ...] [--out models/bench] [--type Q4_K_M]
+    python bench/make_models.py [qwen2-0.5b|llama-1b|qwen35-0.8b ...] [--out models/bench] [--type Q4_K_M]
 
 Speed and memory depend on the shapes and the ggml types, not on the values, so each model is
 written with seeded random float16 weights (gguf-py's writer), then quantized by llama.cpp's own
@@ -42,13 +43,17 @@ class Shape:
     rope_base: float
     rms_eps: float
     qkv_bias: bool
+    hybrid: tuple = ()      # qwen35: (head size, rope dims, DeltaNet key heads, value heads, their head size)
 
 
 # The shapes of the real models (their config.json), with tied embeddings as both have.
 SHAPES = {
     "qwen2-0.5b": Shape("qwen2", 24, 896, 4864, 14, 2, 151_936, 32_768, 1e6, 1e-6, True),
     "llama-1b": Shape("llama", 16, 2048, 8192, 32, 8, 49_152, 131_072, 5e5, 1e-5, False),
+    "qwen35-0.8b": Shape("qwen35", 24, 1024, 3584, 8, 2, 248_320, 262_144, 1e7, 1e-6, False, (256, 64, 16, 16, 128)),
 }
+SSM_D_CONV = 4                              # qwen35's conv taps
+ROPE_SECTIONS = [11, 11, 10, 0]             # qwen35's rope pairs per section (time, height, width, extra)
 TOKENIZER_KEYS = ("tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.bos_token_id",
                   "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id",
                   "tokenizer.ggml.padding_token_id", "tokenizer.chat_template")
@@ -57,6 +62,9 @@ STD = 0.02                                  # the weights' standard deviation
 
 def tensors(s: Shape):
     """Yield (GGUF name, numpy shape (rows, n_in)) of every tensor of shape ``s``."""
+    if s.hybrid:
+        yield from qwen35_tensors(s)
+        return
     hd = s.n_embd // s.n_head
     yield "token_embd.weight", (s.n_vocab, s.n_embd)
     yield "output_norm.weight", (s.n_embd,)
@@ -68,10 +76,48 @@ def tensors(s: Shape):
             if s.qkv_bias:
                 yield p + name + ".bias", (rows,)
         yield p + "attn_output.weight", (s.n_embd, s.n_head * hd)
-        yield p + "ffn_norm.weight", (s.n_embd,)
-        yield p + "ffn_gate.weight", (s.n_ff, s.n_embd)
-        yield p + "ffn_up.weight", (s.n_ff, s.n_embd)
-        yield p + "ffn_down.weight", (s.n_embd, s.n_ff)
+        yield from ffn_tensors(s, p, "ffn_norm")
+
+
+def ffn_tensors(s: Shape, p: str, norm: str):
+    yield p + norm + ".weight", (s.n_embd,)
+    yield p + "ffn_gate.weight", (s.n_ff, s.n_embd)
+    yield p + "ffn_up.weight", (s.n_ff, s.n_embd)
+    yield p + "ffn_down.weight", (s.n_embd, s.n_ff)
+
+
+def qwen35_tensors(s: Shape):
+    """The tensors of a qwen35 shape (llama.cpp ``llama_model_qwen35::load_arch_tensors``): Gated DeltaNet
+    layers, and gated full attention every 4th."""
+    hd, _, hk, hv, d = s.hybrid
+    e, conv = s.n_embd, 2 * hk * d + hv * d
+    yield "token_embd.weight", (s.n_vocab, e)
+    yield "output_norm.weight", (e,)
+    for il in range(s.n_layer):
+        p = f"blk.{il}."
+        yield p + "attn_norm.weight", (e,)
+        if (il + 1) % 4:
+            yield from ((p + "attn_qkv.weight", (conv, e)), (p + "attn_gate.weight", (hv * d, e)),
+                        (p + "ssm_beta.weight", (hv, e)), (p + "ssm_alpha.weight", (hv, e)),
+                        (p + "ssm_conv1d.weight", (conv, SSM_D_CONV)), (p + "ssm_dt.bias", (hv,)),
+                        (p + "ssm_a", (hv,)), (p + "ssm_norm.weight", (d,)), (p + "ssm_out.weight", (e, hv * d)))
+        else:
+            yield from ((p + "attn_q.weight", (2 * s.n_head * hd, e)), (p + "attn_k.weight", (s.n_head_kv * hd, e)),
+                        (p + "attn_v.weight", (s.n_head_kv * hd, e)), (p + "attn_q_norm.weight", (hd,)),
+                        (p + "attn_k_norm.weight", (hd,)), (p + "attn_output.weight", (e, s.n_head * hd)))
+        yield from ffn_tensors(s, p, "post_attention_norm")
+
+
+def qwen35_keys(w, s: Shape) -> None:
+    """The keys a qwen35 shape adds (llama.cpp ``llama_model_qwen35::load_arch_hparams``)."""
+    import gguf
+    hd, n_rot, hk, hv, d = s.hybrid
+    vt, a = gguf.GGUFValueType, s.arch
+    for key, value in (("attention.key_length", hd), ("attention.value_length", hd), ("rope.dimension_count", n_rot),
+                       ("full_attention_interval", 4), ("ssm.conv_kernel", SSM_D_CONV), ("ssm.state_size", d),
+                       ("ssm.group_count", hk), ("ssm.time_step_rank", hv), ("ssm.inner_size", hv * d)):
+        w.add_key_value(f"{a}.{key}", value, vt.UINT32)
+    w.add_key_value(f"{a}.rope.dimension_sections", ROPE_SECTIONS, vt.ARRAY, sub_type=vt.INT32)
 
 
 def write_random(name: str, s: Shape, path: Path, tokenizer: dict, q4_0: bool = False) -> None:
@@ -93,12 +139,15 @@ def write_random(name: str, s: Shape, path: Path, tokenizer: dict, q4_0: bool = 
     w.add_layer_norm_rms_eps(s.rms_eps)
     w.add_vocab_size(s.n_vocab)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0 if q4_0 else gguf.LlamaFileType.MOSTLY_F16)
+    if s.hybrid:
+        qwen35_keys(w, s)
     for key, value in tokenizer.items():
         w.add_key_value(key, value[0], value[1])
     for tname, shape in tensors(s):
-        if len(shape) == 1:
+        if len(shape) == 1 or tname.endswith("ssm_conv1d.weight"):        # float32 as converted
             a = np.ones(shape, np.float32) if tname.endswith("norm.weight") else np.zeros(shape, np.float32)
-            w.add_tensor(tname, a)
+            a = -a - 1 if tname.endswith("ssm_a") else a                     # -exp(A_log): decays below 1
+            w.add_tensor(tname, rng.standard_normal(shape, np.float32) * 0.5 if len(shape) == 2 else a)
             continue
         a = rng.standard_normal(shape, np.float32) * STD
         if q4_0:

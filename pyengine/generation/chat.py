@@ -166,8 +166,8 @@ class ChatSession:
         engine = self.engine
         prompt, ids, dropped = self._fit(check_messages(conversation), max_tokens, tail)
         keep = min(common_prefix(self.tokens, ids), len(ids) - 1)
-        self.cache.truncate(keep)
-        self.tokens = self.tokens[:keep]
+        self.cache.truncate(keep)                       # a recurrent state may go back further
+        self.tokens = self.tokens[:self.cache.n]
         self.prompt = prompt
         sampler = params if isinstance(params, Sampler) else Sampler(params)
         done = self._finished if tail is None else self._resumed

@@ -268,10 +268,14 @@ class Generation:
         return piece, None
 
     def _keep(self, n: int) -> None:
-        """Forget the cache's positions past ``n`` (a rejected draft's)."""
+        """Forget the cache's positions past ``n`` (a rejected draft's). A recurrent state goes back to
+        the state before the pass (``HybridCache.truncate``): the accepted tokens then run again."""
         if n < len(self.tokens):
             self.cache.truncate(n)
-            del self.tokens[n:]
+            again = self.tokens[self.cache.n:n]
+            del self.tokens[self.cache.n:]
+            if again:
+                self._forward(again, "none")
 
     def _time(self, t0: float, prefill: bool) -> None:
         dt, waited = time.perf_counter() - t0, self._waited() - self._waited0

@@ -31,6 +31,7 @@ from pyengine.errors import ModelError, UnsupportedArchitectureError
 
 REQUIRED = object()  # marks a key without a default
 MAX_LAYERS = 512     # llama.cpp's LLAMA_MAX_LAYERS: a hostile block_count must not make us list 10^9 layers
+MAX_STATE = 1 << 24  # floats of one DeltaNet layer's recurrent state (64 MiB; Qwen3.5-0.8B: 16 x 128² = 1 MiB)
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,10 @@ class ArchSpec:
     required: tuple = ()        # fields whose key this architecture cannot do without (granite: logit_scale)
     shortconv: bool = False     # blocks whose head_count_kv is 0 are short convolutions (lfm2)
     output_norm: str = "output_norm"  # the final norm's tensor (lfm2: token_embd_norm, llama.cpp's name for it)
+    recurrent: bool = False     # hybrid: Gated DeltaNet layers, full attention every full_attention_interval-th
+    q_gate: bool = False        # attn_q holds each head's query then its output gate (sigmoid) (qwen35)
+    ffn_norm: str = "ffn_norm"  # the name of the norm before the FFN (qwen35: post_attention_norm)
+    imrope: bool = False        # rope.dimension_sections interleaved over the pairs (llama.cpp IMROPE)
 
 
 ARCHITECTURES: dict[str, ArchSpec] = {
@@ -74,6 +79,9 @@ ARCHITECTURES: dict[str, ArchSpec] = {
                         sliding_window=4096, swa_n_layer=64),
     "lfm2":   ArchSpec(True,  True,  False, False, False, shortconv=True, output_norm="token_embd_norm",
                        required=("shortconv_l_cache",)),
+    "qwen35": ArchSpec(True,  True,  False, False, False, recurrent=True, q_gate=True, ffn_norm="post_attention_norm",
+                       imrope=True, required=("rope_sections", "ssm_d_conv", "ssm_d_inner", "ssm_d_state",
+                                              "ssm_dt_rank", "ssm_n_group")),
 }
 
 # field                      GGUF key ("{arch}" is general.architecture)    type   default
@@ -103,6 +111,14 @@ KEYS = [
     ("attention_scale",        "{arch}.attention.scale",                      float, 0.0),    # 0: 1/sqrt(Dk)
     ("n_vocab",                "{arch}.vocab_size",                           int,   None),   # len(tokens)
     ("shortconv_l_cache",      "{arch}.shortconv.l_cache",                    int,   0),      # taps (lfm2)
+    ("rope_sections",          "{arch}.rope.dimension_sections",              None,  None),   # 4 ints (qwen35)
+    ("full_attention_interval", "{arch}.full_attention_interval",             int,   4),      # qwen35
+    ("recurrent_layers",       "{arch}.attention.recurrent_layers",           None,  None),   # [bool] per layer
+    ("ssm_d_conv",             "{arch}.ssm.conv_kernel",                      int,   0),      # conv taps
+    ("ssm_d_inner",            "{arch}.ssm.inner_size",                       int,   0),      # v heads * head size
+    ("ssm_d_state",            "{arch}.ssm.state_size",                       int,   0),      # k and v head size
+    ("ssm_dt_rank",            "{arch}.ssm.time_step_rank",                   int,   0),      # v heads
+    ("ssm_n_group",            "{arch}.ssm.group_count",                      int,   0),      # k heads
 ]
 
 ROPE_SCALING_TYPES = ("none", "linear")  # yarn and longrope are not implemented
@@ -137,11 +153,20 @@ class ModelConfig:
     logit_scale: float          # logits divided by this when > 0 (granite)
     attention_scale: float      # the file's attention.scale (granite; 0: none), see attn_scale
     shortconv_l_cache: int      # taps of the short convolutions: each sees itself and l_cache - 1 inputs before
+    rope_sections: object       # as in the file: 4 counts of rope pairs (time, height, width, extra) or None
+    full_attention_interval: int  # hybrid: every this-th layer is full attention
+    recurrent_layers: object    # as in the file: per layer True for a Gated DeltaNet layer, or None
+    ssm_d_conv: int             # taps of the DeltaNet's causal conv
+    ssm_d_inner: int            # DeltaNet value width: v heads * head size
+    ssm_d_state: int            # DeltaNet head size (keys and values)
+    ssm_dt_rank: int            # DeltaNet value heads (each has its decay and beta)
+    ssm_n_group: int            # DeltaNet key heads (value head h reads key head h % ssm_n_group)
     tied_output: bool | None = None  # output reuses token_embd (known from the tensors, None if not given)
     swa_layers: tuple = ()      # per layer: True when it uses the sliding window
     rope_layers: tuple = ()     # per layer: True when q and k are rotated (smollm3, exaone4: not all)
     conv_layers: tuple = ()     # per layer: True when it is a short convolution, not attention (lfm2)
     attn_scale: float = 0.0     # multiplies q before q·k (1/sqrt(head_dim_k) unless the arch says otherwise)
+    recurrent: tuple = ()       # per layer: True for a Gated DeltaNet layer (hybrid architectures)
     spec: ArchSpec = field(default=None, repr=False)
 
     @property
@@ -258,6 +283,46 @@ def _derive(cfg: ModelConfig, metadata: dict) -> None:
     if cfg.n_vocab <= 0:
         raise ModelError(f"metadata: vocab size {cfg.n_vocab} must be positive")
     _derive_attention(cfg)
+    _derive_recurrent(cfg)
+
+
+def _derive_recurrent(cfg: ModelConfig) -> None:
+    """The Gated DeltaNet layers and their sizes, as llama.cpp's qwen35 loader reads them (its
+    ``load_arch_hparams``: ``attention.recurrent_layers``, else every layer but each
+    ``full_attention_interval``-th), and the rope sections checked."""
+    a, n = cfg.arch, cfg.n_layer
+    if not cfg.spec.recurrent:
+        cfg.recurrent = (False,) * n
+        return
+    layers = cfg.recurrent_layers
+    if layers is not None:
+        if len(layers) != n or not all(isinstance(x, (bool, np.bool_)) for x in layers):
+            raise ModelError(f"metadata key '{a}.attention.recurrent_layers' must be {n} booleans")
+        cfg.recurrent = tuple(bool(x) for x in layers)
+    else:
+        step = cfg.full_attention_interval
+        if step <= 0:
+            raise ModelError(f"metadata key '{a}.full_attention_interval' = {step} must be positive")
+        cfg.recurrent = tuple((il + 1) % step != 0 for il in range(n))
+    for name in ("ssm_d_conv", "ssm_d_state", "ssm_dt_rank", "ssm_n_group"):
+        if not 0 < getattr(cfg, name) <= 1 << 16:
+            raise ModelError(f"metadata: {name} = {getattr(cfg, name)} must be in 1..65536")
+    if cfg.ssm_dt_rank * cfg.ssm_d_state ** 2 > MAX_STATE:
+        raise ModelError(f"metadata: a DeltaNet state of ssm.time_step_rank = {cfg.ssm_dt_rank} heads of "
+                         f"ssm.state_size = {cfg.ssm_d_state}² is more than {MAX_STATE} floats a layer")
+    if cfg.ssm_dt_rank % cfg.ssm_n_group or cfg.ssm_d_inner != cfg.ssm_d_state * cfg.ssm_dt_rank:
+        raise ModelError(f"metadata: ssm.group_count = {cfg.ssm_n_group} must divide ssm.time_step_rank = "
+                         f"{cfg.ssm_dt_rank}, and ssm.inner_size = {cfg.ssm_d_inner} be their head size "
+                         f"{cfg.ssm_d_state} times the latter")
+    if cfg.spec.q_gate and cfg.head_dim_k != cfg.head_dim_v:
+        raise ModelError(f"metadata: the gated attention of {a} needs key_length = value_length")
+    sections = cfg.rope_sections
+    if not isinstance(sections, (list, np.ndarray)) or len(sections) != 4 or \
+            not all(isinstance(x, (int, np.integer)) and 0 <= x <= cfg.rope_dim for x in sections) or \
+            not 0 < sum(int(x) for x in sections) <= cfg.rope_dim // 2:
+        raise ModelError(f"metadata key '{a}.rope.dimension_sections' must be 4 counts of rope pairs "
+                         f"summing to 1..{cfg.rope_dim // 2}, got {sections!r}")
+    cfg.rope_sections = tuple(int(x) for x in sections)
 
 
 def _derive_conv_layers(cfg: ModelConfig) -> None:

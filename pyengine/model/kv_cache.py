@@ -71,3 +71,101 @@ class KVCache:
             raise PyEngineError(f"cannot truncate the KV cache to {n} positions: it holds {self.n}")
         self.n = n
 
+
+    def advance(self, n: int, prefill: bool = False) -> None:
+        """A forward pass filled positions up to ``n``: they are now held (``prefill``: see
+        :class:`HybridCache`)."""
+        self.n = n
+
+
+MAX_CHECKPOINTS = 8      # recurrent states kept to go back to (each: every DeltaNet layer's state)
+
+
+class HybridCache(KVCache):
+    """The KV cache of a hybrid model's attention layers, and the recurrent state of its Gated DeltaNet
+    layers (:mod:`pyengine.model.delta_net`) at position ``n``.
+
+    ``window[il]`` (K-1, C) and ``s[il]`` (H, Dv, Dk) float32 are layer ``il``'s state (None for an
+    attention layer, whose ``k[il]``/``v[il]`` hold its keys and values; a DeltaNet layer's are empty).
+    A forward pass stages each layer's new state (:meth:`stage`) and :meth:`advance` makes them the
+    state, so a pass stopped midway leaves the state at ``n`` as it was. States are never changed in
+    place: a snapshot is a list of references.
+
+    A recurrent state cannot be cut back like keys and values, so :meth:`truncate` goes back to the
+    latest state it holds at or before the position asked for: the state before the last forward pass,
+    the states before and after each of the last prefills (``MAX_CHECKPOINTS`` states), or the empty
+    state at 0. The caller runs the tokens from ``n`` again (:class:`pyengine.generation.loop.Generation`
+    does).
+    """
+
+    def __init__(self, recurrent: tuple, n_head_kv: int, head_dim_k: int, head_dim_v: int, n_ctx: int,
+                 window_shape: tuple[int, int], state_shape: tuple[int, int, int]):
+        super().__init__(len(recurrent), n_head_kv, head_dim_k, head_dim_v, n_ctx)
+        for il, rec in enumerate(recurrent):
+            if rec:
+                self.k[il], self.v[il] = self.k[il][:0], self.v[il][:0]   # (0, capacity, D): no keys
+        self.recurrent = recurrent
+        self.window_shape, self.state_shape = window_shape, state_shape
+        self.window, self.s = self._empty()
+        self._staged: dict[int, tuple] = {}
+        self.last: tuple | None = None          # (position, window, s) before the last forward pass
+        self.checkpoints: dict[int, tuple] = {}  # position -> (window, s), before each prefill
+
+    def _empty(self) -> tuple[list, list]:
+        w = [np.zeros(self.window_shape, np.float32) if r else None for r in self.recurrent]
+        s = [np.zeros(self.state_shape, np.float32) if r else None for r in self.recurrent]
+        return w, s
+
+    @property
+    def nbytes(self) -> int:
+        held = {id(a): a.nbytes for a in self.window + self.s if a is not None}
+        for _, w, s in [self.last] if self.last else []:
+            held.update({id(a): a.nbytes for a in w + s if a is not None})
+        for w, s in self.checkpoints.values():
+            held.update({id(a): a.nbytes for a in w + s if a is not None})
+        return super().nbytes + sum(held.values())
+
+    def stage(self, il: int, window: np.ndarray, s: np.ndarray) -> None:
+        """Layer ``il``'s state after the forward pass under way (made the state by :meth:`advance`)."""
+        self._staged[il] = (window, s)
+
+    def state(self, il: int) -> tuple[np.ndarray, np.ndarray]:
+        """Layer ``il``'s state at ``n``: (window (K-1, C), s (H, Dv, Dk))."""
+        return self.window[il], self.s[il]
+
+    def advance(self, n: int, prefill: bool = False) -> None:
+        """Make the staged states the state at ``n``. The state before is kept as ``last``; a prefill keeps
+        the states before and after it as checkpoints (the start of a turn, and its prompt without the
+        reply, which a template may render anew: the oldest goes past ``MAX_CHECKPOINTS``)."""
+        before = (self.n, list(self.window), list(self.s))
+        self.last = before
+        for il, (w, s) in self._staged.items():
+            self.window[il], self.s[il] = w, s
+        self._staged = {}
+        if prefill:
+            self.checkpoints[before[0]] = before[1:]
+            self.checkpoints[n] = (list(self.window), list(self.s))
+            while len(self.checkpoints) > MAX_CHECKPOINTS:
+                del self.checkpoints[min(self.checkpoints)]
+        self.n = n
+
+    def drop_staged(self) -> None:
+        """Forget the states of a forward pass that did not finish."""
+        self._staged = {}
+
+    def truncate(self, n: int) -> None:
+        """Go back to the latest held state at or before position ``n`` (0 <= n <= self.n): ``self.n`` is
+        then that position, at most ``n``."""
+        if not 0 <= n <= self.n:
+            raise PyEngineError(f"cannot truncate the KV cache to {n} positions: it holds {self.n}")
+        self._staged = {}
+        if n == self.n:
+            return
+        held = {p: ws for p, ws in self.checkpoints.items() if p <= n}
+        if self.last is not None and self.last[0] <= n:
+            held[self.last[0]] = self.last[1:]
+        p = max(held, default=0)
+        w, s = held[p] if p in held else self._empty()
+        self.window, self.s, self.n = list(w), list(s), p
+        self.checkpoints = {q: ws for q, ws in self.checkpoints.items() if q <= p}
+        self.last = None if self.last is None or self.last[0] > p else self.last

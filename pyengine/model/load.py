@@ -17,47 +17,63 @@ import numpy as np
 
 from pyengine.errors import ModelError
 from pyengine.model.config import ModelConfig
+from pyengine.model.delta_net import DeltaNet
 from pyengine.model.shard import Shard, whole
 from pyengine.model.transformer import Layer, Model
 from pyengine.weights.budget import HEAP_HEADROOM, Matrix, default_budget, forms_nbytes, plan_forms, reserve_heap
 from pyengine.weights.build import Builder, piece_nbytes
 
 
-def layer_tensors(c: ModelConfig, fused_qkv: bool = False, conv: bool = False) -> list[tuple[str, tuple, bool]]:
+def layer_tensors(c: ModelConfig, fused_qkv: bool = False, recurrent: bool = False,
+                  conv: bool = False) -> list[tuple[str, tuple, bool]]:
     """The tensors of one block: (name after ``blk.N.``, ggml ne shape, required). ``fused_qkv``: the
     file holds q, k and v in one ``attn_qkv`` (phi3's GGUFs; llama.cpp takes either for any architecture);
-    ``conv``: a short convolution in place of attention (lfm2)."""
+    ``recurrent``: a Gated DeltaNet block (:func:`delta_net_tensors`) in place of the attention;
+    ``conv``: a short convolution in place of the attention (lfm2)."""
     e, f, dk, dv, spec = c.n_embd, c.n_ff, c.head_dim_k, c.head_dim_v, c.spec
     nq, nk, nv, no = c.n_head * dk, c.n_head_kv * dk, c.n_head_kv * dv, c.n_head * dv
+    nqg = 2 * nq if spec.q_gate else nq                   # qwen35: each head's query and its gate
     qkv = [("attn_qkv.weight", (e, nq + nk + nv), True), ("attn_qkv.bias", (nq + nk + nv,), False)] if fused_qkv \
-        else [("attn_q.weight", (e, nq), True), ("attn_q.bias", (nq,), False),
+        else [("attn_q.weight", (e, nqg), True), ("attn_q.bias", (nqg,), False),
               ("attn_k.weight", (e, nk), True), ("attn_k.bias", (nk,), False),
               ("attn_v.weight", (e, nv), True), ("attn_v.bias", (nv,), False)]
     q_norm, k_norm = ((nq,), (nk,)) if spec.qk_norm_full else ((dk,), (dk,))
     gate_up = [("ffn_up.weight", (e, 2 * f), True)] if spec.ffn_fused_up \
         else [("ffn_gate.weight", (e, f), True), ("ffn_gate.bias", (f,), False),
               ("ffn_up.weight", (e, f), True), ("ffn_up.bias", (f,), False)]
-    mixer = [*qkv, ("attn_q_norm.weight", q_norm, True), ("attn_k_norm.weight", k_norm, True),
-             ("attn_output.weight", (no, e), True), ("attn_output.bias", (e,), False)]
-    if conv:
-        mixer = [("shortconv.in_proj.weight", (e, 3 * e), True),
-                 ("shortconv.conv.weight", (c.shortconv_l_cache, e), True),
-                 ("shortconv.out_proj.weight", (e, e), True)]
-    rows = [
-        ("attn_norm.weight", (e,), True), *mixer,
-        ("post_attention_norm.weight", (e,), True),
-        ("ffn_norm.weight", (e,), True), *gate_up,
-        ("ffn_down.weight", (f, e), True), ("ffn_down.bias", (e,), False),
-        ("post_ffw_norm.weight", (e,), True),
-    ]
-    skip = set()
+    attn = [*qkv, ("attn_q_norm.weight", q_norm, True), ("attn_k_norm.weight", k_norm, True),
+            ("attn_output.weight", (no, e), True), ("attn_output.bias", (e,), False)]
     if not spec.qk_norm:
-        skip |= {"attn_q_norm.weight", "attn_k_norm.weight"}
+        attn = [r for r in attn if r[0] not in ("attn_q_norm.weight", "attn_k_norm.weight")]
+    if conv:
+        attn = [("shortconv.in_proj.weight", (e, 3 * e), True),
+                ("shortconv.conv.weight", (c.shortconv_l_cache, e), True),
+                ("shortconv.out_proj.weight", (e, e), True)]
+    rows = [("attn_norm.weight", (e,), spec.pre_norms), *(delta_net_tensors(c) if recurrent else attn),
+            ("post_attention_norm.weight", (e,), spec.post_norms),
+            (spec.ffn_norm + ".weight", (e,), spec.pre_norms), *gate_up,
+            ("ffn_down.weight", (f, e), True), ("ffn_down.bias", (e,), False),
+            ("post_ffw_norm.weight", (e,), spec.post_norms)]
+    out = {}
+    for name, shape, required in rows:                    # a name twice (qwen35's ffn norm) once, required
+        if required or name not in out:
+            out[name] = (name, shape, required)
+    skip = set()
     if not spec.post_norms:
-        skip |= {"post_attention_norm.weight", "post_ffw_norm.weight"}
+        skip |= {"post_ffw_norm.weight"} | ({"post_attention_norm.weight"} - {spec.ffn_norm + ".weight"})
     if not spec.pre_norms:
         skip |= {"attn_norm.weight", "ffn_norm.weight"}
-    return [r for r in rows if r[0] not in skip]
+    return [r for n, r in out.items() if n not in skip]
+
+
+def delta_net_tensors(c: ModelConfig) -> list[tuple[str, tuple, bool]]:
+    """The tensors of a Gated DeltaNet layer (llama.cpp ``llama_model_qwen35::load_arch_tensors``)."""
+    e, h, d = c.n_embd, c.ssm_dt_rank, c.ssm_d_state
+    nk, nv = c.ssm_n_group * d, h * d
+    return [("attn_qkv.weight", (e, 2 * nk + nv), True), ("attn_gate.weight", (e, nv), True),
+            ("ssm_beta.weight", (e, h), True), ("ssm_alpha.weight", (e, h), True),
+            ("ssm_conv1d.weight", (c.ssm_d_conv, 2 * nk + nv), True), ("ssm_dt.bias", (h,), True),
+            ("ssm_a", (h,), True), ("ssm_norm.weight", (d,), True), ("ssm_out.weight", (nv, e), True)]
 
 
 def model_tensors(c: ModelConfig, tensors=None) -> list[tuple[str, tuple, bool]]:
@@ -68,8 +84,9 @@ def model_tensors(c: ModelConfig, tensors=None) -> list[tuple[str, tuple, bool]]
              ("output.weight", (c.n_embd, c.n_vocab), False),
              ("rope_freqs.weight", (c.rope_dim // 2,), False)]
     for il in range(c.n_layer):
-        fused = tensors is not None and f"blk.{il}.attn_qkv.weight" in tensors
-        names += [(f"blk.{il}.{n}", shape, req) for n, shape, req in layer_tensors(c, fused, c.conv_layers[il])]
+        fused = tensors is not None and f"blk.{il}.attn_qkv.weight" in tensors and not c.recurrent[il]
+        names += [(f"blk.{il}.{n}", shape, req)
+                  for n, shape, req in layer_tensors(c, fused, c.recurrent[il], c.conv_layers[il])]
     return names
 
 
@@ -141,6 +158,15 @@ def shard_matrices(config: ModelConfig, tensors, shard: Shard) -> dict[tuple, tu
         p = f"blk.{il}."
         if c.conv_layers[il]:
             out.update(conv_matrices(c, il, shard))
+        elif c.recurrent[il]:                             # a Gated DeltaNet layer, held whole
+            h, nv = c.ssm_dt_rank, c.ssm_dt_rank * c.ssm_d_state
+            nc = 2 * c.ssm_n_group * c.ssm_d_state + nv                     # conv channels: q, k, v
+            out[(il, "wqkv")] = ([(p + "attn_qkv.weight", 0, nc), (p + "attn_gate.weight", 0, nv),
+                                  (p + "ssm_beta.weight", 0, h), (p + "ssm_alpha.weight", 0, h)], None)
+            out[(il, "wo")] = ([(p + "ssm_out.weight", 0, c.n_embd)], None)
+        elif c.spec.q_gate:                               # each head's query rows, then its gate rows
+            out[(il, "wqkv")] = ([(p + "attn_q.weight", 2 * h0 * dk, 2 * h1 * dk), (p + "attn_k.weight", g0 * dk,
+                                  g1 * dk), (p + "attn_v.weight", g0 * dv, g1 * dv)], None)
         elif p + "attn_qkv.weight" in tensors:            # q, k, v stacked in one tensor
             nq, nk, fused = c.n_head * dk, c.n_head_kv * dk, p + "attn_qkv.weight"
             out[(il, "wqkv")] = ([(fused, h0 * dk, h1 * dk), (fused, nq + g0 * dk, nq + g1 * dk),
@@ -148,7 +174,7 @@ def shard_matrices(config: ModelConfig, tensors, shard: Shard) -> dict[tuple, tu
         else:
             out[(il, "wqkv")] = ([(p + "attn_q.weight", h0 * dk, h1 * dk), (p + "attn_k.weight", g0 * dk, g1 * dk),
                                   (p + "attn_v.weight", g0 * dv, g1 * dv)], None)
-        if not c.conv_layers[il]:
+        if not c.conv_layers[il] and not c.recurrent[il]:
             out[(il, "wo")] = ([(p + "attn_output.weight", 0, c.n_embd)], (h0 * dv, h1 * dv))
         gate, up, n = (p + "ffn_up.weight", p + "ffn_up.weight", c.n_ff) if c.spec.ffn_fused_up \
             else (p + "ffn_gate.weight", p + "ffn_up.weight", 0)
@@ -182,10 +208,14 @@ def budget_matrices(matrices: dict, tensors) -> list[Matrix]:
     return out
 
 
+# 2-D tensors read whole as float32, not matrices of a product: the DeltaNet and short-convolution kernels
+WHOLE = ("ssm_conv1d.weight", ".shortconv.conv.weight")
+
+
 def vector_names(gguf_file, names: list[str]) -> list[str]:
-    """The tensors among ``names`` read whole: the 1-D ones (norms, biases, rope factors) and the short
-    convolutions' kernels (l_cache x n_embd, lfm2)."""
-    return [n for n in names if len(_squeeze(gguf_file.tensors[n].shape)) == 1 or n.endswith(".shortconv.conv.weight")]
+    """The 1-D tensors among ``names``, and those of ``WHOLE``, read whole (norms, biases, rope
+    factors, the DeltaNet's and the short convolutions' kernels)."""
+    return [n for n in names if len(_squeeze(gguf_file.tensors[n].shape)) == 1 or n.endswith(WHOLE)]
 
 
 def load_nbytes(gguf_file, config: ModelConfig, shard: Shard) -> int:
@@ -253,8 +283,24 @@ class _Loader:
             return w, self.bias(pieces)
         return w, self.vector(pieces[0][0].replace(".weight", ".bias"))
 
+    def delta_layer(self, il: int, forms: dict) -> Layer:
+        """A Gated DeltaNet block: its own tensors, then the FFN's."""
+        p, c = f"blk.{il}.", self.config
+        attn_norm = self.vector(p + "attn_norm.weight")
+        w_in, _ = self.matrix((il, "wqkv"), forms)
+        conv = self.vector(p + "ssm_conv1d.weight").reshape(-1, c.ssm_d_conv)     # (C, K)
+        delta = DeltaNet(w_in, conv, self.vector(p + "ssm_dt.bias"), self.vector(p + "ssm_a"),
+                         self.vector(p + "ssm_norm.weight"), self.matrix((il, "wo"), forms)[0])
+        ffn_norm = self.vector(p + c.spec.ffn_norm + ".weight")
+        w_gate_up, b_gate_up = self.matrix((il, "w_gate_up"), forms)
+        w_down, b_down = self.matrix((il, "w_down"), forms)
+        return Layer(attn_norm, None, None, None, None, None, None, None, ffn_norm, w_gate_up, b_gate_up,
+                     w_down, b_down, None, swa=False, rope=False, delta=delta)
+
     def layer(self, il: int, forms: dict) -> Layer:
         p, c = f"blk.{il}.", self.config
+        if c.recurrent[il]:
+            return self.delta_layer(il, forms)
         attn_norm = self.vector(p + "attn_norm.weight")
         wqkv, bqkv = self.matrix((il, "wqkv"), forms)
         (h0, h1), (g0, g1) = self.shard.heads, self.shard.kv_heads
@@ -262,7 +308,8 @@ class _Loader:
             if c.spec.qk_norm_full else (None, None)            # olmo2: this shard's part of the norms
         q_norm, k_norm = self.vector(p + "attn_q_norm.weight", rows[0]), self.vector(p + "attn_k_norm.weight", rows[1])
         wo, bo = self.matrix((il, "wo"), forms)
-        post_attn_norm, ffn_norm = self.vector(p + "post_attention_norm.weight"), self.vector(p + "ffn_norm.weight")
+        post_attn_norm = self.vector(p + "post_attention_norm.weight") if c.spec.post_norms else None
+        ffn_norm = self.vector(p + c.spec.ffn_norm + ".weight")
         w_gate_up, b_gate_up = self.matrix((il, "w_gate_up"), forms)
         w_down, b_down = self.matrix((il, "w_down"), forms)
         conv_in, conv_out = self.matrix((il, "conv_in"), forms)[0], self.matrix((il, "conv_out"), forms)[0]

@@ -105,13 +105,16 @@ class Rope:
     NEOX pairs dims ``(i, i + n_rot/2)``; NORM pairs ``(2i, 2i + 1)``. As in
     ggml's ``ggml_rope_cache_init``, ``p * base^(-2i/n_rot)`` is built by
     repeated float32 multiplication, so the angles match llama.cpp's bit for bit.
-    Tables grow on demand: cos/sin ``(n_pos, n_rot/2)``.
+    Tables grow on demand: cos/sin ``(n_pos, n_rot/2)``. ``text_pairs`` (n_rot/2,) bool: the pairs
+    turned by the position (multi-section rope of text tokens, :func:`imrope_text_pairs`); the
+    others stay as they are.
     """
 
     def __init__(self, n_rot: int, base: float, freq_scale: float = 1.0, neox: bool = True,
-                 freq_factors: np.ndarray | None = None):
+                 freq_factors: np.ndarray | None = None, text_pairs: np.ndarray | None = None):
         self.n_rot, self.base, self.freq_scale, self.neox = n_rot, base, freq_scale, neox
         self.freq_factors = freq_factors   # (n_rot/2,) or None (llama 3's rope_freqs)
+        self.text_pairs = text_pairs       # (n_rot/2,) bool or None (all pairs)
         self.cos = self.sin = np.zeros((0, n_rot // 2), np.float32)
 
     def _grow(self, n_pos: int) -> None:
@@ -125,6 +128,8 @@ class Rope:
         if self.freq_factors is not None:
             theta /= self.freq_factors
         theta *= np.float32(self.freq_scale)
+        if self.text_pairs is not None:
+            theta[:, ~self.text_pairs] = 0.0
         self.cos, self.sin = np.cos(theta), np.sin(theta)
 
     def __call__(self, x: np.ndarray, pos: int) -> np.ndarray:
@@ -144,6 +149,20 @@ class Rope:
             x[..., 0:self.n_rot:2] = x0 * c - x1 * s
             x[..., 1:self.n_rot:2] = x0 * s + x1 * c
         return x
+
+
+def imrope_text_pairs(sections: tuple[int, int, int, int], n_pairs: int) -> np.ndarray:
+    """Which rope pairs of interleaved multi-section rope (ggml ``rope_multi``, ``GGML_ROPE_TYPE_IMROPE``;
+    ``ggml_mrope_cache_init``) a text token turns: (n_pairs,) bool.
+
+    Pair ``i`` is in sector ``i % sum(sections)``; sectors cycle time, height, width (``% 3``) while
+    each section lasts, the rest take the extra position. llama.cpp gives a text token at ``p`` the
+    positions ``(p, p, p, 0)``, so the pairs of the extra section are not turned.
+    """
+    t, h, w, _ = sections
+    sector = np.arange(n_pairs) % sum(sections)
+    return ((sector % 3 == 1) & (sector < 3 * h)) | ((sector % 3 == 2) & (sector < 3 * w)) | \
+        ((sector % 3 == 0) & (sector < 3 * t))
 
 
 # ----------------------------------------------------------------------------

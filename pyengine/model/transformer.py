@@ -18,6 +18,12 @@ data in :data:`pyengine.model.config.ARCHITECTURES`, not code::
         x = x + post_ffw_norm(h)
     logits = output · output_norm(x)            (output = token_embd when tied)
 
+qwen35 (``src/models/qwen35.cpp``) is a hybrid: most layers are Gated DeltaNet layers
+(:mod:`pyengine.model.delta_net`) in place of the attention, each keeping a recurrent state in a
+:class:`~pyengine.model.kv_cache.HybridCache`; every 4th is attention whose q rows carry a
+per-head output gate, ``h = wo · (attention(q, K, V) * sigmoid(gate))``, with rope on sections of
+the pairs (:func:`~pyengine.model.ops.imrope_text_pairs`).
+
 The weights are ``(n_out, n_in)`` matrices in one of the forms of
 :mod:`pyengine.weights`, with q/k/v stacked into one ``wqkv`` and gate/up into
 one ``w_gate_up`` so each stage is one product; :mod:`pyengine.model.load`
@@ -34,8 +40,19 @@ import numpy as np
 
 from pyengine.errors import PyEngineError
 from pyengine.model.config import ModelConfig
-from pyengine.model.kv_cache import KVCache
-from pyengine.model.ops import Rope, attention, geglu, rmsnorm, rmsnorm_split, softcap, ssm_conv, swiglu
+from pyengine.model.delta_net import DeltaNet, delta_net, sigmoid
+from pyengine.model.kv_cache import HybridCache, KVCache
+from pyengine.model.ops import (
+    Rope,
+    attention,
+    geglu,
+    imrope_text_pairs,
+    rmsnorm,
+    rmsnorm_split,
+    softcap,
+    ssm_conv,
+    swiglu,
+)
 from pyengine.model.shard import whole
 from pyengine.weights.forms import add_bias
 
@@ -48,6 +65,7 @@ class Layer:
     """One transformer block's weights (names as in the GGUF, ``blk.N.*``); matrices are weight forms."""
     attn_norm: np.ndarray           # (n_embd,)
     wqkv: Any                       # (n_head*Dk + n_head_kv*Dk + n_head_kv*Dv, n_embd): attn_q, attn_k, attn_v
+                                    # (qwen35: 2*n_head*Dk rows of q, each head's query then its gate)
     bqkv: np.ndarray | None         # (n_head*Dk + n_head_kv*Dk + n_head_kv*Dv,) attn_q/k/v.bias (qwen2)
     q_norm: np.ndarray | None       # (Dk,) attn_q_norm; this shard's (H*Dk,) when it norms all heads (olmo2)
     k_norm: np.ndarray | None       # (Dk,) attn_k_norm; this shard's (Hkv*Dk,) when it norms all heads
@@ -65,6 +83,7 @@ class Layer:
     conv_in: Any = None             # (3*C, n_embd) shortconv.in_proj: b, c, x of this shard's C channels (lfm2)
     conv: np.ndarray | None = None  # (C, l_cache) shortconv.conv, the kernel; None: an attention block
     conv_out: Any = None            # (n_embd, C) shortconv.out_proj
+    delta: DeltaNet | None = None   # a Gated DeltaNet layer's tensors, in place of the attention (qwen35)
 
 
 class Solo:
@@ -98,7 +117,8 @@ class Model:
         self.shard = shard or whole(config)
         self.comm = comm or Solo()
         c = config
-        self.rope = Rope(c.rope_dim, c.rope_freq_base, c.rope_freq_scale, c.spec.rope_neox, rope_freqs)
+        pairs = imrope_text_pairs(c.rope_sections, c.rope_dim // 2) if c.spec.imrope else None
+        self.rope = Rope(c.rope_dim, c.rope_freq_base, c.rope_freq_scale, c.spec.rope_neox, rope_freqs, pairs)
         self.rope_swa = Rope(c.rope_dim, c.rope_freq_base_swa, 1.0, c.spec.rope_neox, rope_freqs)
 
     @property
@@ -116,6 +136,10 @@ class Model:
         if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx <= 0:
             raise PyEngineError(f"context size must be a positive number of tokens, got {n_ctx!r}")
         g0, g1 = self.shard.kv_heads
+        if any(c.recurrent):
+            d, h = c.ssm_d_state, c.ssm_dt_rank
+            window = (c.ssm_d_conv - 1, 2 * c.ssm_n_group * d + h * d)
+            return HybridCache(c.recurrent, g1 - g0, c.head_dim_k, c.head_dim_v, n_ctx, window, (h, d, d))
         conv = tuple(0 if layer.conv is None else layer.conv.shape[0] for layer in self.layers)
         return KVCache(c.n_layer, g1 - g0, c.head_dim_k, c.head_dim_v, n_ctx, conv)
 
@@ -138,14 +162,22 @@ class Model:
             step = tokens[i:i + UBATCH]
             last = i + UBATCH >= len(tokens)
             mode = logits if logits == "all" or last else "none"
-            outs.append(self._forward(step, cache, mode))
+            prefill = i == 0 and logits == "last" and len(tokens) > 1   # a hybrid cache keeps a checkpoint
+            outs.append(self._forward(step, cache, mode, prefill))
         if outs[-1] is None:
             return None
         if logits == "last":
             return outs[-1][0]
         return outs[0] if len(outs) == 1 else np.concatenate(outs)
 
-    def _forward(self, tokens: np.ndarray, cache: KVCache, logits: str) -> np.ndarray | None:
+    def _forward(self, tokens: np.ndarray, cache: KVCache, logits: str, prefill: bool = False) -> np.ndarray | None:
+        try:
+            return self._layers(tokens, cache, logits, prefill)
+        finally:
+            if isinstance(cache, HybridCache):
+                cache.drop_staged()                      # a pass that did not finish leaves no state
+
+    def _layers(self, tokens: np.ndarray, cache: KVCache, logits: str, prefill: bool) -> np.ndarray | None:
         c = self.config
         t, pos = len(tokens), cache.n
         cache.reserve(pos + t)
@@ -156,14 +188,15 @@ class Model:
         if c.embedding_scale:                                            # granite
             x *= np.float32(c.embedding_scale)
         for il, layer in enumerate(self.layers):
-            mix = self.attention if layer.conv is None else self.shortconv
-            h = mix(layer, self.pre_norm(x, layer.attn_norm), cache, il, pos)  # (T, n_embd)
+            mix = self.shortconv if layer.conv is not None else self.recurrent if layer.delta is not None \
+                else self.attention
+            h = mix(layer, self.pre_norm(x, layer.attn_norm), cache, il, pos)   # (T, n_embd)
             if il == c.n_layer - 1:                      # past the last attention only the output rows matter
                 x, h = x[rows], h[rows]
             x = x + self.post_norm(h, layer.post_attn_norm)
             h = self.ffn(layer, self.pre_norm(x, layer.ffn_norm))        # (R, n_embd)
             x = x + self.post_norm(h, layer.post_ffn_norm)
-        cache.n = pos + t
+        cache.advance(pos + t, prefill)
         if logits == "none":
             return np.empty((0, c.n_vocab), np.float32)
         out = self.comm.gather(self.output(rmsnorm(x, self.output_norm, c.rms_eps)))   # (R, n_vocab)
@@ -190,9 +223,13 @@ class Model:
         c = self.config
         (h0, h1), (g0, g1) = self.shard.heads, self.shard.kv_heads
         t, hq, hkv, dk, dv = x.shape[0], h1 - h0, g1 - g0, c.head_dim_k, c.head_dim_v
-        nq, nk = hq * dk, hkv * dk
+        nq, nk, gate = hq * dk, hkv * dk, None
         qkv = add_bias(layer.wqkv(x), layer.bqkv)                        # (T, nq + nk + nv)
-        q = qkv[:, :nq].reshape(t, hq, dk)                               # (T, H, Dk)
+        if c.spec.q_gate:                                                # qwen35: each head's query, then its gate
+            qg = qkv[:, :2 * nq].reshape(t, hq, 2, dk)                   # (T, H, 2, Dk)
+            q, gate, qkv = qg[:, :, 0], qg[:, :, 1].reshape(t, nq), qkv[:, nq:]
+        else:
+            q = qkv[:, :nq].reshape(t, hq, dk)                           # (T, H, Dk)
         k = qkv[:, nq:nq + nk].reshape(t, hkv, dk)                       # (T, Hkv, Dk)
         v = qkv[:, nq + nk:].reshape(t, hkv, dv)                         # (T, Hkv, Dv)
         if layer.q_norm is not None and c.spec.qk_norm_full:
@@ -208,7 +245,10 @@ class Model:
         q = (q * np.float32(c.attn_scale)).reshape(t, hkv, -1, dk).transpose(1, 2, 0, 3)  # (Hkv, G, T, Dk)
         o = attention(q, cache.k[il][:, :pos + t], cache.v[il][:, :pos + t], pos,
                       c.sliding_window if layer.swa else 0, c.attn_logit_softcap)   # (Hkv, G, T, Dv)
-        h = self.comm.all_reduce(layer.wo(o.transpose(2, 0, 1, 3).reshape(t, hq * dv)))   # (T, n_embd)
+        o = o.transpose(2, 0, 1, 3).reshape(t, hq * dv)                  # (T, H*Dv)
+        if gate is not None:
+            o = o * sigmoid(gate)
+        h = self.comm.all_reduce(layer.wo(o))                            # (T, n_embd)
         return add_bias(h, layer.bo)
 
     def shortconv(self, layer: Layer, x: np.ndarray, cache: KVCache, il: int, pos: int) -> np.ndarray:
@@ -224,6 +264,13 @@ class Model:
             seen = np.concatenate([np.zeros((-first, n_ch), np.float32), seen])
         y = bcx[:, n_ch:2 * n_ch] * ssm_conv(seen, layer.conv)           # (T, C)
         return self.comm.all_reduce(layer.conv_out(y))                   # (T, n_embd)
+
+    def recurrent(self, layer: Layer, x: np.ndarray, cache: HybridCache, il: int, pos: int) -> np.ndarray:
+        """A Gated DeltaNet layer on x (T, n_embd), already normed -> (T, n_embd); stages its new state in
+        the cache (one worker holds it whole)."""
+        h, window, s = delta_net(layer.delta, x, *cache.state(il), self.config)
+        cache.stage(il, window, s)
+        return h
 
     def ffn(self, layer: Layer, x: np.ndarray) -> np.ndarray:
         """Gated feed-forward of x (R, n_embd), already normed, over this shard's FFN units, summed over the

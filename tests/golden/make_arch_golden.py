@@ -14,6 +14,10 @@ quantizer, deterministic; its sha256 is recorded so the test knows it made the s
   float32 to 7 significant digits;
 - ``greedy_ids``: 8 ids decoded one at a time, each the argmax of the raw logits (lowest id on ties);
   ``margins``: each step's top-1 minus top-2 logit; ``last_logits`` (F32 only): the 8th step's logits.
+
+The hybrid qwen35 fixture goes to tests/golden/qwen35_reference.json, the same records and, beside
+them, ``long``: the logits of every position of the ``LONG`` prompt (80 seeded ids: a DeltaNet chunk
+of 64 and 16 more; the Q8_0 copy: the last position only).
 """
 
 from __future__ import annotations
@@ -30,10 +34,11 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parent.parent), str(HERE.parent / "fixtures")]
 
 from gguf_write import quantized_copy  # noqa: E402  (tests/gguf_write.py)
-from make_arch_fixtures import FAMILIES  # noqa: E402  (tests/fixtures/)
+from make_arch_fixtures import FAMILIES, QWEN35_SEED  # noqa: E402  (tests/fixtures/)
 
 FIXTURES = HERE.parent / "fixtures"
 PROMPT = [1, 5, 9, 42]
+LONG = [int(i) for i in np.random.default_rng(QWEN35_SEED + 35).integers(1, 300, 80)]
 N_GREEDY = 8
 GGML_TYPE_F32 = 0
 
@@ -43,10 +48,14 @@ def floats(a: np.ndarray) -> list:
     return [float(f"{x:.7g}") for x in np.asarray(a, np.float32).reshape(-1)]
 
 
-def run(path: Path, full: bool) -> dict:
+def llama(path: Path, n_ctx: int = 64):
     from llama_cpp import Llama
-    llm = Llama(str(path), n_ctx=64, n_threads=1, n_threads_batch=1, logits_all=True, verbose=False,
-                type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32, flash_attn=False)
+    return Llama(str(path), n_ctx=n_ctx, n_threads=1, n_threads_batch=1, logits_all=True, verbose=False,
+                 type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32, flash_attn=False)
+
+
+def run(path: Path, full: bool) -> dict:
+    llm = llama(path)
     llm.eval(PROMPT)
     prompt_logits = np.array(llm.scores[:len(PROMPT)], np.float32)
     logits, ids, margins = prompt_logits[-1], [], []
@@ -62,6 +71,27 @@ def run(path: Path, full: bool) -> dict:
     return {**out, "prompt_logits": [floats(prompt_logits[-1])]}
 
 
+def run_long(path: Path, full: bool) -> list:
+    """The logits of every position of ``LONG`` (full) or of its last one."""
+    llm = llama(path, 256)
+    llm.eval(LONG)
+    logits = np.array(llm.scores[:len(LONG)], np.float32)
+    return [floats(row) for row in (logits if full else logits[-1:])]
+
+
+def qwen35(tmp: str) -> None:
+    src, q8 = FIXTURES / "tiny-qwen35.gguf", Path(tmp) / "tiny-qwen35-q8_0.gguf"
+    quantized_copy(src, q8, "Q8_0")
+    import llama_cpp
+    out = {"prompt_ids": PROMPT, "long_ids": LONG, "llama_cpp_python": llama_cpp.__version__,
+           "f32": {**run(src, True), "long": run_long(src, True)},
+           "q8_0": {**run(q8, False), "long": run_long(q8, False)}}
+    print("qwen35", out["f32"]["greedy_ids"], flush=True)
+    path = HERE / "qwen35_reference.json"
+    path.write_text(json.dumps(out, separators=(",", ":")) + "\n")
+    print("wrote", path, path.stat().st_size, "bytes")
+
+
 def main() -> None:
     import llama_cpp
     out = {"prompt_ids": PROMPT, "llama_cpp_python": llama_cpp.__version__, "fixtures": {}}
@@ -72,6 +102,7 @@ def main() -> None:
             quantized_copy(src, q8, "Q8_0")
             out["fixtures"][arch] = {"f32": run(src, True), "q8_0": run(q8, False)}
             print(arch, out["fixtures"][arch]["f32"]["greedy_ids"], flush=True)
+        qwen35(tmp)
     path = HERE / "arch_reference.json"
     path.write_text(json.dumps(out, separators=(",", ":")) + "\n")
     print("wrote", path, path.stat().st_size, "bytes")

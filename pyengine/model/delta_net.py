@@ -1,0 +1,186 @@
+"""Gated DeltaNet: the linear-attention layers of qwen35, with a recurrent state instead of a KV cache.
+
+One layer (llama.cpp ``src/models/qwen35.cpp``, ``build_layer_attn_linear``; the math of ggml's
+``ssm_conv`` and ``gated_delta_net``)::
+
+    qkv, z, b, a = w_in · x                     (attn_qkv, attn_gate, ssm_beta, ssm_alpha)
+    qkv = silu(causal_conv(qkv))                (ssm_conv1d: d_conv taps per channel)
+    q, k = l2norm(q), l2norm(k)                 (per key head)
+    g = softplus(a + ssm_dt.bias) * ssm_a       (log of the decay, ssm_a = -exp(A_log) < 0)
+    beta = sigmoid(b)
+    per value head h, reading key head h % Hk:
+        S = exp(g) S                            S: (Dv, Dk), the recurrent state
+        S = S + beta (v - S k) kᵀ               the delta rule
+        o = S q / sqrt(Dk)
+    out = ssm_out · (rmsnorm(o, ssm_norm) * silu(z))
+
+Shapes: ``T`` tokens, ``H`` value heads, ``Hk`` key heads, ``Dk`` = ``Dv`` the head size,
+``C`` the conv channels (2 Hk Dk + H Dv), ``K`` the conv taps. The state of a layer is its conv
+window, the last ``K - 1`` inputs (K - 1, C), and ``S`` for every head (H, Dv, Dk); both float32.
+A prompt runs by chunks of ``CHUNK`` tokens (the WY form of the delta rule: a triangular solve per
+chunk, then products); a batch of at most ``ONE_BY_ONE`` tokens runs token by token, as decode does,
+so a checked draft has the bits of one-token passes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pyengine.model.ops import ONE_BY_ONE, rmsnorm
+
+CHUNK = 64              # tokens per chunk of the chunked delta rule (llama.cpp's CS)
+
+
+@dataclass
+class DeltaNet:
+    """One Gated DeltaNet layer's own tensors (``blk.N.*``); its two matrices are weight forms."""
+    w_in: Any               # (C + H*Dv + 2H, n_embd): attn_qkv, attn_gate, ssm_beta, ssm_alpha
+    conv: np.ndarray        # (C, K) ssm_conv1d
+    dt_bias: np.ndarray     # (H,) ssm_dt.bias
+    a: np.ndarray           # (H,) ssm_a = -exp(A_log)
+    norm: np.ndarray        # (Dv,) ssm_norm
+    w_out: Any              # (n_embd, H*Dv) ssm_out
+
+    @property
+    def nbytes(self) -> int:
+        return sum(x.nbytes for x in vars(self).values())
+
+
+# ----------------------------------------------------------------------------
+# the pieces
+
+def silu(x: np.ndarray) -> np.ndarray:
+    """ggml ``silu``: ``x / (1 + exp(-x))``."""
+    with np.errstate(over="ignore"):
+        return x / (np.float32(1.0) + np.exp(-x))
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """ggml ``sigmoid``: ``1 / (1 + exp(-x))``."""
+    with np.errstate(over="ignore"):
+        return np.float32(1.0) / (np.float32(1.0) + np.exp(-x))
+
+
+def softplus(x: np.ndarray) -> np.ndarray:
+    """ggml ``softplus``: ``log(1 + exp(x))``, ``x`` itself above 20."""
+    with np.errstate(over="ignore"):
+        return np.where(x > 20.0, x, np.log1p(np.exp(np.minimum(x, 20.0)))).astype(np.float32)
+
+
+def l2norm(x: np.ndarray, eps: float) -> np.ndarray:
+    """llama.cpp ``build_gdn_l2_norm``: ``rms_norm(x, eps / n) / sqrt(n)`` = ``x / sqrt(sum(x²) + eps)``
+    over the last axis (n its length)."""
+    n = x.shape[-1]
+    ms = np.add.reduce(x * x, axis=-1, keepdims=True)                    # (..., 1)
+    ms /= np.float32(n)
+    ms += np.float32(eps / n)
+    return x * (np.float32(1.0) / np.sqrt(ms)) * np.float32(1.0 / np.sqrt(n))
+
+
+def causal_conv(x: np.ndarray, window: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ggml ``ssm_conv``: each channel's causal convolution over its last K inputs.
+
+    x (T, C) the new inputs, window (K-1, C) the inputs before them, w (C, K) -> (out (T, C), the
+    new window (K-1, C)). ``out[t] = sum_i xs[t + i] * w[:, i]`` with ``xs`` the window then x,
+    summed tap by tap in float32 as ggml does.
+    """
+    k = w.shape[1]
+    xs = np.concatenate([window, x])                                      # (K-1+T, C)
+    t = x.shape[0]
+    out = xs[0:t] * w[:, 0]
+    for i in range(1, k):
+        out += xs[i:i + t] * w[:, i]                                      # (T, C)
+    return out, xs[t:].copy()
+
+
+# ----------------------------------------------------------------------------
+# the delta rule
+
+def delta_step(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray,
+               beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One token of the gated delta rule (ggml ``gated_delta_net``, one step), every head at once.
+
+    s (H, Dv, Dk); q, k (H, Dk) (q already scaled); v (H, Dv); g, beta (H,) -> (o (H, Dv), new s).
+    """
+    s = s * np.exp(g)[:, None, None]                                      # (H, Dv, Dk)
+    sk = np.einsum("hjd,hd->hj", s, k)                                    # (H, Dv)
+    d = (v - sk) * beta[:, None]                                          # (H, Dv)
+    s = s + d[:, :, None] * k[:, None, :]                                 # (H, Dv, Dk)
+    return np.einsum("hjd,hd->hj", s, q), s
+
+
+def delta_chunk(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray,
+                beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The gated delta rule over one chunk of L tokens at once (llama.cpp ``build_delta_net_chunking``).
+
+    s (H, Dv, Dk); q, k (H, L, Dk) (q scaled); v (H, L, Dv); g, beta (H, L) -> (o (H, L, Dv), new s).
+    With ``G`` the cumulative log decay and ``D[i, j] = exp(G_i - G_j)`` (j <= i), the L updates
+    make one lower-triangular system: ``(I + tril(beta_i k_i·k_j D, -1)) U = [beta v | beta k exp(G)]``.
+    """
+    s, q, k, v, g, beta = (a.astype(np.float64) for a in (s, q, k, v, g, beta))   # the solve is touchy in float32
+    cg = np.cumsum(g, axis=1)                                             # (H, L)
+    diff = cg[:, :, None] - cg[:, None, :]                                # (H, L, L): G_i - G_j
+    lower = np.tril(np.ones(diff.shape[1:], bool))                        # (L, L) j <= i
+    decay = np.where(lower, np.exp(np.where(lower, diff, 0.0)), 0.0)
+    kb = k * beta[:, :, None]                                             # (H, L, Dk)
+    a = np.einsum("hid,hjd->hij", kb, k) * decay                          # (H, L, L)
+    a = np.tril(a, -1) + np.eye(a.shape[1])
+    rhs = np.concatenate([v * beta[:, :, None], kb * np.exp(cg)[:, :, None]], axis=2)   # (H, L, Dv + Dk)
+    u = np.linalg.solve(a, rhs)                                           # (H, L, Dv + Dk)
+    dv = v.shape[2]
+    vals, kcd = u[:, :, :dv], u[:, :, dv:]                                # (H, L, Dv), (H, L, Dk)
+    v_new = vals - np.einsum("hid,hjd->hij", kcd, s)                      # (H, L, Dv)
+    qk = np.einsum("hid,hjd->hij", q, k) * decay                          # (H, L, L)
+    o = np.einsum("hid,hjd->hij", q * np.exp(cg)[:, :, None], s) + np.einsum("hij,hjv->hiv", qk, v_new)
+    last = cg[:, -1]                                                      # (H,)
+    kg = k * np.exp(last[:, None] - cg)[:, :, None]                       # (H, L, Dk)
+    s = s * np.exp(last)[:, None, None] + np.einsum("hiv,hid->hvd", v_new, kg)   # (H, Dv, Dk)
+    return o.astype(np.float32), s.astype(np.float32)
+
+
+def delta_rule(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray,
+               beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The gated delta rule over T tokens: q, k (T, H, Dk) (q scaled), v (T, H, Dv), g, beta (T, H),
+    s (H, Dv, Dk) -> (o (T, H, Dv), new s). Up to ``ONE_BY_ONE`` tokens one at a time, else by chunks."""
+    t = q.shape[0]
+    if t <= ONE_BY_ONE:
+        out = np.empty(v.shape, np.float32)                               # (T, H, Dv)
+        for i in range(t):
+            out[i], s = delta_step(s, q[i], k[i], v[i], g[i], beta[i])
+        return out, s
+    q, k, v = q.transpose(1, 0, 2), k.transpose(1, 0, 2), v.transpose(1, 0, 2)   # (H, T, D)
+    g, beta = g.T, beta.T                                                 # (H, T)
+    out = np.empty(v.shape, np.float32)                                   # (H, T, Dv)
+    for c0 in range(0, t, CHUNK):
+        c = slice(c0, min(t, c0 + CHUNK))
+        out[:, c], s = delta_chunk(s, q[:, c], k[:, c], v[:, c], g[:, c], beta[:, c])
+    return out.transpose(1, 0, 2), s
+
+
+# ----------------------------------------------------------------------------
+# the layer
+
+def delta_net(layer: DeltaNet, x: np.ndarray, window: np.ndarray, s: np.ndarray, config) -> tuple:
+    """A Gated DeltaNet layer on x (T, n_embd), already normed, from the state (window (K-1, C), s
+    (H, Dv, Dk)) -> (out (T, n_embd), new window, new s). The state passed in is not changed."""
+    c = config
+    t, hk, h, d = x.shape[0], c.ssm_n_group, c.ssm_dt_rank, c.ssm_d_state
+    nk, nv = hk * d, h * d
+    proj = layer.w_in(x)                                                  # (T, C + nv + 2H)
+    qkv, z = proj[:, :2 * nk + nv], proj[:, 2 * nk + nv:2 * nk + 2 * nv]  # (T, C), (T, nv)
+    b, a = proj[:, 2 * nk + 2 * nv:2 * nk + 2 * nv + h], proj[:, 2 * nk + 2 * nv + h:]   # (T, H) each
+    qkv, window = causal_conv(qkv, window, layer.conv)
+    qkv = silu(qkv)                                                       # (T, C)
+    q = l2norm(qkv[:, :nk].reshape(t, hk, d), c.rms_eps)                  # (T, Hk, Dk)
+    k = l2norm(qkv[:, nk:2 * nk].reshape(t, hk, d), c.rms_eps)            # (T, Hk, Dk)
+    v = qkv[:, 2 * nk:].reshape(t, h, d)                                  # (T, H, Dv)
+    reps = h // hk                                                        # value head j reads key head j % Hk
+    q = np.tile(q * np.float32(1.0 / np.sqrt(d)), (1, reps, 1))           # (T, H, Dk)
+    k = np.tile(k, (1, reps, 1))                                          # (T, H, Dk)
+    g = softplus(a + layer.dt_bias) * layer.a                             # (T, H)
+    o, s = delta_rule(s, q, k, v, g, sigmoid(b))                          # (T, H, Dv)
+    o = rmsnorm(o, layer.norm, c.rms_eps) * silu(z.reshape(t, h, d))      # (T, H, Dv)
+    return layer.w_out(o.reshape(t, nv)), window, s
