@@ -45,11 +45,8 @@ def layer_tensors(c: ModelConfig, fused_qkv: bool = False, recurrent: bool = Fal
             ("attn_output.weight", (no, e), True), ("attn_output.bias", (e,), False)]
     if not spec.qk_norm:
         attn = [r for r in attn if r[0] not in ("attn_q_norm.weight", "attn_k_norm.weight")]
-    if conv:
-        attn = [("shortconv.in_proj.weight", (e, 3 * e), True),
-                ("shortconv.conv.weight", (c.shortconv_l_cache, e), True),
-                ("shortconv.out_proj.weight", (e, e), True)]
-    rows = [("attn_norm.weight", (e,), spec.pre_norms), *(delta_net_tensors(c) if recurrent else attn),
+    mixer = delta_net_tensors(c) if recurrent else shortconv_tensors(c) if conv else attn
+    rows = [("attn_norm.weight", (e,), spec.pre_norms), *mixer,
             ("post_attention_norm.weight", (e,), spec.post_norms),
             (spec.ffn_norm + ".weight", (e,), spec.pre_norms), *gate_up,
             ("ffn_down.weight", (f, e), True), ("ffn_down.bias", (e,), False),
@@ -74,6 +71,13 @@ def delta_net_tensors(c: ModelConfig) -> list[tuple[str, tuple, bool]]:
             ("ssm_beta.weight", (e, h), True), ("ssm_alpha.weight", (e, h), True),
             ("ssm_conv1d.weight", (c.ssm_d_conv, 2 * nk + nv), True), ("ssm_dt.bias", (h,), True),
             ("ssm_a", (h,), True), ("ssm_norm.weight", (d,), True), ("ssm_out.weight", (nv, e), True)]
+
+
+def shortconv_tensors(c: ModelConfig) -> list[tuple[str, tuple, bool]]:
+    """The tensors of a short-convolution block (llama.cpp ``llama_model_lfm2::load_arch_tensors``)."""
+    e = c.n_embd
+    return [("shortconv.in_proj.weight", (e, 3 * e), True), ("shortconv.conv.weight", (c.shortconv_l_cache, e), True),
+            ("shortconv.out_proj.weight", (e, e), True)]
 
 
 def model_tensors(c: ModelConfig, tensors=None) -> list[tuple[str, tuple, bool]]:
