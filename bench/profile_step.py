@@ -64,32 +64,22 @@ def instrument(model) -> tuple[dict, dict]:
     return seconds, calls
 
 
-class Alone:
-    """A shard's communicator with no other workers: its own partial sums and logits (timing only)."""
-
-    def __init__(self, count: int):
-        self.count = count
-
-    def all_reduce(self, a):
-        return a
-
-    def gather(self, a):
-        return a
-
-
 def load(path: str, weights: str, shard: str | None):
-    """The whole model, or shard "K/N" of it in the page's forms for N workers."""
+    """The whole model, or shard "K/N" of it in the page's forms for N workers, run alone: a communicator
+    of N workers that sums and gathers only its own part (timing only)."""
     from pyengine.gguf import open_gguf
     from pyengine.model import load_model
     g = open_gguf(path)
     if shard is None:
         return load_model(g, weights=weights)
     from pyengine.model.config import ModelConfig
+    from pyengine.model.transformer import Solo
     from pyengine.parallel.driver import plan_load
     from pyengine.weights.budget import browser_budget
     k, n = map(int, shard.split("/"))
     plan = plan_load(g, ModelConfig.from_metadata(g.metadata, g.tensors), weights, n, browser_budget)
-    return load_model(g, shard=plan.shards[k], forms=plan.forms, weights=plan.weights, comm=Alone(n))
+    alone = type("Alone", (Solo,), {"count": n})()
+    return load_model(g, shard=plan.shards[k], forms=plan.forms, weights=plan.weights, comm=alone)
 
 
 def profile(path: str, prompt_ids: list[int], n_decode: int, cprofile: bool = False, weights: str = "auto",
