@@ -156,7 +156,7 @@ def test_unsupported_architecture_lists_the_supported():
     with pytest.raises(ModelError, match=r"\['llama'\]"):
         ModelConfig.from_metadata({**md, "general.architecture": ["llama"]})
     assert list(ARCHITECTURES) == ["llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3", "granite", "olmo2",
-                                   "smollm3", "exaone4", "lfm2", "qwen35"]
+                                   "smollm3", "exaone4", "lfm2", "qwen35", "gemma4"]
 
 
 @pytest.mark.parametrize("key, value, message", [

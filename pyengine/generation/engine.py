@@ -36,7 +36,8 @@ def load(paths_or_gguf: Any, progress: Callable[[int, int], None] | None = None,
     passed to :func:`pyengine.model.load_model` (one of ``weights.budget.CHOICES``).
     The tokenizer and template are read first, so a bad vocab fails before the slow part. Files
     opened here are closed once the weights are in memory (``engine.gguf`` keeps its metadata and
-    tensor table). Raises GGUFError, TokenizerError, ModelError.
+    tensor table), unless the model reads from them as it runs (gemma4's per-layer embeddings).
+    Raises GGUFError, TokenizerError, ModelError.
     """
     from pyengine.model.load import load_model
 
@@ -44,9 +45,10 @@ def load(paths_or_gguf: Any, progress: Callable[[int, int], None] | None = None,
     try:
         tokenizer, template, template_error = text_parts(gguf)
         report = None if progress is None else (lambda done, total, *_bytes: progress(done, total))
+        model = None
         model = load_model(gguf, progress=report, weights=weights)
     finally:
-        if owned:
+        if owned and not getattr(model, "reads_file", False):
             gguf.close()
     return Engine(gguf, model, tokenizer, template, template_error)
 

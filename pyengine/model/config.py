@@ -61,6 +61,10 @@ class ArchSpec:
     q_gate: bool = False        # attn_q holds each head's query then its output gate (sigmoid) (qwen35)
     ffn_norm: str = "ffn_norm"  # the name of the norm before the FFN (qwen35: post_attention_norm)
     imrope: bool = False        # rope.dimension_sections interleaved over the pairs (llama.cpp IMROPE)
+    query_scale: float = 0.0    # q times this before q·k (gemma4: 1, its q norm scales); 0: 1/sqrt(Dk)
+    v_norm: bool = False        # v RMS-normed per head, without a weight (gemma4)
+    shared_kv: bool = False     # the last attention.shared_kv_layers layers read earlier layers' KV (gemma4)
+    rope_freqs_full: bool = False  # rope_freqs turns the full-attention layers only (gemma4's proportional rope)
 
 
 ARCHITECTURES: dict[str, ArchSpec] = {
@@ -82,6 +86,10 @@ ARCHITECTURES: dict[str, ArchSpec] = {
     "qwen35": ArchSpec(True,  True,  False, False, False, recurrent=True, q_gate=True, ffn_norm="post_attention_norm",
                        imrope=True, required=("rope_sections", "ssm_d_conv", "ssm_d_inner", "ssm_d_state",
                                               "ssm_dt_rank", "ssm_n_group")),
+    "gemma4": ArchSpec(True,  True,  True,  True,  True, swa_pattern=5, rope_freq_base_swa=10000.0, final_softcap=30.0,
+                       query_scale=1.0, v_norm=True, shared_kv=True, rope_freqs_full=True,
+                       required=("sliding_window", "sliding_window_pattern", "n_embd_per_layer", "head_dim_k_swa",
+                                 "head_dim_v_swa")),
 }
 
 # field                      GGUF key ("{arch}" is general.architecture)    type   default
@@ -89,14 +97,17 @@ KEYS = [
     ("n_ctx_train",            "{arch}.context_length",                       int,   REQUIRED),
     ("n_embd",                 "{arch}.embedding_length",                     int,   REQUIRED),
     ("n_layer",                "{arch}.block_count",                          int,   REQUIRED),
-    ("n_ff",                   "{arch}.feed_forward_length",                  int,   REQUIRED),
+    ("n_ff",                   "{arch}.feed_forward_length",                  None,  REQUIRED),  # int or per layer
     ("n_head",                 "{arch}.attention.head_count",                 int,   REQUIRED),
     ("n_head_kv",              "{arch}.attention.head_count_kv",              None,  None),   # n_head; per layer
     ("head_dim_k",             "{arch}.attention.key_length",                 int,   None),   # n_embd / n_head
     ("head_dim_v",             "{arch}.attention.value_length",               int,   None),   # n_embd / n_head
+    ("head_dim_k_swa",         "{arch}.attention.key_length_swa",             int,   None),   # head_dim_k
+    ("head_dim_v_swa",         "{arch}.attention.value_length_swa",           int,   None),   # head_dim_v
     ("rms_eps",                "{arch}.attention.layer_norm_rms_epsilon",     float, REQUIRED),
     ("rope_freq_base",         "{arch}.rope.freq_base",                       float, 10000.0),
     ("rope_dim",               "{arch}.rope.dimension_count",                 int,   None),   # head_dim_k
+    ("rope_dim_swa",           "{arch}.rope.dimension_count_swa",             int,   None),   # rope_dim
     ("rope_scaling_type",      "{arch}.rope.scaling.type",                    str,   "linear"),
     ("rope_scaling_factor",    "{arch}.rope.scaling.factor",                  float, 0.0),    # 0: none
     ("rope_scale_linear",      "{arch}.rope.scale_linear",                    float, 0.0),    # older name of it
@@ -119,6 +130,8 @@ KEYS = [
     ("ssm_d_state",            "{arch}.ssm.state_size",                       int,   0),      # k and v head size
     ("ssm_dt_rank",            "{arch}.ssm.time_step_rank",                   int,   0),      # v heads
     ("ssm_n_group",            "{arch}.ssm.group_count",                      int,   0),      # k heads
+    ("n_kv_shared",            "{arch}.attention.shared_kv_layers",           int,   0),      # gemma4
+    ("n_embd_per_layer",       "{arch}.embedding_length_per_layer_input",     int,   0),      # gemma4: 0 none
 ]
 
 ROPE_SCALING_TYPES = ("none", "linear")  # yarn and longrope are not implemented
@@ -132,14 +145,17 @@ class ModelConfig:
     n_ctx_train: int            # tokens the model was trained on
     n_embd: int
     n_layer: int
-    n_ff: int
+    n_ff: int                   # the smallest layer's FFN units; layer il has n_ff * ffn_mult[il]
     n_head: int
     n_head_kv: int
     head_dim_k: int
     head_dim_v: int
+    head_dim_k_swa: int         # the head sizes of the sliding-window layers (gemma4's differ)
+    head_dim_v_swa: int
     rms_eps: float
     rope_freq_base: float
     rope_dim: int               # leading dims of each q/k head that rope rotates
+    rope_dim_swa: int           # the same in the sliding-window layers
     rope_scaling_type: str
     rope_scaling_factor: float  # linear: positions are divided by it (0 or 1: none)
     rope_scale_linear: float    # the factor under its older key, used when rope.scaling.factor is absent
@@ -161,12 +177,16 @@ class ModelConfig:
     ssm_d_state: int            # DeltaNet head size (keys and values)
     ssm_dt_rank: int            # DeltaNet value heads (each has its decay and beta)
     ssm_n_group: int            # DeltaNet key heads (value head h reads key head h % ssm_n_group)
+    n_kv_shared: int            # the last this many layers keep no KV of their own (gemma4)
+    n_embd_per_layer: int       # width of each layer's per-layer token embedding (gemma4; 0: none)
     tied_output: bool | None = None  # output reuses token_embd (known from the tensors, None if not given)
     swa_layers: tuple = ()      # per layer: True when it uses the sliding window
     rope_layers: tuple = ()     # per layer: True when q and k are rotated (smollm3, exaone4: not all)
     conv_layers: tuple = ()     # per layer: True when it is a short convolution, not attention (lfm2)
     attn_scale: float = 0.0     # multiplies q before q·k (1/sqrt(head_dim_k) unless the arch says otherwise)
     recurrent: tuple = ()       # per layer: True for a Gated DeltaNet layer (hybrid architectures)
+    ffn_mult: tuple = ()        # per layer: its FFN units are n_ff times this (gemma4's double-wide layers: 2)
+    kv_layers: tuple = ()       # per layer: the layer whose keys and values it reads (itself, or shared: gemma4)
     spec: ArchSpec = field(default=None, repr=False)
 
     @property
@@ -200,6 +220,16 @@ class ModelConfig:
         if tensor_names is not None:
             cfg.tied_output = "output.weight" not in tensor_names
         return cfg
+
+    def head_dims(self, il: int) -> tuple[int, int]:
+        """(Dk, Dv) of layer ``il``'s heads (llama.cpp ``n_embd_head_k(il)``, ``n_embd_head_v(il)``)."""
+        if self.swa_layers[il]:
+            return self.head_dim_k_swa, self.head_dim_v_swa
+        return self.head_dim_k, self.head_dim_v
+
+    def n_ff_of(self, il: int) -> int:
+        """Layer ``il``'s FFN units (llama.cpp ``n_ff(il)``)."""
+        return self.n_ff * self.ffn_mult[il]
 
     def summary(self) -> dict:
         """The fields as a plain dict (for inspect and the tests)."""
@@ -243,11 +273,12 @@ def _same_for_every_layer(key: str, value: list | np.ndarray):
 def _derive(cfg: ModelConfig, metadata: dict) -> None:
     """Fill the defaults that depend on other fields, then check the whole config is usable."""
     a = cfg.arch
-    for name in ("n_embd", "n_layer", "n_ff", "n_head", "n_ctx_train"):
+    for name in ("n_embd", "n_layer", "n_head", "n_ctx_train"):
         if getattr(cfg, name) <= 0:
             raise ModelError(f"metadata: {name} = {getattr(cfg, name)} must be positive")
     if cfg.n_layer > MAX_LAYERS:
         raise ModelError(f"metadata key '{a}.block_count' = {cfg.n_layer}: at most {MAX_LAYERS} layers")
+    _derive_ffn(cfg)
     _derive_conv_layers(cfg)
     if cfg.n_head_kv is None:
         cfg.n_head_kv = cfg.n_head
@@ -260,11 +291,16 @@ def _derive(cfg: ModelConfig, metadata: dict) -> None:
         cfg.head_dim_v = cfg.n_embd // cfg.n_head
     if cfg.rope_dim is None:
         cfg.rope_dim = cfg.head_dim_k
-    if cfg.head_dim_k <= 0 or cfg.head_dim_v <= 0:
-        raise ModelError(f"metadata: head sizes k={cfg.head_dim_k}, v={cfg.head_dim_v} must be positive")
-    if cfg.rope_dim <= 0 or cfg.rope_dim % 2 or cfg.rope_dim > cfg.head_dim_k:
-        raise ModelError(f"metadata key '{a}.rope.dimension_count' = {cfg.rope_dim} must be even "
-                         f"and at most the key head size {cfg.head_dim_k}")
+    cfg.head_dim_k_swa = cfg.head_dim_k if cfg.head_dim_k_swa is None else cfg.head_dim_k_swa
+    cfg.head_dim_v_swa = cfg.head_dim_v if cfg.head_dim_v_swa is None else cfg.head_dim_v_swa
+    cfg.rope_dim_swa = cfg.rope_dim if cfg.rope_dim_swa is None else cfg.rope_dim_swa
+    for k, v, swa in ((cfg.head_dim_k, cfg.head_dim_v, ""), (cfg.head_dim_k_swa, cfg.head_dim_v_swa, "_swa")):
+        if not 0 < k <= 1 << 16 or not 0 < v <= 1 << 16:
+            raise ModelError(f"metadata: head sizes key_length{swa} = {k}, value_length{swa} = {v} must be in 1..65536")
+    for rope, dk, swa in ((cfg.rope_dim, cfg.head_dim_k, ""), (cfg.rope_dim_swa, cfg.head_dim_k_swa, "_swa")):
+        if rope <= 0 or rope % 2 or rope > dk:
+            raise ModelError(f"metadata key '{a}.rope.dimension_count{swa}' = {rope} must be even "
+                             f"and at most the key head size {dk}")
     if a == "llama" and cfg.rope_dim != cfg.head_dim_k:  # llama.cpp: "invalid n_rot"
         raise ModelError(f"metadata key 'llama.rope.dimension_count' = {cfg.rope_dim}: "
                          f"llama needs it equal to the head size {cfg.head_dim_k}")
@@ -325,6 +361,47 @@ def _derive_recurrent(cfg: ModelConfig) -> None:
     cfg.rope_sections = tuple(int(x) for x in sections)
 
 
+def _derive_ffn(cfg: ModelConfig) -> None:
+    """The FFN units of every layer: one ``feed_forward_length``, or one per layer, each a multiple of the
+    smallest (gemma4's double-wide layers), so that a split cuts every layer at the same fractions."""
+    key, ff = f"{cfg.arch}.feed_forward_length", cfg.n_ff
+    if isinstance(ff, (list, np.ndarray)):
+        ff = [_check_value(key, f, int) for f in (ff.tolist() if isinstance(ff, np.ndarray) else ff)]
+        if len(ff) != cfg.n_layer:
+            raise ModelError(f"metadata key {key!r} has {len(ff)} values, expected one per layer ({cfg.n_layer})")
+    else:
+        ff = [_check_value(key, ff, int)] * cfg.n_layer
+    cfg.n_ff = min(ff)
+    if cfg.n_ff <= 0 or max(ff) > 1 << 20:
+        raise ModelError(f"metadata key {key!r}: FFN sizes {ff[:8]} must be in 1..{1 << 20}")
+    if any(f % cfg.n_ff for f in ff):
+        raise ModelError(f"metadata key {key!r}: per-layer FFN sizes {ff[:8]}... must be multiples of the smallest")
+    cfg.ffn_mult = tuple(f // cfg.n_ff for f in ff)
+
+
+def _derive_shared_kv(cfg: ModelConfig) -> None:
+    """The layer whose keys and values each layer reads: its own, or, for the last
+    ``attention.shared_kv_layers`` (gemma4), the last earlier one of its kind (llama.cpp's ``reuse`` of
+    ``llama_model::create_memory``: the layer before the first shared one if full attention, the one
+    before that if sliding). Per-layer embeddings checked here too."""
+    a, n, shared = cfg.arch, cfg.n_layer, cfg.n_kv_shared if cfg.spec.shared_kv else 0
+    if not 0 <= cfg.n_embd_per_layer <= 1 << 16:
+        raise ModelError(f"metadata key '{a}.embedding_length_per_layer_input' = {cfg.n_embd_per_layer} "
+                         f"must be in 0..65536")
+    first = n - shared
+    if shared < 0 or (shared and first < 2):
+        raise ModelError(f"metadata key '{a}.attention.shared_kv_layers' = {shared}: at most block_count - 2 "
+                         f"= {n - 2} layers can share")
+    out = []
+    for il in range(n):
+        src = il if il < first else first - (2 if cfg.swa_layers[il] else 1)
+        if cfg.swa_layers[src] != cfg.swa_layers[il] or cfg.head_dims(src) != cfg.head_dims(il):
+            raise ModelError(f"metadata: layer {il} shares the KV of layer {src}, which is not of its kind "
+                             f"(attention.sliding_window_pattern, attention.shared_kv_layers = {shared})")
+        out.append(src)
+    cfg.kv_layers = tuple(out)
+
+
 def _derive_conv_layers(cfg: ModelConfig) -> None:
     """The short-convolution blocks (lfm2: head_count_kv 0, per layer or for all) and the KV heads of the
     attention blocks, which must agree (llama.cpp ``llama_model_lfm2::load_arch_hparams``)."""
@@ -356,6 +433,7 @@ def _derive_attention(cfg: ModelConfig) -> None:
     if cfg.sliding_window < 0:
         raise ModelError(f"metadata key '{cfg.arch}.attention.sliding_window' must not be negative")
     _derive_swa_layers(cfg)
+    _derive_shared_kv(cfg)
     if cfg.rope_freq_base_swa is None:
         cfg.rope_freq_base_swa = spec.rope_freq_base_swa or cfg.rope_freq_base
     with_swa = any(cfg.swa_layers)
@@ -370,6 +448,8 @@ def _derive_attention(cfg: ModelConfig) -> None:
     # gemma_pytorch config.py: query_pre_attn_scalar is n_embd / n_head for the 27Bs (46, 62 layers)
     if cfg.attention_scale:
         cfg.attn_scale = cfg.attention_scale
+    elif spec.query_scale:
+        cfg.attn_scale = spec.query_scale
     elif spec.big_n_layer and cfg.n_layer == spec.big_n_layer:
         cfg.attn_scale = 1.0 / math.sqrt(cfg.n_embd // cfg.n_head)
     else:

@@ -19,12 +19,18 @@ from pyengine.errors import PyEngineError
 _IDS = itertools.count(1)
 
 
+def _per_layer(x, n_layer: int) -> tuple:
+    """A size given for all layers (an int) or per layer (a sequence), as one per layer."""
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,) * n_layer
+
+
 class KVCache:
     """Keys and values of every layer for the positions seen so far.
 
     ``k[il]`` is (n_head_kv, capacity, Dk) float32 and ``v[il]`` (n_head_kv,
     capacity, Dv): one head's positions are contiguous rows, so attention reads
-    ``k[il][:, :n]`` without a copy. Capacity doubles as needed up to ``n_ctx``.
+    ``k[il][:, :n]`` without a copy. Heads and head sizes may differ per layer (gemma4: a
+    layer that reads another's keys and values holds 0 heads). Capacity doubles as needed up to ``n_ctx``.
     ``conv[il]`` is (capacity, channels) float32 for a short-convolution block
     (its ``k[il]``, ``v[il]`` hold no heads), None for attention.
     ``n`` is the number of positions filled; ``truncate(n)`` forgets the rest
@@ -37,8 +43,9 @@ class KVCache:
         self.id = next(_IDS)          # names this cache to the helper workers of a split model
         cap = min(n_ctx, 256)
         conv = tuple(conv_channels) or (0,) * n_layer                    # per layer: channels, 0 for attention
-        self.k = [np.zeros((0 if w else n_head_kv, cap, head_dim_k), np.float32) for w in conv]
-        self.v = [np.zeros((0 if w else n_head_kv, cap, head_dim_v), np.float32) for w in conv]
+        heads, dk, dv = (_per_layer(x, n_layer) for x in (n_head_kv, head_dim_k, head_dim_v))
+        self.k = [np.zeros((0 if w else h, cap, d), np.float32) for w, h, d in zip(conv, heads, dk)]
+        self.v = [np.zeros((0 if w else h, cap, d), np.float32) for w, h, d in zip(conv, heads, dv)]
         self.conv = [np.zeros((cap, w), np.float32) if w else None for w in conv]
 
     @property

@@ -19,18 +19,20 @@ from pyengine.errors import ModelError
 from pyengine.model.config import ModelConfig
 from pyengine.model.delta_net import DeltaNet
 from pyengine.model.shard import Shard, whole
-from pyengine.model.transformer import Layer, Model
+from pyengine.model.transformer import Layer, Model, PerLayerEmbd
 from pyengine.weights.budget import HEAP_HEADROOM, Matrix, default_budget, forms_nbytes, plan_forms, reserve_heap
 from pyengine.weights.build import Builder, piece_nbytes
+from pyengine.weights.rows import FileRows
 
 
-def layer_tensors(c: ModelConfig, fused_qkv: bool = False, recurrent: bool = False,
-                  conv: bool = False) -> list[tuple[str, tuple, bool]]:
-    """The tensors of one block: (name after ``blk.N.``, ggml ne shape, required). ``fused_qkv``: the
-    file holds q, k and v in one ``attn_qkv`` (phi3's GGUFs; llama.cpp takes either for any architecture);
-    ``recurrent``: a Gated DeltaNet block (:func:`delta_net_tensors`) in place of the attention;
-    ``conv``: a short convolution in place of the attention (lfm2)."""
-    e, f, dk, dv, spec = c.n_embd, c.n_ff, c.head_dim_k, c.head_dim_v, c.spec
+def layer_tensors(c: ModelConfig, il: int = 0, fused_qkv: bool = False) -> list[tuple[str, tuple, bool]]:
+    """The tensors of block ``il``: (name after ``blk.N.``, ggml ne shape, required), at that layer's head
+    sizes and FFN units. ``fused_qkv``: the file holds q, k and v in one ``attn_qkv`` (phi3's GGUFs;
+    llama.cpp takes either for any architecture). A Gated DeltaNet block (:func:`delta_net_tensors`) or a
+    short convolution (lfm2) stands in place of the attention; a layer reading another's KV (gemma4) has
+    no k, v nor k norm of its own."""
+    (dk, dv), f, spec = c.head_dims(il), c.n_ff_of(il), c.spec
+    e, own_kv = c.n_embd, c.kv_layers[il] == il
     nq, nk, nv, no = c.n_head * dk, c.n_head_kv * dk, c.n_head_kv * dv, c.n_head * dv
     nqg = 2 * nq if spec.q_gate else nq                   # qwen35: each head's query and its gate
     qkv = [("attn_qkv.weight", (e, nq + nk + nv), True), ("attn_qkv.bias", (nq + nk + nv,), False)] if fused_qkv \
@@ -45,12 +47,14 @@ def layer_tensors(c: ModelConfig, fused_qkv: bool = False, recurrent: bool = Fal
             ("attn_output.weight", (no, e), True), ("attn_output.bias", (e,), False)]
     if not spec.qk_norm:
         attn = [r for r in attn if r[0] not in ("attn_q_norm.weight", "attn_k_norm.weight")]
-    mixer = delta_net_tensors(c) if recurrent else shortconv_tensors(c) if conv else attn
+    if not own_kv:
+        attn = [r for r in attn if not r[0].startswith(("attn_k", "attn_v"))]
+    mixer = delta_net_tensors(c) if c.recurrent[il] else shortconv_tensors(c) if c.conv_layers[il] else attn
     rows = [("attn_norm.weight", (e,), spec.pre_norms), *mixer,
             ("post_attention_norm.weight", (e,), spec.post_norms),
             (spec.ffn_norm + ".weight", (e,), spec.pre_norms), *gate_up,
             ("ffn_down.weight", (f, e), True), ("ffn_down.bias", (e,), False),
-            ("post_ffw_norm.weight", (e,), spec.post_norms)]
+            ("post_ffw_norm.weight", (e,), spec.post_norms), *per_layer_tensors(c)]
     out = {}
     for name, shape, required in rows:                    # a name twice (qwen35's ffn norm) once, required
         if required or name not in out:
@@ -61,6 +65,15 @@ def layer_tensors(c: ModelConfig, fused_qkv: bool = False, recurrent: bool = Fal
     if not spec.pre_norms:
         skip |= {"attn_norm.weight", "ffn_norm.weight"}
     return [r for n, r in out.items() if n not in skip]
+
+
+def per_layer_tensors(c: ModelConfig) -> list[tuple[str, tuple, bool]]:
+    """A block's per-layer embedding gate and projection, and its output scale (gemma4)."""
+    e, n = c.n_embd, c.n_embd_per_layer
+    scale = [("layer_output_scale.weight", (1,), False)] if c.spec.shared_kv else []
+    if not n:
+        return scale
+    return [("inp_gate.weight", (e, n), True), ("proj.weight", (n, e), True), ("post_norm.weight", (e,), True), *scale]
 
 
 def delta_net_tensors(c: ModelConfig) -> list[tuple[str, tuple, bool]]:
@@ -87,10 +100,14 @@ def model_tensors(c: ModelConfig, tensors=None) -> list[tuple[str, tuple, bool]]
              (c.spec.output_norm + ".weight", (c.n_embd,), True),
              ("output.weight", (c.n_embd, c.n_vocab), False),
              ("rope_freqs.weight", (c.rope_dim // 2,), False)]
+    if c.n_embd_per_layer:                                # gemma4's per-layer token embeddings
+        n = c.n_embd_per_layer * c.n_layer
+        names += [("per_layer_token_embd.weight", (n, c.n_vocab), True),
+                  ("per_layer_model_proj.weight", (c.n_embd, n), True),
+                  ("per_layer_proj_norm.weight", (c.n_embd_per_layer,), True)]
     for il in range(c.n_layer):
         fused = tensors is not None and f"blk.{il}.attn_qkv.weight" in tensors and not c.recurrent[il]
-        names += [(f"blk.{il}.{n}", shape, req)
-                  for n, shape, req in layer_tensors(c, fused, c.recurrent[il], c.conv_layers[il])]
+        names += [(f"blk.{il}.{n}", shape, req) for n, shape, req in layer_tensors(c, il, fused)]
     return names
 
 
@@ -150,16 +167,17 @@ def check_tensors(gguf_file, config: ModelConfig) -> list[str]:
 
 def shard_matrices(config: ModelConfig, tensors, shard: Shard) -> dict[tuple, tuple]:
     """Every matrix of ``shard``: ``{key: (pieces, cols)}`` in load order, the key ``("token_embd",)``,
-    ``("output",)`` (untied only) or ``(layer, field)``; pieces are ``(tensor, first row, end row)``
-    stacked by rows, ``cols`` the columns kept (None: all)."""
+    ``("output",)`` (untied only), ``("per_layer_model_proj",)`` (gemma4) or ``(layer, field)``; pieces are
+    ``(tensor, first row, end row)`` stacked by rows, ``cols`` the columns kept (None: all)."""
     c = config
-    dk, dv = c.head_dim_k, c.head_dim_v
-    (h0, h1), (g0, g1), (f0, f1), (v0, v1) = shard.heads, shard.kv_heads, shard.ffn, shard.vocab
+    (h0, h1), (g0, g1), (v0, v1) = shard.heads, shard.kv_heads, shard.vocab
     out = {("token_embd",): ([("token_embd.weight", v0, v1)], None)}
     if "output.weight" in tensors:
         out[("output",)] = ([("output.weight", v0, v1)], None)
+    if c.n_embd_per_layer:                                # held whole by every worker, as the per-layer path
+        out[("per_layer_model_proj",)] = ([("per_layer_model_proj.weight", 0, c.n_embd_per_layer * c.n_layer)], None)
     for il in range(c.n_layer):
-        p = f"blk.{il}."
+        p, (dk, dv) = f"blk.{il}.", c.head_dims(il)
         if c.conv_layers[il]:
             out.update(conv_matrices(c, il, shard))
         elif c.recurrent[il]:                             # a Gated DeltaNet layer, held whole
@@ -171,6 +189,8 @@ def shard_matrices(config: ModelConfig, tensors, shard: Shard) -> dict[tuple, tu
         elif c.spec.q_gate:                               # each head's query rows, then its gate rows
             out[(il, "wqkv")] = ([(p + "attn_q.weight", 2 * h0 * dk, 2 * h1 * dk), (p + "attn_k.weight", g0 * dk,
                                   g1 * dk), (p + "attn_v.weight", g0 * dv, g1 * dv)], None)
+        elif c.kv_layers[il] != il:                       # the KV of an earlier layer: q only
+            out[(il, "wqkv")] = ([(p + "attn_q.weight", h0 * dk, h1 * dk)], None)
         elif p + "attn_qkv.weight" in tensors:            # q, k, v stacked in one tensor
             nq, nk, fused = c.n_head * dk, c.n_head_kv * dk, p + "attn_qkv.weight"
             out[(il, "wqkv")] = ([(fused, h0 * dk, h1 * dk), (fused, nq + g0 * dk, nq + g1 * dk),
@@ -180,11 +200,22 @@ def shard_matrices(config: ModelConfig, tensors, shard: Shard) -> dict[tuple, tu
                                   (p + "attn_v.weight", g0 * dv, g1 * dv)], None)
         if not c.conv_layers[il] and not c.recurrent[il]:
             out[(il, "wo")] = ([(p + "attn_output.weight", 0, c.n_embd)], (h0 * dv, h1 * dv))
-        gate, up, n = (p + "ffn_up.weight", p + "ffn_up.weight", c.n_ff) if c.spec.ffn_fused_up \
-            else (p + "ffn_gate.weight", p + "ffn_up.weight", 0)
-        out[(il, "w_gate_up")] = ([(gate, f0, f1), (up, n + f0, n + f1)], None)
-        out[(il, "w_down")] = ([(p + "ffn_down.weight", 0, c.n_embd)], (f0, f1))
+        out.update(ffn_matrices(c, il, shard))
+        if c.n_embd_per_layer:
+            out[(il, "inp_gate")] = ([(p + "inp_gate.weight", 0, c.n_embd_per_layer)], None)
+            out[(il, "proj")] = ([(p + "proj.weight", 0, c.n_embd)], None)
     return out
+
+
+def ffn_matrices(c: ModelConfig, il: int, shard: Shard) -> dict[tuple, tuple]:
+    """Block ``il``'s FFN for ``shard``: its units' rows of gate and up, their columns of down (a layer of
+    ``ffn_mult`` times n_ff units holds as many times the shard's units)."""
+    p, m = f"blk.{il}.", c.ffn_mult[il]
+    f0, f1 = shard.ffn[0] * m, shard.ffn[1] * m
+    gate, up, n = (p + "ffn_up.weight", p + "ffn_up.weight", c.n_ff_of(il)) if c.spec.ffn_fused_up \
+        else (p + "ffn_gate.weight", p + "ffn_up.weight", 0)
+    return {(il, "w_gate_up"): ([(gate, f0, f1), (up, n + f0, n + f1)], None),
+            (il, "w_down"): ([(p + "ffn_down.weight", 0, c.n_embd)], (f0, f1))}
 
 
 def conv_matrices(c: ModelConfig, il: int, shard: Shard) -> dict[tuple, tuple]:
@@ -239,7 +270,8 @@ class _Loader:
         self.names = check_tensors(gguf_file, config)
         self.matrices = shard_matrices(config, gguf_file.tensors, shard)
         self.total_bytes = load_nbytes(gguf_file, config, shard)
-        self.total = sum(len(ps) for ps, _ in self.matrices.values()) + len(self.vectors())
+        self.total = sum(len(ps) for ps, _ in self.matrices.values()) + len(self.vectors()) + \
+            bool(config.n_embd_per_layer)                # the per-layer token table, left in the file
         self.done, self.done_bytes = 0, 0
         self.build = Builder(gguf_file, ggml_rounding, tick=self._tick)
 
@@ -320,7 +352,18 @@ class _Loader:
         return Layer(attn_norm, wqkv, bqkv, q_norm, k_norm, wo, bo, post_attn_norm,
                      ffn_norm, w_gate_up, b_gate_up, w_down, b_down, self.vector(p + "post_ffw_norm.weight"),
                      swa=c.swa_layers[il], rope=c.rope_layers[il],
-                     conv_in=conv_in, conv=self.kernel(p + "shortconv.conv.weight"), conv_out=conv_out)
+                     conv_in=conv_in, conv=self.kernel(p + "shortconv.conv.weight"), conv_out=conv_out,
+                     inp_gate=self.matrix((il, "inp_gate"), forms)[0], proj=self.matrix((il, "proj"), forms)[0],
+                     post_norm=self.vector(p + "post_norm.weight"),
+                     out_scale=self.vector(p + "layer_output_scale.weight"))
+
+    def per_layer(self, forms: dict) -> PerLayerEmbd | None:
+        """gemma4's per-layer embeddings: the token table left in the file, the projection and its norm."""
+        if not self.config.n_embd_per_layer:
+            return None
+        self._tick("per_layer_token_embd.weight", 0)
+        return PerLayerEmbd(FileRows(self.gf, "per_layer_token_embd.weight"),
+                            self.matrix(("per_layer_model_proj",), forms)[0], self.vector("per_layer_proj_norm.weight"))
 
     def load(self, weights: str, budget: int, forms: dict | None, comm) -> Model:
         listed = budget_matrices(self.matrices, self.gf.tensors)
@@ -332,7 +375,8 @@ class _Loader:
         output_norm = self.vector(self.config.spec.output_norm + ".weight")
         output = self.matrix(("output",), forms)[0] if ("output",) in self.matrices else token_embd
         rope_freqs = self.vector("rope_freqs.weight")
+        per_layer = self.per_layer(forms)
         layers = [self.layer(il, forms) for il in range(self.config.n_layer)]
-        model = Model(self.config, token_embd, layers, output_norm, output, rope_freqs, self.shard, comm)
+        model = Model(self.config, token_embd, layers, output_norm, output, rope_freqs, self.shard, comm, per_layer)
         model.weights, model.forms = policy, forms
         return model

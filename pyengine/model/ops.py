@@ -69,11 +69,18 @@ def geglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     the products bit for bit llama.cpp's, so an 8-bit rounding of them after
     (a quantized ``ffn_down``) rounds the same way. (..., n_ff) each.
     """
-    t = gelu_f16_table()[gate.astype(np.float16).view(np.uint16)]
-    big = np.abs(gate) >= 10.0
-    if big.any():
-        t[big] = np.where(gate[big] > 0, gate[big], np.float32(0.0))
+    t = gelu(gate)
     t *= up
+    return t
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """ggml ``gelu`` on the CPU (tanh approximation, ``GGML_GELU_FP16``): x rounded to float16 and
+    looked up in :func:`gelu_f16_table`; x itself at or beyond 10, 0 at or below -10. (...) float32."""
+    t = gelu_f16_table()[x.astype(np.float16).view(np.uint16)]
+    big = np.abs(x) >= 10.0
+    if big.any():
+        t[big] = np.where(x[big] > 0, x[big], np.float32(0.0))
     return t
 
 

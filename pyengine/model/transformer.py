@@ -24,6 +24,13 @@ qwen35 (``src/models/qwen35.cpp``) is a hybrid: most layers are Gated DeltaNet l
 per-head output gate, ``h = wo · (attention(q, K, V) * sigmoid(gate))``, with rope on sections of
 the pairs (:func:`~pyengine.model.ops.imrope_text_pairs`).
 
+gemma4 (``src/models/gemma4.cpp``) adds to gemma3's block: heads of another size in the full-attention
+layers (rope on part of them, through ``rope_freqs``), v RMS-normed, q·k unscaled, double-wide FFNs in
+the last layers, which read the keys and values of the last earlier layer of their kind
+(``ModelConfig.kv_layers``), and a per-layer embedding added after each block,
+``x += post_norm(proj(gelu(inp_gate · x) * per_layer[il]))`` (:meth:`Model.per_layer_inputs`), before
+the block's output scale.
+
 The weights are ``(n_out, n_in)`` matrices in one of the forms of
 :mod:`pyengine.weights`, with q/k/v stacked into one ``wqkv`` and gate/up into
 one ``w_gate_up`` so each stage is one product; :mod:`pyengine.model.load`
@@ -46,6 +53,7 @@ from pyengine.model.ops import (
     Rope,
     attention,
     geglu,
+    gelu,
     imrope_text_pairs,
     rmsnorm,
     rmsnorm_split,
@@ -84,6 +92,21 @@ class Layer:
     conv: np.ndarray | None = None  # (C, l_cache) shortconv.conv, the kernel; None: an attention block
     conv_out: Any = None            # (n_embd, C) shortconv.out_proj
     delta: DeltaNet | None = None   # a Gated DeltaNet layer's tensors, in place of the attention (qwen35)
+    inp_gate: Any = None            # (n_embd_per_layer, n_embd) inp_gate: the per-layer embedding's gate (gemma4)
+    proj: Any = None                # (n_embd, n_embd_per_layer) proj
+    post_norm: np.ndarray | None = None  # (n_embd,) post_norm of what the per-layer embedding adds
+    out_scale: np.ndarray | None = None  # (1,) layer_output_scale: the block's output times this (gemma4)
+
+
+@dataclass
+class PerLayerEmbd:
+    """Gemma 4's per-layer embeddings (``llama_model_gemma4::graph::build_inp_per_layer``,
+    ``project_per_layer_inputs``): each token's row of ``per_layer_token_embd`` (read from the file when
+    asked: it is most of the model's bytes) and a projection of its embedding, one vector of
+    ``n_embd_per_layer`` for each layer."""
+    token_embd: Any                 # (n_vocab, n_layer * n_embd_per_layer): rows(ids) only
+    model_proj: Any                 # (n_layer * n_embd_per_layer, n_embd) per_layer_model_proj
+    proj_norm: np.ndarray           # (n_embd_per_layer,) per_layer_proj_norm
 
 
 class Solo:
@@ -107,7 +130,8 @@ class Model:
     """
 
     def __init__(self, config: ModelConfig, token_embd: Any, layers: list[Layer], output_norm: np.ndarray,
-                 output: Any, rope_freqs: np.ndarray | None = None, shard: Any = None, comm: Any = None):
+                 output: Any, rope_freqs: np.ndarray | None = None, shard: Any = None, comm: Any = None,
+                 per_layer: PerLayerEmbd | None = None):
         self.config = config
         self.weights = "f32"            # the weight policy, a key of weights.budget.WEIGHT_FORMS (set by the loader)
         self.token_embd = token_embd    # (vocab rows of this shard, n_embd)
@@ -116,15 +140,20 @@ class Model:
         self.output = output            # (vocab rows, n_embd); the same object as token_embd when tied
         self.shard = shard or whole(config)
         self.comm = comm or Solo()
+        self.per_layer = per_layer      # gemma4's per-layer embeddings, None for the others
+        self.reads_file = per_layer is not None   # the model reads rows from the file as it runs
         c = config
         pairs = imrope_text_pairs(c.rope_sections, c.rope_dim // 2) if c.spec.imrope else None
         self.rope = Rope(c.rope_dim, c.rope_freq_base, c.rope_freq_scale, c.spec.rope_neox, rope_freqs, pairs)
-        self.rope_swa = Rope(c.rope_dim, c.rope_freq_base_swa, 1.0, c.spec.rope_neox, rope_freqs)
+        self.rope_swa = Rope(c.rope_dim_swa, c.rope_freq_base_swa, 1.0, c.spec.rope_neox,
+                             None if c.spec.rope_freqs_full else rope_freqs)
 
     @property
     def weights_nbytes(self) -> int:
         """Bytes held by the weights (a tied output counted once)."""
         held = [self.token_embd, self.output_norm] + ([] if self.output is self.token_embd else [self.output])
+        if self.per_layer is not None:
+            held += [self.per_layer.model_proj, self.per_layer.proj_norm]
         for layer in self.layers:
             held += [a for a in vars(layer).values() if hasattr(a, "nbytes")]
         return sum(a.nbytes for a in held)
@@ -141,7 +170,9 @@ class Model:
             window = (c.ssm_d_conv - 1, 2 * c.ssm_n_group * d + h * d)
             return HybridCache(c.recurrent, g1 - g0, c.head_dim_k, c.head_dim_v, n_ctx, window, (h, d, d))
         conv = tuple(0 if layer.conv is None else layer.conv.shape[0] for layer in self.layers)
-        return KVCache(c.n_layer, g1 - g0, c.head_dim_k, c.head_dim_v, n_ctx, conv)
+        heads = tuple(g1 - g0 if c.kv_layers[il] == il else 0 for il in range(c.n_layer))
+        dims = [c.head_dims(il) for il in range(c.n_layer)]
+        return KVCache(c.n_layer, heads, [k for k, _ in dims], [v for _, v in dims], n_ctx, conv)
 
     # ------------------------------------------------------------------------
     # the forward pass: the hot loop
@@ -187,15 +218,21 @@ class Model:
             x *= np.float32(math.sqrt(c.n_embd))
         if c.embedding_scale:                                            # granite
             x *= np.float32(c.embedding_scale)
+        per_layer = None if self.per_layer is None else self.per_layer_inputs(tokens, x)   # (L, T, n_pl)
         for il, layer in enumerate(self.layers):
             mix = self.shortconv if layer.conv is not None else self.recurrent if layer.delta is not None \
                 else self.attention
             h = mix(layer, self.pre_norm(x, layer.attn_norm), cache, il, pos)   # (T, n_embd)
             if il == c.n_layer - 1:                      # past the last attention only the output rows matter
                 x, h = x[rows], h[rows]
+                per_layer = None if per_layer is None else per_layer[:, rows]
             x = x + self.post_norm(h, layer.post_attn_norm)
             h = self.ffn(layer, self.pre_norm(x, layer.ffn_norm))        # (R, n_embd)
             x = x + self.post_norm(h, layer.post_ffn_norm)
+            if per_layer is not None:
+                x = x + rmsnorm(layer.proj(gelu(layer.inp_gate(x)) * per_layer[il]), layer.post_norm, c.rms_eps)
+            if layer.out_scale is not None:
+                x *= layer.out_scale
         cache.advance(pos + t, prefill)
         if logits == "none":
             return np.empty((0, c.n_vocab), np.float32)
@@ -205,6 +242,18 @@ class Model:
         if out is not None and c.logit_scale:                            # granite
             out *= np.float32(1.0 / c.logit_scale)
         return out
+
+    def per_layer_inputs(self, tokens: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Gemma 4's per-layer inputs (n_layer, T, n_embd_per_layer) of tokens (T,) whose scaled embeddings
+        are x (T, n_embd): ``(rmsnorm(model_proj · x / sqrt(n_embd)) + token_embd[tokens] * sqrt(n_pl)) / sqrt(2)``
+        (llama.cpp ``project_per_layer_inputs``; every worker computes them whole)."""
+        c, pl = self.config, self.per_layer
+        n, big = c.n_embd_per_layer, len(tokens)
+        proj = pl.model_proj(x) * np.float32(1.0 / math.sqrt(c.n_embd))    # (T, L * n_pl)
+        proj = rmsnorm(proj.reshape(big, c.n_layer, n), pl.proj_norm, c.rms_eps)   # (T, L, n_pl)
+        rows = pl.token_embd.rows(tokens).reshape(big, c.n_layer, n) * np.float32(math.sqrt(n))
+        out = (proj + rows) * np.float32(1.0 / math.sqrt(2.0))
+        return np.ascontiguousarray(out.transpose(1, 0, 2))               # (L, T, n_pl)
 
     def embed(self, tokens: np.ndarray) -> np.ndarray:
         """The token embeddings (T, n_embd): this shard's vocabulary rows, the others' summed in."""
@@ -221,8 +270,8 @@ class Model:
         """Self-attention of x (T, n_embd), already normed, at positions pos.. over this shard's heads, summed
         over the workers -> (T, n_embd); fills the cache."""
         c = self.config
-        (h0, h1), (g0, g1) = self.shard.heads, self.shard.kv_heads
-        t, hq, hkv, dk, dv = x.shape[0], h1 - h0, g1 - g0, c.head_dim_k, c.head_dim_v
+        (h0, h1), (g0, g1), (dk, dv) = self.shard.heads, self.shard.kv_heads, c.head_dims(il)
+        t, hq, hkv, src = x.shape[0], h1 - h0, g1 - g0, c.kv_layers[il]
         nq, nk, gate = hq * dk, hkv * dk, None
         qkv = add_bias(layer.wqkv(x), layer.bqkv)                        # (T, nq + nk + nv)
         if c.spec.q_gate:                                                # qwen35: each head's query, then its gate
@@ -230,20 +279,24 @@ class Model:
             q, gate, qkv = qg[:, :, 0], qg[:, :, 1].reshape(t, nq), qkv[:, nq:]
         else:
             q = qkv[:, :nq].reshape(t, hq, dk)                           # (T, H, Dk)
-        k = qkv[:, nq:nq + nk].reshape(t, hkv, dk)                       # (T, Hkv, Dk)
-        v = qkv[:, nq + nk:].reshape(t, hkv, dv)                         # (T, Hkv, Dv)
-        if layer.q_norm is not None and c.spec.qk_norm_full:
-            q, k = self.norm_heads(q, k, layer)
-        elif layer.q_norm is not None:
+        rope = (self.rope_swa if layer.swa else self.rope) if layer.rope else None
+        if src == il:                                                    # this layer's own keys and values
+            k = qkv[:, nq:nq + nk].reshape(t, hkv, dk)                   # (T, Hkv, Dk)
+            v = qkv[:, nq + nk:].reshape(t, hkv, dv)                     # (T, Hkv, Dv)
+            if layer.q_norm is not None and c.spec.qk_norm_full:
+                q, k = self.norm_heads(q, k, layer)
+            elif layer.k_norm is not None:
+                k = rmsnorm(k, layer.k_norm, c.rms_eps)
+            if c.spec.v_norm:                                            # gemma4: v normed, no weight
+                v = rmsnorm(v, np.float32(1.0), c.rms_eps)
+            cache.k[il][:, pos:pos + t] = (k if rope is None else rope(k, pos)).transpose(1, 0, 2)  # (Hkv, T, Dk)
+            cache.v[il][:, pos:pos + t] = v.transpose(1, 0, 2)           # (Hkv, T, Dv)
+        if layer.q_norm is not None and not c.spec.qk_norm_full:
             q = rmsnorm(q, layer.q_norm, c.rms_eps)
-            k = rmsnorm(k, layer.k_norm, c.rms_eps)
-        if layer.rope:
-            rope = self.rope_swa if layer.swa else self.rope
-            q, k = rope(q, pos), rope(k, pos)
-        cache.k[il][:, pos:pos + t] = k.transpose(1, 0, 2)               # (Hkv, T, Dk)
-        cache.v[il][:, pos:pos + t] = v.transpose(1, 0, 2)               # (Hkv, T, Dv)
+        if rope is not None:
+            q = rope(q, pos)
         q = (q * np.float32(c.attn_scale)).reshape(t, hkv, -1, dk).transpose(1, 2, 0, 3)  # (Hkv, G, T, Dk)
-        o = attention(q, cache.k[il][:, :pos + t], cache.v[il][:, :pos + t], pos,
+        o = attention(q, cache.k[src][:, :pos + t], cache.v[src][:, :pos + t], pos,
                       c.sliding_window if layer.swa else 0, c.attn_logit_softcap)   # (Hkv, G, T, Dv)
         o = o.transpose(2, 0, 1, 3).reshape(t, hq * dv)                  # (T, H*Dv)
         if gate is not None:
@@ -275,10 +328,9 @@ class Model:
     def ffn(self, layer: Layer, x: np.ndarray) -> np.ndarray:
         """Gated feed-forward of x (R, n_embd), already normed, over this shard's FFN units, summed over the
         workers -> (R, n_embd)."""
-        f0, f1 = self.shard.ffn
         gate_up = add_bias(layer.w_gate_up(x), layer.b_gate_up)          # (R, 2 * n_ff of the shard)
-        act = geglu if self.config.spec.ffn_gelu else swiglu
-        h = layer.w_down(act(gate_up[:, :f1 - f0], gate_up[:, f1 - f0:]))  # (R, n_embd)
+        act, f = geglu if self.config.spec.ffn_gelu else swiglu, gate_up.shape[1] // 2
+        h = layer.w_down(act(gate_up[:, :f], gate_up[:, f:]))            # (R, n_embd)
         return add_bias(self.comm.all_reduce(h), layer.b_down)
 
     def norm_heads(self, q: np.ndarray, k: np.ndarray, layer: Layer) -> tuple[np.ndarray, np.ndarray]:

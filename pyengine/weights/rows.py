@@ -69,3 +69,22 @@ def stack_shape(gguf_file, names: list[str]) -> tuple[int, int]:
     """(rows, n_in) of the weights ``names`` stacked by rows."""
     infos = [gguf_file.tensors[n] for n in names]
     return sum(i.shape[1] for i in infos), infos[0].shape[0]
+
+
+class FileRows:
+    """A matrix left in the file, for lookups only: ``rows(ids)`` reads and dequantizes each id's row when
+    asked (one read of the file each); no product. Holds no weights (``nbytes`` 0)."""
+
+    def __init__(self, gguf_file, name: str):
+        self.gguf_file, self.name = gguf_file, name
+        n_in, n_out = gguf_file.tensors[name].shape[:2]
+        self.shape = (n_out, n_in)
+        self.nbytes = 0
+
+    def rows(self, ids) -> np.ndarray:
+        """Rows ``ids`` (R,) as float32 (R, n_in). Raises GGUFError on a short read."""
+        ids = np.asarray(ids).reshape(-1)
+        out = np.empty((len(ids), self.shape[1]), np.float32)             # (R, n_in)
+        for i, r in enumerate(ids.tolist()):
+            dequantized_rows(self.gguf_file, self.name, r, r + 1, out[i])
+        return out

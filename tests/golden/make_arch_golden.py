@@ -1,5 +1,5 @@
 """Make tests/golden/arch_reference.json: llama.cpp's logits and greedy ids on the tiny fixtures of the
-families added after the shared ones (tests/fixtures/make_arch_fixtures.py).
+families added after the shared ones, gemma4 among them (tests/fixtures/make_arch_fixtures.py).
 
 Run by hand (needs llama-cpp-python 0.3.36; ~5 s):
 
@@ -35,6 +35,8 @@ sys.path[:0] = [str(HERE.parent), str(HERE.parent.parent), str(HERE.parent / "fi
 
 from gguf_write import quantized_copy  # noqa: E402  (tests/gguf_write.py)
 from make_arch_fixtures import FAMILIES, QWEN35_SEED  # noqa: E402  (tests/fixtures/)
+
+ARCHS = [*FAMILIES, "gemma4"]                # the fixtures of arch_reference.json (gemma4: gemma4_bytes)
 
 FIXTURES = HERE.parent / "fixtures"
 PROMPT = [1, 5, 9, 42]
@@ -96,7 +98,7 @@ def main() -> None:
     import llama_cpp
     out = {"prompt_ids": PROMPT, "llama_cpp_python": llama_cpp.__version__, "fixtures": {}}
     with tempfile.TemporaryDirectory() as tmp:
-        for arch in FAMILIES:
+        for arch in ARCHS:
             src = FIXTURES / f"tiny-{arch}.gguf"
             q8 = Path(tmp) / f"tiny-{arch}-q8_0.gguf"
             quantized_copy(src, q8, "Q8_0")
