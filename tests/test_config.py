@@ -203,3 +203,37 @@ def test_lfm2_bad_values_are_clear_errors(key, value, message):
     md = {k: v for k, v in lfm2_metadata().items() if k != key}
     with pytest.raises(ModelError, match=message):
         ModelConfig.from_metadata(md if value is None else {**md, key: value})
+
+
+def gemma4_metadata() -> dict:
+    with open_gguf(TINY["qwen2"].with_name("tiny-gemma4.gguf")) as g:
+        return dict(g.metadata)
+
+
+def test_gemma4_layers_their_heads_ffn_and_shared_kv():
+    """llama.cpp llama_model_gemma4::load_arch_hparams and create_memory's reuse: the last 2 layers read
+    the KV of layer 2 (sliding) and 3 (full); full layers have heads of 32, sliding ones 16."""
+    c = ModelConfig.from_metadata(gemma4_metadata())
+    assert c.swa_layers == (True, False, True, False, True, False) and c.sliding_window == 3
+    assert c.kv_layers == (0, 1, 2, 3, 2, 3)
+    assert [c.head_dims(il) for il in range(2)] == [(16, 16), (32, 32)] and (c.rope_dim, c.rope_dim_swa) == (32, 16)
+    assert c.n_ff == 96 and c.ffn_mult == (1, 1, 1, 1, 2, 2) and c.n_embd_per_layer == 32
+    assert c.attn_scale == 1.0 and c.final_logit_softcap == 5.0 and c.rope_freq_base_swa == 10000.0
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("gemma4.attention.shared_kv_layers", 5, "at most block_count - 2 = 4 layers can share"),
+    ("gemma4.attention.sliding_window_pattern", [True, False, False, True, True, False],
+     "layer 4 shares the KV of layer 2, which is not of its kind"),
+    ("gemma4.feed_forward_length", [96, 96, 96, 96, 150, 192], "must be multiples of the smallest"),
+    ("gemma4.feed_forward_length", [96, 96, 0, 96, 192, 192], "must be in 1.."),
+    ("gemma4.feed_forward_length", [96, 96], "has 2 values, expected one per layer"),
+    ("gemma4.embedding_length_per_layer_input", 1 << 20, "must be in 0..65536"),
+    ("gemma4.embedding_length_per_layer_input", None, "missing metadata key"),
+    ("gemma4.attention.key_length_swa", 0, "must be in 1..65536"),
+    ("gemma4.rope.dimension_count_swa", 64, "dimension_count_swa' = 64 must be even and at most"),
+])
+def test_gemma4_bad_values_are_clear_errors(key, value, message):
+    md = {k: v for k, v in gemma4_metadata().items() if k != key}
+    with pytest.raises(ModelError, match=message):
+        ModelConfig.from_metadata(md if value is None else {**md, key: value})
