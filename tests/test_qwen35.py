@@ -10,7 +10,8 @@ logits of the prompt [1, 5, 9, 42], 8 greedy ids, all logits of an 80-token prom
 - the Q8_0 copy, rounding activations as ggml does, gives llama.cpp's logits for it within 1e-3 (measured
   1.2e-6) and its greedy ids; its 80 tokens run in two passes of 40 (a pass of 64 tokens or more takes the
   float32 rows, whose 1-ulp differences flip an 8-bit activation code of this prompt: 0.29 off);
-- split over 2 workers (each holding the DeltaNet layers whole) it gives the whole model's logits;
+- split over 2 and 3 workers (the DeltaNet layers cut by value heads, each worker keeping its heads'
+  state; whole in every worker where ssm_out's blocks cannot be cut) it gives the whole model's logits;
 - under Pyodide in Node (static/ as built) the same logits within 1e-3 and the same greedy ids;
 - the chunked delta rule is the token-by-token one; a turn continuing a cache (the state carried over)
   gives the logits of a fresh prefill of the whole conversation; going back (regenerate, edit, a rejected
@@ -96,15 +97,24 @@ def test_q8_0_copy_gives_llama_cpps_logits_and_ids(weights, q8):
     assert np.abs(m.forward(LONG[40:], cache) - np.array(REF["q8_0"]["long"][0])).max() < 1e-3
 
 
-@pytest.mark.parametrize("weights", FORMS)
-def test_split_over_two_workers_gives_the_whole_models_logits(weights, q8):
-    """Each worker holds the DeltaNet layers whole (and their state); attention and FFN are cut."""
+# (weights, workers, the DeltaNet value heads of each worker): float32 cuts the 4 heads (3 workers: the
+# key heads each holds are {0, 1}, {0}, {1}); the Q8_0 copy's ssm_out cannot be cut within a head of 8
+# (a block is 32 columns), so every worker holds them all
+SPLITS = [("f32", 2, [(0, 2), (2, 4)]), ("f32", 3, [(0, 2), (2, 3), (3, 4)]),
+          ("quantized", 2, [(0, 4), (0, 4)]), ("compact", 2, [(0, 4), (0, 4)])]
+
+
+@pytest.mark.parametrize("weights, workers, heads", SPLITS)
+def test_split_over_workers_gives_the_whole_models_logits(weights, workers, heads, q8):
+    """The DeltaNet layers are cut by value heads, each worker keeping its heads' state; attention and FFN
+    are cut as for every model."""
     path = q8 if weights != "f32" else PATH
     with open_gguf(path) as g:
         whole = load_model(g, weights=weights)
-    split, _, threads = start(path, 2, weights)
+    split, helpers, threads = start(path, workers, weights)
     try:
-        assert split.workers == 2
+        assert split.workers == workers
+        assert [m.shard.ssm for m in [split.model] + [h.model for h in helpers]] == heads
         got = [run(split), split.forward(LONG[:40], split.new_cache(64), logits="all")]
     finally:
         stop(split, threads)

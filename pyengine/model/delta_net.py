@@ -8,7 +8,8 @@ One layer (llama.cpp ``src/models/qwen35.cpp``, ``build_layer_attn_linear``; the
     q, k = l2norm(q), l2norm(k)                 (per key head)
     g = softplus(a + ssm_dt.bias) * ssm_a       (log of the decay, ssm_a = -exp(A_log) < 0)
     beta = sigmoid(b)
-    per value head h, reading key head h % Hk:
+    per value head h, reading key head h % Hk (a worker of a split model holds some value heads,
+    the key heads they read, and their state):
         S = exp(g) S                            S: (Dv, Dk), the recurrent state
         S = S + beta (v - S k) kᵀ               the delta rule
         o = S q / sqrt(Dk)
@@ -43,10 +44,30 @@ class DeltaNet:
     a: np.ndarray           # (H,) ssm_a = -exp(A_log)
     norm: np.ndarray        # (Dv,) ssm_norm
     w_out: Any              # (n_embd, H*Dv) ssm_out
+    key_of: np.ndarray      # (H,) int: for each value head, which of the Hk key heads held it reads
 
     @property
     def nbytes(self) -> int:
         return sum(x.nbytes for x in vars(self).values())
+
+
+def key_heads(v0: int, v1: int, n_group: int) -> list[int]:
+    """The key heads that value heads ``v0..v1-1`` read (value head j reads key head j % n_group), in order:
+    what a worker holding those value heads holds of q and k."""
+    return sorted({j % n_group for j in range(v0, v1)})
+
+
+def channels(v0: int, v1: int, n_group: int, d: int) -> list[tuple[int, int]]:
+    """The conv channels (rows of attn_qkv and ssm_conv1d: q of every key head, then k, then v of every
+    value head) of value heads ``v0..v1-1``, as ``(first, end)`` runs, for heads of size ``d``."""
+    nk, out = n_group * d, []
+    for base in (0, nk):
+        out += [(base + g * d, base + (g + 1) * d) for g in key_heads(v0, v1, n_group)]
+    out.append((2 * nk + v0 * d, 2 * nk + v1 * d))
+    merged = [out[0]]
+    for a, b in out[1:]:
+        merged[-1:] = [(merged[-1][0], b)] if a == merged[-1][1] else [merged[-1], (a, b)]
+    return merged
 
 
 # ----------------------------------------------------------------------------
@@ -165,9 +186,11 @@ def delta_rule(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np
 
 def delta_net(layer: DeltaNet, x: np.ndarray, window: np.ndarray, s: np.ndarray, config) -> tuple:
     """A Gated DeltaNet layer on x (T, n_embd), already normed, from the state (window (K-1, C), s
-    (H, Dv, Dk)) -> (out (T, n_embd), new window, new s). The state passed in is not changed."""
-    c = config
-    t, hk, h, d = x.shape[0], c.ssm_n_group, c.ssm_dt_rank, c.ssm_d_state
+    (H, Dv, Dk)) -> (out (T, n_embd), new window, new s), over the H value heads and Hk key heads this
+    worker holds (a split model sums ``out`` over the workers). The state passed in is not changed."""
+    c, h = config, len(layer.key_of)
+    t, d = x.shape[0], c.ssm_d_state
+    hk = (layer.conv.shape[0] - h * d) // (2 * d)
     nk, nv = hk * d, h * d
     proj = layer.w_in(x)                                                  # (T, C + nv + 2H)
     qkv, z = proj[:, :2 * nk + nv], proj[:, 2 * nk + nv:2 * nk + 2 * nv]  # (T, C), (T, nv)
@@ -177,9 +200,8 @@ def delta_net(layer: DeltaNet, x: np.ndarray, window: np.ndarray, s: np.ndarray,
     q = l2norm(qkv[:, :nk].reshape(t, hk, d), c.rms_eps)                  # (T, Hk, Dk)
     k = l2norm(qkv[:, nk:2 * nk].reshape(t, hk, d), c.rms_eps)            # (T, Hk, Dk)
     v = qkv[:, 2 * nk:].reshape(t, h, d)                                  # (T, H, Dv)
-    reps = h // hk                                                        # value head j reads key head j % Hk
-    q = np.tile(q * np.float32(1.0 / np.sqrt(d)), (1, reps, 1))           # (T, H, Dk)
-    k = np.tile(k, (1, reps, 1))                                          # (T, H, Dk)
+    q = (q * np.float32(1.0 / np.sqrt(d)))[:, layer.key_of]               # (T, H, Dk): each value head's key head
+    k = k[:, layer.key_of]                                                # (T, H, Dk)
     g = softplus(a + layer.dt_bias) * layer.a                             # (T, H)
     o, s = delta_rule(s, q, k, v, g, sigmoid(b))                          # (T, H, Dv)
     o = rmsnorm(o, layer.norm, c.rms_eps) * silu(z.reshape(t, h, d))      # (T, H, Dv)

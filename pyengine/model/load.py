@@ -17,7 +17,7 @@ import numpy as np
 
 from pyengine.errors import ModelError
 from pyengine.model.config import ModelConfig
-from pyengine.model.delta_net import DeltaNet
+from pyengine.model.delta_net import DeltaNet, channels, key_heads
 from pyengine.model.shard import Shard, whole
 from pyengine.model.transformer import Layer, Model, PerLayerEmbd
 from pyengine.weights.budget import HEAP_HEADROOM, Matrix, default_budget, forms_nbytes, plan_forms, reserve_heap
@@ -180,12 +180,12 @@ def shard_matrices(config: ModelConfig, tensors, shard: Shard) -> dict[tuple, tu
         p, (dk, dv) = f"blk.{il}.", c.head_dims(il)
         if c.conv_layers[il]:
             out.update(conv_matrices(c, il, shard))
-        elif c.recurrent[il]:                             # a Gated DeltaNet layer, held whole
-            h, nv = c.ssm_dt_rank, c.ssm_dt_rank * c.ssm_d_state
-            nc = 2 * c.ssm_n_group * c.ssm_d_state + nv                     # conv channels: q, k, v
-            out[(il, "wqkv")] = ([(p + "attn_qkv.weight", 0, nc), (p + "attn_gate.weight", 0, nv),
-                                  (p + "ssm_beta.weight", 0, h), (p + "ssm_alpha.weight", 0, h)], None)
-            out[(il, "wo")] = ([(p + "ssm_out.weight", 0, c.n_embd)], None)
+        elif c.recurrent[il]:                             # a Gated DeltaNet layer: this shard's value heads
+            (j0, j1), d = shard.ssm, c.ssm_d_state
+            qkv = [(p + "attn_qkv.weight", a, b) for a, b in channels(j0, j1, c.ssm_n_group, d)]
+            out[(il, "wqkv")] = (qkv + [(p + "attn_gate.weight", j0 * d, j1 * d), (p + "ssm_beta.weight", j0, j1),
+                                        (p + "ssm_alpha.weight", j0, j1)], None)
+            out[(il, "wo")] = ([(p + "ssm_out.weight", 0, c.n_embd)], (j0 * d, j1 * d))
         elif c.spec.q_gate:                               # each head's query rows, then its gate rows
             out[(il, "wqkv")] = ([(p + "attn_q.weight", 2 * h0 * dk, 2 * h1 * dk), (p + "attn_k.weight", g0 * dk,
                                   g1 * dk), (p + "attn_v.weight", g0 * dv, g1 * dv)], None)
@@ -321,12 +321,15 @@ class _Loader:
 
     def delta_layer(self, il: int, forms: dict) -> Layer:
         """A Gated DeltaNet block: its own tensors, then the FFN's."""
-        p, c = f"blk.{il}.", self.config
+        p, c, (j0, j1) = f"blk.{il}.", self.config, self.shard.ssm
         attn_norm = self.vector(p + "attn_norm.weight")
         w_in, _ = self.matrix((il, "wqkv"), forms)
         conv = self.vector(p + "ssm_conv1d.weight").reshape(-1, c.ssm_d_conv)     # (C, K)
-        delta = DeltaNet(w_in, conv, self.vector(p + "ssm_dt.bias"), self.vector(p + "ssm_a"),
-                         self.vector(p + "ssm_norm.weight"), self.matrix((il, "wo"), forms)[0])
+        conv = np.concatenate([conv[a:b] for a, b in channels(j0, j1, c.ssm_n_group, c.ssm_d_state)])
+        held = key_heads(j0, j1, c.ssm_n_group)
+        key_of = np.array([held.index(j % c.ssm_n_group) for j in range(j0, j1)])
+        delta = DeltaNet(w_in, conv, self.vector(p + "ssm_dt.bias", (j0, j1)), self.vector(p + "ssm_a", (j0, j1)),
+                         self.vector(p + "ssm_norm.weight"), self.matrix((il, "wo"), forms)[0], key_of)
         ffn_norm = self.vector(p + c.spec.ffn_norm + ".weight")
         w_gate_up, b_gate_up = self.matrix((il, "w_gate_up"), forms)
         w_down, b_down = self.matrix((il, "w_down"), forms)

@@ -1,5 +1,5 @@
-"""What part of the model one worker holds: its attention heads, FFN units, vocabulary rows and
-short-convolution channels (lfm2).
+"""What part of the model one worker holds: its attention heads, FFN units, vocabulary rows,
+short-convolution channels (lfm2) and Gated DeltaNet value heads (qwen35).
 
 A whole model is the one shard of one worker; ``pyengine.parallel.split``
 cuts a model into the shards of several.
@@ -13,7 +13,9 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Shard:
     """Worker ``index`` of ``count``: q heads ``heads``, KV heads ``kv_heads``, FFN units ``ffn``, vocabulary
-    rows ``vocab``, channels ``conv`` of the short convolutions (lfm2), each a range ``(first, end)``."""
+    rows ``vocab``, channels ``conv`` of the short convolutions (lfm2), value heads ``ssm`` of the Gated
+    DeltaNet layers (qwen35; all of them in every worker when they cannot be cut), each a range
+    ``(first, end)``."""
     index: int
     count: int
     heads: tuple[int, int]
@@ -21,13 +23,19 @@ class Shard:
     ffn: tuple[int, int]
     vocab: tuple[int, int]
     conv: tuple[int, int] = (0, 0)
+    ssm: tuple[int, int] = (0, 0)
+
+    RANGES = ("heads", "kv_heads", "ffn", "vocab", "conv", "ssm")
 
     def as_dict(self) -> dict:
-        return {"index": self.index, "count": self.count, "heads": self.heads, "kv_heads": self.kv_heads,
-                "ffn": self.ffn, "vocab": self.vocab, "conv": self.conv}
+        return {"index": self.index, "count": self.count, **{k: getattr(self, k) for k in self.RANGES}}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Shard:
+        return cls(d["index"], d["count"], *(tuple(d[k]) for k in cls.RANGES))
 
 
 def whole(config) -> Shard:
     """The whole model in one worker."""
     c = config
-    return Shard(0, 1, (0, c.n_head), (0, c.n_head_kv), (0, c.n_ff), (0, c.n_vocab), (0, c.n_embd))
+    return Shard(0, 1, (0, c.n_head), (0, c.n_head_kv), (0, c.n_ff), (0, c.n_vocab), (0, c.n_embd), (0, c.ssm_dt_rank))

@@ -47,7 +47,7 @@ import numpy as np
 
 from pyengine.errors import PyEngineError
 from pyengine.model.config import ModelConfig
-from pyengine.model.delta_net import DeltaNet, delta_net, sigmoid
+from pyengine.model.delta_net import DeltaNet, delta_net, key_heads, sigmoid
 from pyengine.model.kv_cache import HybridCache, KVCache
 from pyengine.model.ops import (
     Rope,
@@ -165,10 +165,10 @@ class Model:
         if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx <= 0:
             raise PyEngineError(f"context size must be a positive number of tokens, got {n_ctx!r}")
         g0, g1 = self.shard.kv_heads
-        if any(c.recurrent):
-            d, h = c.ssm_d_state, c.ssm_dt_rank
-            window = (c.ssm_d_conv - 1, 2 * c.ssm_n_group * d + h * d)
-            return HybridCache(c.recurrent, g1 - g0, c.head_dim_k, c.head_dim_v, n_ctx, window, (h, d, d))
+        if any(c.recurrent):                                             # this shard's value heads' state
+            (j0, j1), d = self.shard.ssm, c.ssm_d_state
+            window = (c.ssm_d_conv - 1, 2 * len(key_heads(j0, j1, c.ssm_n_group)) * d + (j1 - j0) * d)
+            return HybridCache(c.recurrent, g1 - g0, c.head_dim_k, c.head_dim_v, n_ctx, window, (j1 - j0, d, d))
         conv = tuple(0 if layer.conv is None else layer.conv.shape[0] for layer in self.layers)
         heads = tuple(g1 - g0 if c.kv_layers[il] == il else 0 for il in range(c.n_layer))
         dims = [c.head_dims(il) for il in range(c.n_layer)]
@@ -319,11 +319,12 @@ class Model:
         return self.comm.all_reduce(layer.conv_out(y))                   # (T, n_embd)
 
     def recurrent(self, layer: Layer, x: np.ndarray, cache: HybridCache, il: int, pos: int) -> np.ndarray:
-        """A Gated DeltaNet layer on x (T, n_embd), already normed -> (T, n_embd); stages its new state in
-        the cache (one worker holds it whole)."""
+        """A Gated DeltaNet layer on x (T, n_embd), already normed, over this shard's value heads, summed over
+        the workers (unless every worker holds them all) -> (T, n_embd); stages its new state in the cache."""
         h, window, s = delta_net(layer.delta, x, *cache.state(il), self.config)
         cache.stage(il, window, s)
-        return h
+        j0, j1 = self.shard.ssm
+        return self.comm.all_reduce(h) if j1 - j0 < self.config.ssm_dt_rank else h
 
     def ffn(self, layer: Layer, x: np.ndarray) -> np.ndarray:
         """Gated feed-forward of x (R, n_embd), already normed, over this shard's FFN units, summed over the

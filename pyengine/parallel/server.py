@@ -42,7 +42,7 @@ def read_plan(msg: dict, index: int) -> tuple[Shard, dict, list[int]]:
     """A helper's shard, the forms ``{key: Form}`` and every shard's vocabulary width, from ``plan_message``."""
     from pyengine.weights.forms import Form
     s = msg["shards"][index]
-    shard = Shard(s["index"], s["count"], *(tuple(s[k]) for k in ("heads", "kv_heads", "ffn", "vocab", "conv")))
+    shard = Shard.from_dict(s)
     forms = {tuple(int(p) if p.isdigit() else p for p in k.split(".")): Form[f] for k, f in msg["forms"].items()}
     widths = [b - a for a, b in (tuple(x["vocab"]) for x in msg["shards"])]
     return shard, forms, widths

@@ -52,10 +52,12 @@ def head_ranges(n_head: int, n_head_kv: int, n_workers: int, align: int) -> list
     return out
 
 
-def plan(config, n_workers: int, head_align: int = 1, ffn_align: int = 1, conv_align: int = 1) -> list[Shard]:
-    """The shards of ``n_workers`` workers: ``head_align`` q heads, ``ffn_align`` FFN units and ``conv_align``
-    short-convolution channels make a whole block of the column-cut matrices (attn_output, ffn_down,
-    shortconv.out_proj). Raises PyEngineError for a model that cannot be cut so many ways."""
+def plan(config, n_workers: int, head_align: int = 1, ffn_align: int = 1, conv_align: int = 1,
+         ssm_align: int = 1) -> list[Shard]:
+    """The shards of ``n_workers`` workers: ``head_align`` q heads, ``ffn_align`` FFN units, ``conv_align``
+    short-convolution channels and ``ssm_align`` DeltaNet value heads make a whole block of the column-cut
+    matrices (attn_output, ffn_down, shortconv.out_proj, ssm_out). DeltaNet heads too few to cut stay whole
+    in every worker. Raises PyEngineError for a model that cannot be cut so many ways."""
     c = config
     if not 1 <= n_workers <= MAX_WORKERS:
         raise PyEngineError(f"cannot split a model over {n_workers} workers (1..{MAX_WORKERS})")
@@ -65,22 +67,21 @@ def plan(config, n_workers: int, head_align: int = 1, ffn_align: int = 1, conv_a
     ffn = ranges(c.n_ff, n_workers, ffn_align)
     vocab = ranges(c.n_vocab, n_workers)
     conv = ranges(c.n_embd, n_workers, conv_align)
-    return [Shard(i, n_workers, h, kv, f, v, e) for i, ((h, kv), f, v, e) in enumerate(zip(heads, ffn, vocab, conv))]
+    h = c.ssm_dt_rank
+    ssm = ranges(h, n_workers, ssm_align) if n_workers <= -(-h // ssm_align) else [(0, h)] * n_workers
+    return [Shard(i, n_workers, h, kv, *rest) for i, ((h, kv), *rest) in enumerate(zip(heads, ffn, vocab, conv, ssm))]
 
 
-def alignments(config, tensors) -> tuple[int, int, int]:
-    """(q heads, FFN units, short-convolution channels) that make a whole ggml block of every layer's
-    attn_output, ffn_down and shortconv.out_proj."""
-    hb = fb = cb = 1
-    for il in range(config.n_layer):
-        p = f"blk.{il}."
-        wo, down = tensors.get(p + "attn_output.weight"), tensors.get(p + "ffn_down.weight")
-        out = tensors.get(p + "shortconv.out_proj.weight")
-        if wo is not None:
-            hb = math.lcm(hb, wo.type.block_size)
-        if down is not None:
-            fb = math.lcm(fb, down.type.block_size)
-        if out is not None:
-            cb = math.lcm(cb, out.type.block_size)
-    dv = config.head_dim_v
-    return hb // math.gcd(hb, dv), fb, cb
+def alignments(config, tensors) -> tuple[int, int, int, int]:
+    """(q heads, FFN units, short-convolution channels, DeltaNet value heads) that make a whole ggml block
+    of every layer's attn_output, ffn_down, shortconv.out_proj and ssm_out."""
+    c, heads, fb, cb, sb = config, 1, 1, 1, 1
+    for il in range(c.n_layer):
+        p, block = f"blk.{il}.", (lambda name: tensors[name].type.block_size if name in tensors else 1)
+        wo, dv = block(p + "attn_output.weight"), c.head_dims(il)[1]
+        heads = math.lcm(heads, wo // math.gcd(wo, dv))
+        fb = math.lcm(fb, block(p + "ffn_down.weight"))
+        cb = math.lcm(cb, block(p + "shortconv.out_proj.weight"))
+        sb = math.lcm(sb, block(p + "ssm_out.weight"))
+    d = max(c.ssm_d_state, 1)
+    return heads, fb, cb, sb // math.gcd(sb, d)
