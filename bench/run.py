@@ -53,10 +53,10 @@ sys.path.insert(0, str(BENCH))
 
 MODELS = {"gemma3": ROOT / "models" / "gemma-3-270m-q4_k_m.gguf",
           "smollm2": ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf",
-          # the shapes of Qwen2.5-0.5B, Llama-3.2-1B and Qwen3.5-0.8B with random weights (bench/make_models.py)
-          "qwen2-0.5b": ROOT / "models" / "bench" / "qwen2-0.5b-random-q4_k_m.gguf",
-          "llama-1b": ROOT / "models" / "bench" / "llama-1b-random-q4_k_m.gguf",
-          "qwen35-0.8b": ROOT / "models" / "bench" / "qwen35-0.8b-random-q4_k_m.gguf"}
+          # the shapes of Qwen2.5-0.5B, Llama-3.2-1B, Qwen3.5-0.8B and Gemma 4 E2B with random weights
+          # (bench/make_models.py)
+          **{name: ROOT / "models" / "bench" / f"{name}-random-q4_k_m.gguf"
+             for name in ("qwen2-0.5b", "llama-1b", "qwen35-0.8b", "gemma4-e2b")}}
 N_PROMPT = 128           # prompt tokens
 N_GEN = 65               # generated tokens: the first from the prefill, then 64 decode steps
 REFERENCE = "llamacpp-1t"  # whose greedy tokens the others are compared with
