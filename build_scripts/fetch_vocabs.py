@@ -10,15 +10,25 @@ into ``.cache/downloads/`` (pinned sha256); the files below are taken out of it 
 against its own sha256. Re-running is a no-op once they are present and verified. Nothing of
 llama.cpp is committed: the tests read these files and compare with the golden ids in
 ``tests/golden/tokenize_vocabs.json`` (made by ``tests/golden/make_vocab_golden.py``).
+
+llama.cpp has no test vocab for two chat tokenizers, so two are built here (:data:`BUILT`), each
+checked against its sha256 once written: ``rwkv-world``, the RWKV World vocab (65,529 tokens of
+``rwkv_vocab_v20230424.txt`` in the PyPI wheel ``rwkv==0.8.32``) converted as llama.cpp's
+``_set_vocab_rwkv_world`` converts it; ``plamo2-synthetic``, a ``plamo2`` vocab of PLaMo 2's four
+special tokens, the 256 byte tokens and the llama-spm vocab's normal tokens with their scores
+(``▁`` made a space), as no PLaMo 2 vocab is on PyPI.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import sys
 import tarfile
+import zipfile
 from pathlib import Path
 
-from buildlib import CACHE, pip_download
+from buildlib import CACHE, ROOT, pip_download
 from fetch_models import sha256_of
 
 SDIST = "llama_cpp_python-0.3.36.tar.gz"
@@ -66,6 +76,84 @@ VOCABS: dict[str, tuple[str, str | None, str | None]] = {
 }
 
 
+RWKV_WHEEL = ("rwkv==0.8.32", "rwkv-0.8.32-py3-none-any.whl",
+              "d3f0594810a4a7e91569f177003ec22294c3eabc91c5f8d0ff3511702d4b67c1")
+LLAMA_KEYS = {"block_count": 32, "context_length": 4096, "embedding_length": 4096, "feed_forward_length": 11008,
+              "attention.head_count": 32, "attention.head_count_kv": 32}
+
+
+def _header(name: str) -> list[tuple[str, str, object]]:
+    """The keys a vocab-only file needs for llama.cpp to load it (a llama architecture's)."""
+    return [("general.architecture", "STRING", "llama"), ("general.name", "STRING", name)] + \
+        [(f"llama.{k}", "UINT32", v) for k, v in LLAMA_KEYS.items()] + \
+        [("llama.attention.layer_norm_rms_epsilon", "FLOAT32", 1e-5)]
+
+
+def rwkv_world() -> list[tuple[str, str, object]]:
+    """The RWKV World vocab as llama.cpp's converter writes it (``_set_vocab_rwkv_world``): ``<s>``, each
+    line's bytes as ``repr`` escapes them, ``[PADn]`` up to 65,536; BOS = EOS = 0, EOT 261 (``"\\n\\n"``)."""
+    wheel = pip_download(*RWKV_WHEEL)
+    with zipfile.ZipFile(wheel) as z:
+        lines = z.read("rwkv/rwkv_vocab_v20230424.txt").decode("utf-8").splitlines()
+    tokens, types = ["<s>"], [3]
+    for line in lines:
+        parts = line.split(" ")
+        token = ast.literal_eval(" ".join(parts[1:-1]))
+        token = token.encode("utf-8") if isinstance(token, str) else token
+        tokens.append(repr(token)[2:-1])
+        types.append(1)
+    tokens += [f"[PAD{i}]" for i in range(len(tokens), 65536)]
+    types += [5] * (65536 - len(types))
+    return _header("rwkv-world") + [
+        ("tokenizer.ggml.model", "STRING", "rwkv"), ("tokenizer.ggml.tokens", "ARRAY[STRING]", tokens),
+        ("tokenizer.ggml.token_type", "ARRAY[INT32]", types), ("tokenizer.ggml.bos_token_id", "UINT32", 0),
+        ("tokenizer.ggml.eos_token_id", "UINT32", 0), ("tokenizer.ggml.eot_token_id", "UINT32", 261)]
+
+
+def plamo2_synthetic(dest: Path) -> list[tuple[str, str, object]]:
+    """A ``plamo2`` vocab: PLaMo 2's special tokens (unknown, BOS, EOS, pad), the 256 ``<0xNN>`` byte
+    tokens, then the normal tokens of ``ggml-vocab-llama-spm.gguf`` with ``▁`` made a space, each with
+    its score."""
+    from pyengine.gguf import open_gguf
+    with open_gguf(dest / "ggml-vocab-llama-spm.gguf") as g:
+        spm = [(t.replace("\u2581", " "), float(s)) for t, s, k in zip(
+            g.metadata["tokenizer.ggml.tokens"], g.metadata["tokenizer.ggml.scores"],
+            g.metadata["tokenizer.ggml.token_type"]) if k == 1]
+    special = ["<|plamo:unk|>", "<|plamo:bos|>", "<|plamo:eos|>", "<|plamo:pad|>"]
+    tokens = special + [f"<0x{b:02X}>" for b in range(256)] + [t for t, _ in spm]
+    scores = [0.0] * 4 + [0.0] * 256 + [s for _, s in spm]
+    types = [2, 3, 3, 3] + [6] * 256 + [1] * len(spm)
+    return _header("plamo2-synthetic") + [
+        ("tokenizer.ggml.model", "STRING", "plamo2"), ("tokenizer.ggml.tokens", "ARRAY[STRING]", tokens),
+        ("tokenizer.ggml.scores", "ARRAY[FLOAT32]", scores), ("tokenizer.ggml.token_type", "ARRAY[INT32]", types),
+        ("tokenizer.ggml.bos_token_id", "UINT32", 1), ("tokenizer.ggml.eos_token_id", "UINT32", 2),
+        ("tokenizer.ggml.unknown_token_id", "UINT32", 0), ("tokenizer.ggml.padding_token_id", "UINT32", 3),
+        ("tokenizer.ggml.add_bos_token", "BOOL", True)]
+
+
+# name -> (sha256 of the file written, its metadata from the destination folder)
+BUILT = {
+    "rwkv-world": ("51df52da3f5fec5d0897f2c4bab83bed05ee7193dc905a141db4ff12f9c29e78", lambda dest: rwkv_world()),
+    "plamo2-synthetic": ("3f6a5601fefc03bc3639528eef43d892e943b8cff4451e9338ae43aa4e44b56f", plamo2_synthetic),
+}
+
+
+def build(dest: Path) -> None:
+    """Write each vocab of :data:`BUILT` missing from ``dest`` (after the llama-spm vocab it reads)."""
+    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+    from gguf_write import gguf_bytes
+    for name, (digest, metadata) in BUILT.items():
+        path = dest / f"ggml-vocab-{name}.gguf"
+        if path.is_file() and sha256_of(path) == digest:
+            continue
+        partial = dest / f"ggml-vocab-{name}.gguf.partial"
+        partial.write_bytes(gguf_bytes(metadata(dest), []))
+        if sha256_of(partial) != digest:
+            raise SystemExit(f"error: {path.name} as built: sha256 {sha256_of(partial)} != expected {digest}")
+        partial.rename(path)
+        print(f"built   {path}")
+
+
 def wanted() -> dict[str, str]:
     """File name -> sha256 of every file to take out of the sdist."""
     files = {}
@@ -107,7 +195,8 @@ def fetch(dest: Path = DEST) -> Path:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dest", type=Path, default=DEST)
-    fetch(ap.parse_args().dest)
+    dest = fetch(ap.parse_args().dest)
+    build(dest)
 
 
 if __name__ == "__main__":

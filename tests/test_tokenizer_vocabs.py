@@ -1,8 +1,9 @@
 """The tokenizer on llama.cpp's own vocab test files and under every pre-tokenizer name, against llama.cpp.
 
 Reference: tests/golden/tokenize_vocabs.json (make_vocab_golden.py, llama-cpp-python 0.3.36), over
-the vocab-only GGUFs llama.cpp tests its tokenizers with (build_scripts/fetch_vocabs.py puts them
-in .cache/vocab/; ``make test`` fetches them, and under CI a missing file is a failure):
+the vocab-only GGUFs llama.cpp tests its tokenizers with and two built beside them, RWKV World's and a
+synthetic PLaMo 2 (build_scripts/fetch_vocabs.py puts them in .cache/vocab/; ``make test`` fetches
+them, and under CI a missing file is a failure):
 
 - each file's ``.inp`` texts give llama.cpp's ids exactly (which are also the ids of the model's
   own tokenizer, its ``.out`` file);

@@ -1,4 +1,5 @@
-"""The tokens: SentencePiece (``llama``) and byte-level BPE (``gpt2``) tokenizers from GGUF metadata.
+"""The tokens: SentencePiece (``llama``), byte-level BPE (``gpt2``, ``gemma4``), RWKV's and PLaMo 2's
+tokenizers from GGUF metadata.
 
 Id for id with llama.cpp's ``llama_tokenize`` (``src/llama-vocab.cpp``); every
 rule below is llama.cpp's, named after its function.
@@ -26,6 +27,8 @@ Encoding a text (``llama_vocab::impl::tokenize``):
      single-byte tokens. Gemma 4's ``gemma4`` model is SentencePiece-style BPE:
      spaces become ``"▁"``, words are cut only at newlines and merged as raw
      UTF-8 characters, and the byte tokens are ``<0xNN>``.
+   - RWKV and PLaMo 2 (``rwkv``, ``plamo2``): the longest token at each byte, or the tokens of
+     the highest total score (:mod:`pyengine.text.greedy`).
 3. **BOS/EOS**: with ``add_special``, BOS in front if ``add_bos``, EOS at the end
    if ``add_eos`` (``tokenizer.ggml.add_bos_token`` / ``add_eos_token``).
 
@@ -65,6 +68,7 @@ from itertools import compress
 
 from pyengine.errors import TokenizerError
 from pyengine.text.bpe import LATIN1_TO_MAPPED, NO_PRE, unmap_bytes
+from pyengine.text.greedy import Plamo2, Rwkv
 from pyengine.text.pretokenize import split_words
 from pyengine.text.vocab import (
     ALWAYS_RENDERED,
@@ -119,18 +123,18 @@ class Tokenizer:
         if model not in MODELS:
             raise TokenizerError(f"{KEY_MODEL} = {model!r} is not supported; supported: {', '.join(MODELS)}")
         spec = MODELS[model]
-        self.model, self.kind = model, spec.kind
+        self.model, self.kind, self.adds_special = model, spec.kind, spec.adds_special
         self.tokens = read_tokens(meta)
         self.n_vocab = n = len(self.tokens)
         self.token_to_id: dict[str, int] = dict(zip(self.tokens, range(n)))   # the last of duplicates wins
         self.attrs = read_attrs(meta, n)
         self.pre, self.merges, self.pre_spec = get(meta, KEY_PRE, str, ""), {}, NO_PRE
         default_ids, add_bos = dict(spec.default_ids), spec.add_bos
-        if spec.kind == "spm":
+        if spec.kind in ("spm", "plamo2"):
             self.scores = get_list(meta, KEY_SCORES, (float, int), n) or [0.0] * n
             self._byte_ids = [self.token_to_id.get(f"<0x{b:02X}>", self.token_to_id.get(raw_byte(b)))
                               for b in range(256)]
-        else:
+        if spec.kind == "bpe":
             self.pre, self.pre_spec = pre_tokenizer(meta, spec.pre)
             self.merges = read_merges(meta, self.pre_spec.needs_merges)
             add_bos = self.pre_spec.add_bos
@@ -141,6 +145,9 @@ class Tokenizer:
         self.add_bos = get(meta, KEY_ADD_BOS, bool, add_bos) or self.pre_spec.always_bos
         self.add_eos = get(meta, KEY_ADD_EOS, bool, False)
         ids = read_special_ids(meta, n, default_ids)
+        if spec.kind in ("rwkv", "plamo2"):                               # the search over the vocab
+            self.search = Rwkv(self.tokens, ids["unk"]) if spec.kind == "rwkv" else \
+                Plamo2(self.tokens, self.scores, [bool(a & ATTR_BYTE) for a in self.attrs])
         self._find_by_text(ids)
         self.special_ids = ids
         self.bos_id, self.eos_id, self.eot_id = ids["bos"], ids["eos"], ids["eot"]
@@ -256,13 +263,15 @@ class Tokenizer:
     def encode(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
         """Token ids of ``text``, as llama.cpp's ``llama_tokenize(text, add_special, parse_special)``.
 
-        ``add_special`` adds BOS/EOS as ``add_bos_token``/``add_eos_token`` say;
+        ``add_special`` adds BOS/EOS as ``add_bos_token``/``add_eos_token`` say (never for
+        ``rwkv`` and ``plamo2``, whose llama.cpp tokenizers add none);
         ``parse_special`` turns control-token text (``"<start_of_turn>"``) into
         those tokens (user-defined tokens are always matched). Lone surrogates
         in ``text`` are read as U+FFFD.
         """
         text = _clean(text)
         out: list[int] = []
+        add_special = add_special and self.adds_special
         if add_special and self.add_bos:
             out.append(self.bos_id)
         prev_special = True
@@ -275,8 +284,10 @@ class Tokenizer:
                 if self.add_space_prefix and prev_special:
                     frag = " " + frag
                 self._encode_spm(frag, out)
-            else:
+            elif self.kind == "bpe":
                 self._encode_bpe(frag, out)
+            else:
+                out.extend(self.search.encode(frag))
             prev_special = False
         if add_special and self.add_eos:
             out.append(self.eos_id)
@@ -414,6 +425,10 @@ class Tokenizer:
 
     def _piece(self, tid: int, attr: int) -> bytes:
         text = self.tokens[tid]
+        if self.kind == "rwkv":                                            # every token: its bytes
+            return self.search.pieces[tid]
+        if self.kind == "plamo2" and not attr & ATTR_BYTE:                  # every token but bytes: its text
+            return text.encode("utf-8", "surrogateescape")
         if attr & (ATTR_HIDDEN | ATTR_USER_DEFINED):
             return text.encode("utf-8", "surrogateescape")
         if attr & ATTR_NORMAL:

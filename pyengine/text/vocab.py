@@ -50,17 +50,21 @@ SPECIAL_ID_KEYS = {
 class TokenizerModel(NamedTuple):
     """A ``tokenizer.ggml.model`` as llama.cpp's ``load`` sets it up."""
 
-    kind: str                    # "spm" (SentencePiece by score) or "bpe" (by merge rank)
+    kind: str                    # "spm" (SentencePiece by score), "bpe" (by merge rank), "rwkv", "plamo2"
     default_ids: dict[str, int]  # special ids when no key names them
     add_bos: bool                # default add_bos_token
     add_space_prefix: bool       # default add_space_prefix
     pre: str | None = None       # the pre-tokenizer it always uses, whatever tokenizer.ggml.pre says
+    adds_special: bool = True    # encode(add_special=True) adds BOS/EOS (llama.cpp's rwkv, plamo2: never)
 
 
 MODELS = {
     "llama": TokenizerModel("spm", {"bos": 1, "eos": 2, "unk": 0}, True, True),
     "gpt2": TokenizerModel("bpe", {"bos": 11, "eos": 11}, False, False),
     "gemma4": TokenizerModel("bpe", {}, False, False, pre="gemma4"),   # SentencePiece-style BPE
+    "rwkv": TokenizerModel("rwkv", {}, False, False, adds_special=False),   # greedy longest match on bytes
+    "plamo2": TokenizerModel("plamo2", {"bos": 1, "eos": 2, "unk": 0, "pad": 3}, False, False,
+                             adds_special=False),                      # the tokens of the best total score
 }
 
 # llama.cpp's token attribute bits (``llama_token_attr``), and the attribute of each token type

@@ -7,7 +7,8 @@ Run by hand (needs llama-cpp-python 0.3.36 and ``python build_scripts/fetch_voca
 
 Two parts, each loaded by llama.cpp as a vocab-only model (``Llama(vocab_only=True)``):
 
-- ``vocabs``: the 17 ``ggml-vocab-*.gguf`` files of chat models (build_scripts/fetch_vocabs.py):
+- ``vocabs``: the 17 ``ggml-vocab-*.gguf`` files of chat models and the two built beside them (RWKV World,
+  a synthetic PLaMo 2; build_scripts/fetch_vocabs.py):
   llama.cpp's ids for the texts of each one's ``.inp`` file (``add_special`` and ``parse_special``
   false, as llama.cpp's test-tokenizer-0 asks) in full, and whether they equal its ``.out`` file
   (``inp_equals_out``: the ids of the model's own tokenizer); then the shared ``texts``;
@@ -245,12 +246,12 @@ def dumps(data: dict) -> str:
 
 
 def main() -> None:
-    from fetch_vocabs import DEST, VOCABS
+    from fetch_vocabs import BUILT, DEST, VOCABS
 
     from pyengine.text.bpe import PRE_TOKENIZERS
     corpus = texts()
     data = {"texts": corpus, "vocabs": {}, "variants": {}}
-    for name in VOCABS:
+    for name in [*VOCABS, *BUILT]:
         data["vocabs"][name] = vocab_entry(DEST / f"ggml-vocab-{name}.gguf", corpus)
         print(name, data["vocabs"][name].get("inp_equals_out"), flush=True)
     firsts: dict = {}
