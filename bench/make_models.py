@@ -199,10 +199,15 @@ def gemma4_keys(w, s: Shape) -> None:
 
 def fixed(s: Shape, name: str, shape: tuple) -> np.ndarray:
     """A vector's float32 values: norms and output scales 1, ``ssm_a`` -1 (-exp(A_log): decays below 1),
-    gemma4's rope_freqs 1 on the full heads' rotated pairs and 1e30 on the rest (the converter's), else 0."""
+    gemma4's rope_freqs 1 on the full heads' rotated pairs and 1e30 on the rest (the converter's), else 0.
+    gemma4's q·k is unscaled (its trained q and k norms scale it), so there its q and k norms are
+    head_dim^-1/4: q·k of unit variance, as 1/sqrt(head_dim) gives elsewhere (norms of 1 would give scores
+    of std 16 to 22, a near-argmax softmax that turns any rounding into other tokens)."""
     if name == "rope_freqs.weight":
         n_rot = int(s.gemma4.head_full * s.gemma4.rope_partial) // 2
         return np.array([1.0] * n_rot + [1e30] * (shape[0] - n_rot), np.float32)
+    if s.gemma4 and name.endswith(("attn_q_norm.weight", "attn_k_norm.weight")):
+        return np.full(shape, shape[0] ** -0.25, np.float32)
     if name.endswith(("norm.weight", "layer_output_scale.weight")):
         return np.ones(shape, np.float32)
     return np.full(shape, -1.0 if name.endswith("ssm_a") else 0.0, np.float32)
