@@ -141,11 +141,18 @@ def load_model(gguf_file, progress=None, weights: str = "auto", ggml_rounding: b
     config = ModelConfig.from_metadata(gguf_file.metadata, gguf_file.tensors)
     shard = shard or whole(config)
     if budget is None:
-        budget = default_budget(sum(t.n_bytes for t in gguf_file.tensors.values()), shard.count)
+        budget = default_budget(held_nbytes(gguf_file.tensors), shard.count)
     return _Loader(gguf_file, config, shard, progress, ggml_rounding).load(weights, budget, forms, comm)
 
 
 UNSUPPORTED_TENSORS = ("rope_factors_long.weight", "rope_factors_short.weight")
+IN_FILE = "per_layer_token_embd.weight"   # left in the file, its rows read per token (gemma4)
+
+
+def held_nbytes(tensors) -> int:
+    """Bytes (as stored) of the tensors a load brings into memory: all but those left in the file; what the
+    memory budget is measured against."""
+    return sum(t.n_bytes for name, t in tensors.items() if name != IN_FILE)
 
 
 def check_tensors(gguf_file, config: ModelConfig) -> list[str]:
@@ -364,8 +371,8 @@ class _Loader:
         """gemma4's per-layer embeddings: the token table left in the file, the projection and its norm."""
         if not self.config.n_embd_per_layer:
             return None
-        self._tick("per_layer_token_embd.weight", 0)
-        return PerLayerEmbd(FileRows(self.gf, "per_layer_token_embd.weight"),
+        self._tick(IN_FILE, 0)
+        return PerLayerEmbd(FileRows(self.gf, IN_FILE),
                             self.matrix(("per_layer_model_proj",), forms)[0], self.vector("per_layer_proj_norm.weight"))
 
     def load(self, weights: str, budget: int, forms: dict | None, comm) -> Model:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from pyengine.errors import PyEngineError
-from pyengine.model.load import budget_matrices, shard_matrices
+from pyengine.model.load import budget_matrices, held_nbytes, shard_matrices
 from pyengine.parallel.channel import EXIT, FORWARD, MAX_TOKENS, Channel, layout, ping
 from pyengine.parallel.split import alignments, plan
 from pyengine.weights.budget import check_fits, default_budget, forms_nbytes, plan_forms
@@ -97,8 +97,8 @@ def plan_load(gguf, config, weights: str, n_workers: int, budget=default_budget)
         except PyEngineError as e:
             note = f"running in {n - 1} worker{'s' * (n > 2)}: {e}" if n > 1 else note
     n = len(shards)
-    file_bytes = sum(t.n_bytes for t in gguf.tensors.values())
-    largest = max(shards, key=lambda s: (s.ffn[1] - s.ffn[0], s.vocab[1] - s.vocab[0]))
+    file_bytes = held_nbytes(gguf.tensors)
+    largest = max(shards, key=lambda s: (s.ffn[1] - s.ffn[0], s.vocab[1] - s.vocab[0], s.ssm[1] - s.ssm[0]))
     listed = budget_matrices(shard_matrices(config, gguf.tensors, largest), gguf.tensors)
     policy, forms = plan_forms(listed, weights, budget(file_bytes, n))
     nbytes = forms_nbytes(listed, forms)
