@@ -157,6 +157,7 @@ def run_page(bench: Bench, model: Path, prompt: Prompt, n_gen: int, threads: int
     """The app itself (web/, as a person uses it) with ``threads`` Pyodide workers and the default Memory
     setting, measured by bench/bench_workers.py in its own Chromium: LONG_TURN as the first chat message
     (its TTFT and prefill; then 64 decode steps); memory is every worker's heap together."""
+    bench.ensure_static()
     out = Path(tempfile.mkdtemp()) / "page.json"
     p = subprocess.run([sys.executable, str(BENCH / "bench_workers.py"), "--model", str(model), "--runs", "1",
                         "--workers", str(threads), "--prompt", LONG_TURN, "--gen", str(n_gen),
