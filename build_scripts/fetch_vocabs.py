@@ -16,7 +16,8 @@ checked against its sha256 once written: ``rwkv-world``, the RWKV World vocab (6
 ``rwkv_vocab_v20230424.txt`` in the PyPI wheel ``rwkv==0.8.32``) converted as llama.cpp's
 ``_set_vocab_rwkv_world`` converts it; ``plamo2-synthetic``, a ``plamo2`` vocab of PLaMo 2's four
 special tokens, the 256 byte tokens and the llama-spm vocab's normal tokens with their scores
-(``▁`` made a space), as no PLaMo 2 vocab is on PyPI.
+(``▁`` made a space), as no PLaMo 2 vocab is on PyPI. The chat templates of the sdist's
+``models/templates/`` go to ``templates/`` beside them.
 """
 
 from __future__ import annotations
@@ -154,6 +155,32 @@ def build(dest: Path) -> None:
         print(f"built   {path}")
 
 
+TEMPLATES_DIR = "llama_cpp_python-0.3.36/vendor/llama.cpp/models/templates/"
+
+
+def fetch_templates(dest: Path) -> Path:
+    """The chat templates llama.cpp tests with (``models/templates/*.jinja`` of the pinned sdist, whose
+    sha256 pins them) in ``dest / "templates"``, for tests/test_chat_template.py; return that folder."""
+    out = dest / "templates"
+    done = out / "COMPLETE"
+    if done.is_file():
+        return out
+    sdist = pip_download("llama-cpp-python==0.3.36", SDIST, SDIST_SHA256, "--no-binary", ":all:")
+    out.mkdir(parents=True, exist_ok=True)
+    names = []
+    with tarfile.open(sdist) as tar:
+        for member in tar:
+            name = member.name.removeprefix(TEMPLATES_DIR)
+            ours = member.name.startswith(TEMPLATES_DIR) and "/" not in name
+            if ours and name.endswith(".jinja") and member.isfile():
+                with tar.extractfile(member) as src:
+                    (out / name).write_bytes(src.read())
+                names.append(name)
+    done.write_text("\n".join(sorted(names)) + "\n")
+    print(f"fetched {len(names)} chat templates into {out}")
+    return out
+
+
 def wanted() -> dict[str, str]:
     """File name -> sha256 of every file to take out of the sdist."""
     files = {}
@@ -197,6 +224,7 @@ def main() -> None:
     ap.add_argument("--dest", type=Path, default=DEST)
     dest = fetch(ap.parse_args().dest)
     build(dest)
+    fetch_templates(dest)
 
 
 if __name__ == "__main__":

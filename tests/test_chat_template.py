@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
-from conftest import GOLDEN
+from conftest import GOLDEN, ROOT
 
 from pyengine.errors import TemplateError
 from pyengine.text.builtin_templates import BUILTIN_BY_NAME, BUILTIN_TEMPLATES, detect_builtin
@@ -247,3 +248,65 @@ def test_check_messages():
     with pytest.raises(TemplateError, match="message 1: role must be one of system, user, assistant, tool, got"):
         check_messages([{"role": "user", "content": "a"}, {"role": "wizard", "content": "b"}])
     assert check_messages([{"role": "tool", "content": "{}"}])[0]["role"] == "tool"
+
+
+# --- the templates llama.cpp tests with ---------------------------------------------------------
+
+TEMPLATES = ROOT / ".cache" / "vocab" / "templates"   # build_scripts/fetch_vocabs.py, from the pinned sdist
+
+
+def llama_cpp_templates() -> list[str]:
+    listing = TEMPLATES / "COMPLETE"
+    return listing.read_text().split() if listing.is_file() else ["(not fetched)"]
+
+
+def jinja2_render(source: str, messages: list[dict]) -> str:
+    """A template as transformers renders it: Jinja2's immutable sandbox with trim and lstrip blocks, loop
+    controls, ``raise_exception``, ``strftime_now`` and transformers' ``tojson`` (pyengine's own two)."""
+    import jinja2
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    from pyengine.text import jinja_sandbox
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"],
+                                        loader=jinja2.BaseLoader())
+    env.filters["tojson"] = jinja_sandbox._tojson
+
+    def raise_exception(message):
+        raise ValueError(message)
+    env.globals.update(raise_exception=raise_exception, strftime_now=jinja_sandbox._strftime_now)
+    return env.from_string(source).render(messages=messages, add_generation_prompt=True, bos_token="<s>",
+                                          eos_token="</s>")
+
+
+@pytest.mark.parametrize("name", llama_cpp_templates())
+def test_llama_cpps_chat_templates_render_as_jinja2_renders_them(name):
+    """Each of the 70 templates of llama.cpp's models/templates (Gemma 4, Qwen3.5, LFM2.5, Granite, SmolLM3,
+    DeepSeek, gpt-oss...) gives Jinja2's own text for a chat with and without a system prompt, or a
+    TemplateError where Jinja2 raises; a template Jinja2 cannot parse (transformers' {% generation %} tag)
+    renders."""
+    import jinja2
+    if name == "(not fetched)":
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{TEMPLATES} is missing: run build_scripts/fetch_vocabs.py")
+        pytest.skip("templates not fetched (python build_scripts/fetch_vocabs.py)")
+    source = (TEMPLATES / name).read_text(encoding="utf-8")
+    for messages in (CHAT, CHAT[1:]):
+        ours = ChatTemplate(source, None, "<s>", "</s>")
+        try:
+            want = jinja2_render(source, messages)
+        except jinja2.TemplateSyntaxError:
+            assert ours.render(messages)
+            continue
+        except Exception:  # noqa: BLE001 (what the template raised, as Jinja2 raises it)
+            with pytest.raises(TemplateError):
+                ours.render(messages)
+            continue
+        assert ours.render(messages) == want
+
+
+def test_str_methods_run_inside_loops():
+    """Jinja passes its loop's variables to calls made in a loop (``_loop_vars``): the bounds on str
+    methods take the template's own arguments only (NVIDIA Nemotron's template calls replace in one)."""
+    src = ("{% set ns = namespace(a='') %}{% for m in messages %}{% set ns.a = ns.a + m.content.replace('a', 'b')"
+           ".expandtabs(2).split('X')|join('-') %}{% endfor %}{{ ns.a }}")
+    assert ChatTemplate(src, None, "<s>", "</s>").render([{"role": "user", "content": "a\tXa"}]) == "b -b"

@@ -74,6 +74,8 @@ def _guard_filter(name: str, f: Callable) -> Callable:
     return guarded
 
 
+JINJA_CALL_KWARGS = ("_loop_vars", "_block_vars")   # what Jinja's compiled code passes to Context.call, not the template
+
 _FILTER_CHECKS: dict[str, Callable] = {
     "replace": lambda budget, s, *a, **k: tb.check_replace(s, *a, **k),
     "indent": lambda budget, s, *a, **k: tb.check_indent(s, *a, **k),
@@ -194,13 +196,14 @@ def _bounded_environment(base: type, code_generator: type) -> type:
 
         def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (jinja's signature)
             budget, name = _budget(), getattr(__obj, "__name__", "call")
-            for a in (*args, *kwargs.values()):
+            given = {k: v for k, v in kwargs.items() if k not in JINJA_CALL_KWARGS}   # the template's own
+            for a in (*args, *given.values()):
                 check_int(a, f"argument of {name}")
             owner = getattr(__obj, "__self__", None)
             if isinstance(owner, str) and isinstance(__obj, (types.BuiltinMethodType, types.MethodType)):
-                if name == "join" and len(args) == 1 and not kwargs:
+                if name == "join" and len(args) == 1 and not given:
                     return tb.checked_join(budget, owner, args[0], "str.join", strict=True)
-                tb.check_str_method(owner, name, args, kwargs)
+                tb.check_str_method(owner, name, args, given)
             return _admit_result(budget, super().call(__context, __obj, *args, **kwargs), name)
 
         def wrap_str_format(self, value: Any):
