@@ -74,7 +74,7 @@ def _guard_filter(name: str, f: Callable) -> Callable:
     return guarded
 
 
-JINJA_CALL_KWARGS = ("_loop_vars", "_block_vars")   # what Jinja's compiled code passes to Context.call, not the template
+JINJA_CALL_KWARGS = ("_loop_vars", "_block_vars")   # passed by the compiled template to Context.call
 
 _FILTER_CHECKS: dict[str, Callable] = {
     "replace": lambda budget, s, *a, **k: tb.check_replace(s, *a, **k),
