@@ -94,3 +94,21 @@ def test_the_pages_inspector_data_holds_them(mamba):
         assert next(m["value"] for m in data["metadata"] if m["key"] == "general.architecture") == "mamba"
         assert [t["name"] for t in data["tensors"]] == list(g.tensors)
         assert data["header"]["n_tensors"] == len(g.tensors)
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("blk.0.ffn_gate_inp.weight", "'blk.0.ffn_gate_inp.weight': mixture-of-experts layers are not supported"),
+    ("blk.3.ffn_down_exps.weight", "'blk.3.ffn_down_exps.weight': mixture-of-experts layers are not supported"),
+    ("rope_factors_long.weight", "LongRoPE .* is not supported"),
+])
+def test_parts_of_a_supported_architecture_it_cannot_run_are_refused(extra, message, tmp_path):
+    """A file of a supported architecture with a part pyengine does not run (Gemma 4 26B-A4B's experts,
+    Phi-3.5's LongRoPE) is refused by name, not run without it."""
+    with open_gguf(TINY["qwen2"].with_name("tiny-gemma4.gguf")) as g:
+        kvs = [(k, t, g.metadata[k]) for k, t in g.value_types.items()]
+        tensors = [(n, i.shape, i.type.id, g.tensor_bytes(n).tobytes()) for n, i in g.tensors.items()]
+    down = next(t for t in tensors if t[0] == "blk.0.ffn_down.weight")
+    path = tmp_path / "with-extra.gguf"
+    path.write_bytes(gguf_bytes(kvs, tensors + [(extra, *down[1:])]))
+    with open_gguf(path) as g, pytest.raises(ModelError, match=message):
+        load_model(g)

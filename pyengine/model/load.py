@@ -147,6 +147,7 @@ def load_model(gguf_file, progress=None, weights: str = "auto", ggml_rounding: b
 
 UNSUPPORTED_TENSORS = ("rope_factors_long.weight", "rope_factors_short.weight")
 IN_FILE = "per_layer_token_embd.weight"   # left in the file, its rows read per token (gemma4)
+MOE_TENSORS = (".ffn_gate_inp.weight", "_exps.weight")   # a router, experts (llama.cpp LLM_TENSOR_FFN_*_EXPS)
 
 
 def held_nbytes(tensors) -> int:
@@ -161,6 +162,9 @@ def check_tensors(gguf_file, config: ModelConfig) -> list[str]:
     for name in UNSUPPORTED_TENSORS:
         if name in gguf_file.tensors:
             raise ModelError(f"tensor {name!r}: LongRoPE (Phi-3.5, Phi-4-mini) is not supported")
+    experts = next((n for n in gguf_file.tensors if n.endswith(MOE_TENSORS)), None)
+    if experts is not None:                               # (gemma4's 26B-A4B: the dense layers would run alone)
+        raise ModelError(f"tensor {experts!r}: mixture-of-experts layers are not supported")
     wanted = model_tensors(config, gguf_file.tensors)
     for name, ne, required in wanted:
         info = gguf_file.tensors.get(name)
