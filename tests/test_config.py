@@ -232,6 +232,7 @@ def test_gemma4_layers_their_heads_ffn_and_shared_kv():
     ("gemma4.embedding_length_per_layer_input", None, "missing metadata key"),
     ("gemma4.attention.key_length_swa", 0, "must be in 1..65536"),
     ("gemma4.rope.dimension_count_swa", 64, "dimension_count_swa' = 64 must be even and at most"),
+    ("gemma4.nextn_predict_layers", 6, r"nextn_predict_layers' = 6 must be in 0\.\.5"),
 ])
 def test_gemma4_bad_values_are_clear_errors(key, value, message):
     md = {k: v for k, v in gemma4_metadata().items() if k != key}

@@ -73,6 +73,29 @@ def test_the_fixture_is_the_hybrid_llama_cpp_was_given(model):
     assert len(set(REF["f32"]["greedy_ids"])) >= 3
 
 
+def test_a_file_with_an_mtp_layer_runs_the_model_without_it(tmp_path):
+    """Qwen3.5 GGUFs converted with their multi-token-prediction block have it as a last layer
+    (``block_count`` + 1, ``nextn_predict_layers`` = 1, ``blk.N.nextn.*``): llama.cpp's model is the
+    layers before it (``n_layer()``), and so is pyengine's: the fixture's logits, llama.cpp's."""
+    from gguf_write import gguf_bytes
+    with open_gguf(PATH) as g:
+        n = g.metadata["qwen35.block_count"]
+        kvs = [(k, t, n + 1 if k == "qwen35.block_count" else g.metadata[k]) for k, t in g.value_types.items()]
+        tensors = [(name, i.shape, i.type.id, g.tensor_bytes(name).tobytes()) for name, i in g.tensors.items()]
+    e = 64
+    mtp = [(f"blk.{n}.nextn.eh_proj.weight", (2 * e, e)), (f"blk.{n}.nextn.enorm.weight", (e,)),
+           (f"blk.{n}.nextn.hnorm.weight", (e,)), (f"blk.{n}.attn_norm.weight", (e,))]
+    tensors += [(name, shape, 0, np.ones(int(np.prod(shape)), "<f4").tobytes()) for name, shape in mtp]
+    path = tmp_path / "tiny-qwen35-mtp.gguf"
+    path.write_bytes(gguf_bytes(kvs + [("qwen35.nextn_predict_layers", "UINT32", 1)], tensors))
+    with open_gguf(path) as g:
+        m = load_model(g, weights="f32")
+        assert m.config.n_layer == n and len(m.layers) == n
+        prompt, ids, _ = run(m)
+    assert np.abs(prompt - np.array(REF["f32"]["prompt_logits"])).max() < 1e-3
+    assert ids == REF["f32"]["greedy_ids"]
+
+
 @pytest.mark.parametrize("weights", FORMS)
 def test_float32_fixture_gives_llama_cpps_logits_and_ids(weights):
     with open_gguf(PATH) as g:

@@ -132,6 +132,7 @@ KEYS = [
     ("ssm_n_group",            "{arch}.ssm.group_count",                      int,   0),      # k heads
     ("n_kv_shared",            "{arch}.attention.shared_kv_layers",           int,   0),      # gemma4
     ("n_embd_per_layer",       "{arch}.embedding_length_per_layer_input",     int,   0),      # gemma4: 0 none
+    ("n_layer_nextn",          "{arch}.nextn_predict_layers",                 int,   0),      # MTP layers at the end
 ]
 
 ROPE_SCALING_TYPES = ("none", "linear")  # yarn and longrope are not implemented
@@ -179,6 +180,7 @@ class ModelConfig:
     ssm_n_group: int            # DeltaNet key heads (value head h reads key head h % ssm_n_group)
     n_kv_shared: int            # the last this many layers keep no KV of their own (gemma4)
     n_embd_per_layer: int       # width of each layer's per-layer token embedding (gemma4; 0: none)
+    n_layer_nextn: int          # block_count's last layers that predict further tokens (MTP), not run here
     tied_output: bool | None = None  # output reuses token_embd (known from the tensors, None if not given)
     swa_layers: tuple = ()      # per layer: True when it uses the sliding window
     rope_layers: tuple = ()     # per layer: True when q and k are rotated (smollm3, exaone4: not all)
@@ -278,6 +280,7 @@ def _derive(cfg: ModelConfig, metadata: dict) -> None:
             raise ModelError(f"metadata: {name} = {getattr(cfg, name)} must be positive")
     if cfg.n_layer > MAX_LAYERS:
         raise ModelError(f"metadata key '{a}.block_count' = {cfg.n_layer}: at most {MAX_LAYERS} layers")
+    _drop_nextn_layers(cfg)
     _derive_ffn(cfg)
     _derive_conv_layers(cfg)
     if cfg.n_head_kv is None:
@@ -359,6 +362,23 @@ def _derive_recurrent(cfg: ModelConfig) -> None:
         raise ModelError(f"metadata key '{a}.rope.dimension_sections' must be 4 counts of rope pairs "
                          f"summing to 1..{cfg.rope_dim // 2}, got {sections!r}")
     cfg.rope_sections = tuple(int(x) for x in sections)
+
+
+PER_LAYER_FIELDS = ("n_ff", "n_head_kv", "recurrent_layers", "sliding_window_pattern")
+
+
+def _drop_nextn_layers(cfg: ModelConfig) -> None:
+    """The model without its MTP layers (llama.cpp ``n_layer() = n_layer_all - n_layer_nextn``: the last
+    ``nextn_predict_layers`` of ``block_count`` draft tokens for speculative decoding; the model's own
+    layers come before them): n_layer counts the others, per-layer arrays keep their entries."""
+    n_all, nextn = cfg.n_layer, cfg.n_layer_nextn
+    if not 0 <= nextn < n_all:
+        raise ModelError(f"metadata key '{cfg.arch}.nextn_predict_layers' = {nextn} must be in 0..{n_all - 1}")
+    cfg.n_layer = n_all - nextn
+    for name in PER_LAYER_FIELDS if nextn else ():
+        value = getattr(cfg, name)
+        if isinstance(value, (list, np.ndarray)) and len(value) == n_all:
+            setattr(cfg, name, value[:cfg.n_layer])
 
 
 def _derive_ffn(cfg: ModelConfig) -> None:
