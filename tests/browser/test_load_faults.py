@@ -107,27 +107,30 @@ def too_big_load(posted, path, monkeypatch, weights: str) -> str:
 
 def test_a_form_too_big_for_the_browser_says_what_fits_and_keeps_the_chat(posted, tmp_path, monkeypatch):
     """A model of Llama-3.2-3B's shapes in Q4_0 (1.68 GiB of tensors; a sparse file, only its header
-    written) asked in float32: more than one worker's 4 GiB; the load says so, and what would fit."""
+    written) asked in float32: more than one worker holds; the load says so, and what would fit."""
     message = too_big_load(posted, sparse_model(tmp_path / "3b.gguf"), monkeypatch, "f32")
     assert message == (
         "this model (1.68 GiB of tensors) needs 12.07 GiB in each of 1 worker(s) in this form, largest array "
-        "1.47 GiB; a browser worker holds at most 4 GiB, one array at most 2 GiB: the low-memory form "
-        "(Memory: low memory) would need 1.97 GiB a worker")
+        "1.47 GiB; a browser worker holds at most 1.75 GiB (the runtime passes nothing past 2 GiB of its "
+        "memory): even the low-memory form needs 1.97 GiB a worker: more workers, or a smaller quantization "
+        "of the model")
 
 
 def test_auto_picks_forms_that_fit_a_worker(tmp_path, monkeypatch):
-    """The same 3B in the default form: three times the file would pass a worker's heap, so auto stays
-    within the heap (mixed forms), and split over 2 workers within 3 times the file over them."""
+    """The same 3B in the default form: one worker cannot hold it in any form (the low-memory one needs 1.97
+    GiB), 2 workers can, and auto fills each one's heap (mixed forms) but stays within it."""
+    from pyengine.errors import PyEngineError
     from pyengine.model.config import ModelConfig
     from pyengine.parallel.driver import plan_load
     from pyengine.weights import budget
     monkeypatch.setattr(budget.sys, "platform", "emscripten")
     with open_gguf(sparse_model(tmp_path / "3b.gguf")) as g:
         config = ModelConfig.from_metadata(g.metadata, g.tensors)
-        one, two = plan_load(g, config, "auto", 1), plan_load(g, config, "auto", 2)
-        file_bytes = sum(t.n_bytes for t in g.tensors.values())
-    assert one.weights == "mixed" and 3 * 2**30 < one.nbytes <= budget.HEAP_MAX - budget.RUNTIME_BYTES
-    assert len(two.shards) == 2 and two.nbytes <= 3 * file_bytes / 2 - budget.RUNTIME_BYTES < one.nbytes
+        with pytest.raises(PyEngineError, match="even the low-memory form needs 1.97 GiB a worker"):
+            plan_load(g, config, "auto", 1)
+        two = plan_load(g, config, "auto", 2)
+    assert len(two.shards) == 2 and two.weights == "mixed"
+    assert budget.HEAP_MAX - budget.RUNTIME_BYTES - 2**27 < two.nbytes <= budget.HEAP_MAX - budget.RUNTIME_BYTES
 
 
 def test_a_model_too_big_for_any_form_says_so_and_keeps_the_chat(posted, tmp_path, monkeypatch):
@@ -136,8 +139,8 @@ def test_a_model_too_big_for_any_form_says_so_and_keeps_the_chat(posted, tmp_pat
     message = too_big_load(posted, path, monkeypatch, "auto")
     assert message == (
         "this model (3.93 GiB of tensors) needs 4.47 GiB in each of 1 worker(s) in this form, largest array 0.31 GiB; "
-        "a browser worker holds at most 4 GiB, one array at most 2 GiB: even the low-memory form needs 4.47 GiB a "
-        "worker: more workers, or a smaller quantization of the model")
+        "a browser worker holds at most 1.75 GiB (the runtime passes nothing past 2 GiB of its memory): even the "
+        "low-memory form needs 4.47 GiB a worker: more workers, or a smaller quantization of the model")
 
 
 def sparse_model(path, n_embd: int = 3072, n_ff: int = 8192, n_layer: int = 28, n_head: int = 24, n_kv: int = 8):
