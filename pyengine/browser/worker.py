@@ -156,6 +156,22 @@ class LoadProgress:
                    "bytes": done_bytes, "total_bytes": total_bytes})
 
 
+HEAP_LIMIT = 2**31         # the runtime passes nothing past 2 GiB of a worker's memory (weights.budget.HEAP_MAX)
+KV_MARGIN = 64 * 2**20     # heap kept free past a full KV cache: a forward pass's arrays
+MIN_CONTEXT = 256
+
+
+def context_that_fits(model, heap: list[int]) -> int | None:
+    """The chat's context: the positions whose keys and values this worker can add to its heap (``heap``:
+    its bytes now, [] outside the browser) before it passes ``HEAP_LIMIT``, at most the model's training
+    context; None (the training context) outside the browser."""
+    if not heap:
+        return None
+    per = model.new_cache(1).position_nbytes
+    room = (HEAP_LIMIT - KV_MARGIN - heap[0]) // max(per, 1)
+    return max(MIN_CONTEXT, min(model.config.n_ctx_train, room))
+
+
 class WorkerSession:
     """The model loaded in this worker and its chat; every method posts its replies with ``post``.
 
@@ -207,7 +223,8 @@ class WorkerSession:
             model, workers = await self._load_shards(gguf, config, files, plan)
         except Exception as e:  # noqa: BLE001 (said as a load that failed while the weights were read)
             raise PyEngineError(weights_failed(error_text(e), let_go)) from e
-        chat = ChatSession(Engine(gguf, model, tokenizer, template, template_error))
+        chat = ChatSession(Engine(gguf, model, tokenizer, template, template_error),
+                           n_ctx=context_that_fits(model, self._heap()))
         self.chat, self.model = chat, model
         self.rules = setting_rules(config.n_vocab, chat.cache.n_ctx)
         card = model_card(d, chat.template_name, plan.weights)

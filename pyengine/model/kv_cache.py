@@ -56,6 +56,11 @@ class KVCache:
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.k + self.v + self.conv if a is not None)
 
+    @property
+    def position_nbytes(self) -> int:
+        """Bytes one more position takes: every layer's keys and values (or convolution input) of it."""
+        return sum(a.nbytes for a in self.k + self.v + self.conv if a is not None) // max(self.capacity, 1)
+
     def reserve(self, n: int) -> None:
         """Make room for positions 0..n-1 (n <= n_ctx), keeping what is stored."""
         if n <= self.capacity:

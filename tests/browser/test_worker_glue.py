@@ -450,3 +450,18 @@ def test_metadata_values_as_the_inspector_shows_them():
     cut = {"length": 100, "first": [0, 1]}  # a long array as describe() cuts it
     assert page.show_value(cut, "ARRAY[INT32]") == "[0, 1, ... ] (100 items)"
     assert page.show_value(1e-06, "FLOAT32") == "1e-06"
+
+
+def test_the_chats_context_is_what_the_heap_leaves_under_2_gib():
+    """A chat's KV cache grows with it: its context is capped where the worker's heap would pass 2 GiB
+    (the runtime passes nothing past it), at most the model's training context, at least 256 tokens."""
+    from pyengine.model import load_model
+    with open_gguf(TINY["qwen2"].with_name("tiny-gemma4.gguf")) as g:
+        m = load_model(g)
+    per = m.new_cache(1).position_nbytes
+    assert per == 2 * 2 * (16 + 16) * 4 + 2 * 2 * (32 + 32) * 4    # own KV: 2 sliding layers, 2 full; 2 share
+    m.config.n_ctx_train = 4096
+    assert worker.context_that_fits(m, []) is None                  # CPython: the training context
+    assert worker.context_that_fits(m, [worker.HEAP_LIMIT - worker.KV_MARGIN - 1000 * per]) == 1000
+    assert worker.context_that_fits(m, [2**26]) == 4096
+    assert worker.context_that_fits(m, [worker.HEAP_LIMIT]) == worker.MIN_CONTEXT == 256
