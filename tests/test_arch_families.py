@@ -210,3 +210,28 @@ def test_lfm2_state_carries_across_turns_and_going_back(workers):
                 assert cache.n == len(held)
         finally:
             stop(model, threads)
+
+
+def test_gemma4_with_fused_qkv_gives_the_same_logits(tmp_path):
+    """A gemma4 file whose blocks hold q, k and v in one attn_qkv (llama.cpp takes either; a layer reading
+    another's KV has one too, its k and v rows unused): the fixture's logits, llama.cpp's."""
+    from gguf_write import gguf_bytes
+    with open_gguf(path_of("gemma4")) as g:
+        kvs = [(k, t, g.metadata[k]) for k, t in g.value_types.items()]
+        arrays = {n: np.asarray(g.tensor(n), np.float32) for n in g.tensors}
+    out = []
+    for name, a in arrays.items():
+        if not name.endswith((".attn_q.weight", ".attn_k.weight", ".attn_v.weight")):
+            out.append((name, a.shape[::-1], 0, a.tobytes()))
+        elif name.endswith(".attn_q.weight"):
+            p = name[:-len("attn_q.weight")]
+            kv = [arrays.get(p + "attn_k.weight"), arrays.get(p + "attn_v.weight")]
+            kv = [np.zeros((2 * a.shape[0] // 4, a.shape[1]), np.float32) if x is None else x for x in kv]
+            fused = np.concatenate([a, *kv])                               # (nq + nk + nv, n_embd)
+            out.append((p + "attn_qkv.weight", fused.shape[::-1], 0, fused.tobytes()))
+    path = tmp_path / "tiny-gemma4-fused.gguf"
+    path.write_bytes(gguf_bytes(kvs, out))
+    with open_gguf(path) as g:
+        prompt, ids, _ = run(load_model(g))
+    assert np.abs(prompt - np.array(REF["fixtures"]["gemma4"]["f32"]["prompt_logits"])).max() < 1e-3
+    assert ids == REF["fixtures"]["gemma4"]["f32"]["greedy_ids"]

@@ -110,6 +110,7 @@ from pyengine.parallel.channel import Channel
 from pyengine.parallel.driver import SplitModel, channel_layout, plan_load
 from pyengine.parallel.server import plan_message
 from pyengine.text.chat_template import check_messages
+from pyengine.weights.budget import HEAP_LIMIT
 
 PROGRESS_EVERY = 0.1  # seconds between two progress messages while loading
 MAX_PROBS = 20        # the most alternatives a reply token's record may list
@@ -156,20 +157,20 @@ class LoadProgress:
                    "bytes": done_bytes, "total_bytes": total_bytes})
 
 
-HEAP_LIMIT = 2**31         # the runtime passes nothing past 2 GiB of a worker's memory (weights.budget.HEAP_MAX)
-KV_MARGIN = 64 * 2**20     # heap kept free past a full KV cache: a forward pass's arrays
+KV_MARGIN = 128 * 2**20    # heap kept free past a full KV cache: a forward pass's arrays (a prompt's chunk)
 MIN_CONTEXT = 256
 
 
-def context_that_fits(model, heap: list[int]) -> int | None:
-    """The chat's context: the positions whose keys and values this worker can add to its heap (``heap``:
-    its bytes now, [] outside the browser) before it passes ``HEAP_LIMIT``, at most the model's training
-    context; None (the training context) outside the browser."""
-    if not heap:
+def context_that_fits(model, heaps: list[int]) -> int | None:
+    """The chat's context: the positions whose keys and values every worker can add to its heap (``heaps``:
+    each worker's bytes now, [] outside the browser) besides the recurrent states a hybrid model keeps,
+    before the fullest passes ``budget.HEAP_LIMIT``; at most the model's training context, at least
+    ``MIN_CONTEXT`` within it; None (the training context) outside the browser."""
+    if not heaps:
         return None
-    per = model.new_cache(1).position_nbytes
-    room = (HEAP_LIMIT - KV_MARGIN - heap[0]) // max(per, 1)
-    return max(MIN_CONTEXT, min(model.config.n_ctx_train, room))
+    cache = model.new_cache(1)
+    room = (HEAP_LIMIT - KV_MARGIN - max(heaps) - cache.state_nbytes_max) // max(cache.position_nbytes, 1)
+    return min(model.config.n_ctx_train, max(MIN_CONTEXT, room))
 
 
 class WorkerSession:
@@ -224,7 +225,7 @@ class WorkerSession:
         except Exception as e:  # noqa: BLE001 (said as a load that failed while the weights were read)
             raise PyEngineError(weights_failed(error_text(e), let_go)) from e
         chat = ChatSession(Engine(gguf, model, tokenizer, template, template_error),
-                           n_ctx=context_that_fits(model, self._heap()))
+                           n_ctx=context_that_fits(model, workers.get("heap", [])))
         self.chat, self.model = chat, model
         self.rules = setting_rules(config.n_vocab, chat.cache.n_ctx)
         card = model_card(d, chat.template_name, plan.weights)

@@ -64,6 +64,8 @@ class ArchSpec:
     query_scale: float = 0.0    # q times this before q·k (gemma4: 1, its q norm scales); 0: 1/sqrt(Dk)
     v_norm: bool = False        # v RMS-normed per head, without a weight (gemma4)
     shared_kv: bool = False     # the last attention.shared_kv_layers layers read earlier layers' KV (gemma4)
+    per_layer_embd: bool = False  # per-layer token embeddings (embedding_length_per_layer_input; gemma4)
+    out_scale: bool = False     # each block's output times its layer_output_scale (gemma4)
     rope_freqs_full: bool = False  # rope_freqs turns the full-attention layers only (gemma4's proportional rope)
 
 
@@ -87,7 +89,8 @@ ARCHITECTURES: dict[str, ArchSpec] = {
                        imrope=True, required=("rope_sections", "ssm_d_conv", "ssm_d_inner", "ssm_d_state",
                                               "ssm_dt_rank", "ssm_n_group")),
     "gemma4": ArchSpec(True,  True,  True,  True,  True, swa_pattern=5, rope_freq_base_swa=10000.0, final_softcap=30.0,
-                       query_scale=1.0, v_norm=True, shared_kv=True, rope_freqs_full=True,
+                       query_scale=1.0, v_norm=True, shared_kv=True, rope_freqs_full=True, per_layer_embd=True,
+                       out_scale=True,
                        required=("sliding_window", "sliding_window_pattern", "n_embd_per_layer", "head_dim_k_swa",
                                  "head_dim_v_swa")),
 }
@@ -178,7 +181,7 @@ class ModelConfig:
     ssm_d_state: int            # DeltaNet head size (keys and values)
     ssm_dt_rank: int            # DeltaNet value heads (each has its decay and beta)
     ssm_n_group: int            # DeltaNet key heads (value head h reads key head h % ssm_n_group)
-    n_kv_shared: int            # the last this many layers keep no KV of their own (gemma4)
+    n_kv_shared: int            # the last n layers keep no KV of their own (gemma4)
     n_embd_per_layer: int       # width of each layer's per-layer token embedding (gemma4; 0: none)
     n_layer_nextn: int          # block_count's last layers that predict further tokens (MTP), not run here
     tied_output: bool | None = None  # output reuses token_embd (known from the tensors, None if not given)
@@ -381,16 +384,21 @@ def _drop_nextn_layers(cfg: ModelConfig) -> None:
             setattr(cfg, name, value[:cfg.n_layer])
 
 
+def _per_layer_ints(key: str, value, n_layer: int) -> list[int]:
+    """A key's integer for every layer: one for all, or an array (the reader's numpy array, or a list) of
+    exactly ``n_layer``, its length checked before its items."""
+    if not isinstance(value, (list, np.ndarray)):
+        return [_check_value(key, value, int)] * n_layer
+    if len(value) != n_layer:
+        raise ModelError(f"metadata key {key!r} has {len(value)} values, expected one per layer ({n_layer})")
+    return [_check_value(key, v, int) for v in (value.tolist() if isinstance(value, np.ndarray) else value)]
+
+
 def _derive_ffn(cfg: ModelConfig) -> None:
     """The FFN units of every layer: one ``feed_forward_length``, or one per layer, each a multiple of the
     smallest (gemma4's double-wide layers), so that a split cuts every layer at the same fractions."""
-    key, ff = f"{cfg.arch}.feed_forward_length", cfg.n_ff
-    if isinstance(ff, (list, np.ndarray)):
-        ff = [_check_value(key, f, int) for f in (ff.tolist() if isinstance(ff, np.ndarray) else ff)]
-        if len(ff) != cfg.n_layer:
-            raise ModelError(f"metadata key {key!r} has {len(ff)} values, expected one per layer ({cfg.n_layer})")
-    else:
-        ff = [_check_value(key, ff, int)] * cfg.n_layer
+    key = f"{cfg.arch}.feed_forward_length"
+    ff = _per_layer_ints(key, cfg.n_ff, cfg.n_layer)
     cfg.n_ff = min(ff)
     if cfg.n_ff <= 0 or max(ff) > 1 << 20:
         raise ModelError(f"metadata key {key!r}: FFN sizes {ff[:8]} must be in 1..{1 << 20}")
@@ -405,13 +413,15 @@ def _derive_shared_kv(cfg: ModelConfig) -> None:
     ``llama_model::create_memory``: the layer before the first shared one if full attention, the one
     before that if sliding). Per-layer embeddings checked here too."""
     a, n, shared = cfg.arch, cfg.n_layer, cfg.n_kv_shared if cfg.spec.shared_kv else 0
+    if not cfg.spec.per_layer_embd:
+        cfg.n_embd_per_layer = 0
     if not 0 <= cfg.n_embd_per_layer <= 1 << 16:
         raise ModelError(f"metadata key '{a}.embedding_length_per_layer_input' = {cfg.n_embd_per_layer} "
                          f"must be in 0..65536")
-    first = n - shared
+    first = n + cfg.n_layer_nextn - shared                # llama.cpp counts from block_count, MTP layers in
     if shared < 0 or (shared and first < 2):
         raise ModelError(f"metadata key '{a}.attention.shared_kv_layers' = {shared}: at most block_count - 2 "
-                         f"= {n - 2} layers can share")
+                         f"= {n + cfg.n_layer_nextn - 2} layers can share")
     out = []
     for il in range(n):
         src = il if il < first else first - (2 if cfg.swa_layers[il] else 1)
@@ -428,11 +438,7 @@ def _derive_conv_layers(cfg: ModelConfig) -> None:
     key, kv = f"{cfg.arch}.attention.head_count_kv", cfg.n_head_kv
     cfg.conv_layers = (False,) * cfg.n_layer
     if kv is not None and cfg.spec.shortconv:
-        per_layer = isinstance(kv, (list, np.ndarray))
-        if per_layer and len(kv) != cfg.n_layer:
-            raise ModelError(f"metadata key {key!r} has {len(kv)} values, expected one per layer ({cfg.n_layer})")
-        heads = [_check_value(key, h, int) for h in (kv.tolist() if isinstance(kv, np.ndarray) else kv)] \
-            if per_layer else [_check_value(key, kv, int)] * cfg.n_layer
+        heads = _per_layer_ints(key, kv, cfg.n_layer)
         cfg.conv_layers = tuple(h == 0 for h in heads)
         kv = [h for h in heads if h] or None
         if any(cfg.conv_layers) and cfg.shortconv_l_cache < 2:

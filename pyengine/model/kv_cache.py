@@ -61,6 +61,11 @@ class KVCache:
         """Bytes one more position takes: every layer's keys and values (or convolution input) of it."""
         return sum(a.nbytes for a in self.k + self.v + self.conv if a is not None) // max(self.capacity, 1)
 
+    @property
+    def state_nbytes_max(self) -> int:
+        """Bytes the cache may hold whatever its length (a hybrid model's recurrent states): none here."""
+        return 0
+
     def reserve(self, n: int) -> None:
         """Make room for positions 0..n-1 (n <= n_ctx), keeping what is stored."""
         if n <= self.capacity:
@@ -136,6 +141,13 @@ class HybridCache(KVCache):
         for w, s in self.checkpoints.values():
             held.update({id(a): a.nbytes for a in w + s if a is not None})
         return super().nbytes + sum(held.values())
+
+    @property
+    def state_nbytes_max(self) -> int:
+        """The most bytes of recurrent states held at once: the current, the last, a pass's staged and the
+        checkpoints, each every DeltaNet layer's window and S."""
+        one = sum(4 * (int(np.prod(self.window_shape)) + int(np.prod(self.state_shape))) for r in self.recurrent if r)
+        return one * (MAX_CHECKPOINTS + 3)
 
     def stage(self, il: int, window: np.ndarray, s: np.ndarray) -> None:
         """Layer ``il``'s state after the forward pass under way (made the state by :meth:`advance`)."""

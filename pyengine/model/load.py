@@ -70,7 +70,7 @@ def layer_tensors(c: ModelConfig, il: int = 0, fused_qkv: bool = False) -> list[
 def per_layer_tensors(c: ModelConfig) -> list[tuple[str, tuple, bool]]:
     """A block's per-layer embedding gate and projection, and its output scale (gemma4)."""
     e, n = c.n_embd, c.n_embd_per_layer
-    scale = [("layer_output_scale.weight", (1,), False)] if c.spec.shared_kv else []
+    scale = [("layer_output_scale.weight", (1,), False)] if c.spec.out_scale else []
     if not n:
         return scale
     return [("inp_gate.weight", (e, n), True), ("proj.weight", (n, e), True), ("post_norm.weight", (e,), True), *scale]
@@ -200,8 +200,9 @@ def shard_matrices(config: ModelConfig, tensors, shard: Shard) -> dict[tuple, tu
         elif c.spec.q_gate:                               # each head's query rows, then its gate rows
             out[(il, "wqkv")] = ([(p + "attn_q.weight", 2 * h0 * dk, 2 * h1 * dk), (p + "attn_k.weight", g0 * dk,
                                   g1 * dk), (p + "attn_v.weight", g0 * dv, g1 * dv)], None)
-        elif c.kv_layers[il] != il:                       # the KV of an earlier layer: q only
-            out[(il, "wqkv")] = ([(p + "attn_q.weight", h0 * dk, h1 * dk)], None)
+        elif c.kv_layers[il] != il:                       # the KV of an earlier layer: q only (first if fused)
+            q = p + "attn_qkv.weight" if p + "attn_qkv.weight" in tensors else p + "attn_q.weight"
+            out[(il, "wqkv")] = ([(q, h0 * dk, h1 * dk)], None)
         elif p + "attn_qkv.weight" in tensors:            # q, k, v stacked in one tensor
             nq, nk, fused = c.n_head * dk, c.n_head_kv * dk, p + "attn_qkv.weight"
             out[(il, "wqkv")] = ([(fused, h0 * dk, h1 * dk), (fused, nq + g0 * dk, nq + g1 * dk),
@@ -369,7 +370,7 @@ class _Loader:
                      conv_in=conv_in, conv=self.kernel(p + "shortconv.conv.weight"), conv_out=conv_out,
                      inp_gate=self.matrix((il, "inp_gate"), forms)[0], proj=self.matrix((il, "proj"), forms)[0],
                      post_norm=self.vector(p + "post_norm.weight"),
-                     out_scale=self.vector(p + "layer_output_scale.weight"))
+                     out_scale=self.vector(p + "layer_output_scale.weight") if c.spec.out_scale else None)
 
     def per_layer(self, forms: dict) -> PerLayerEmbd | None:
         """gemma4's per-layer embeddings: the token table left in the file, the projection and its norm."""

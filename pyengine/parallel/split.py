@@ -67,8 +67,8 @@ def plan(config, n_workers: int, head_align: int = 1, ffn_align: int = 1, conv_a
     ffn = ranges(c.n_ff, n_workers, ffn_align)
     vocab = ranges(c.n_vocab, n_workers)
     conv = ranges(c.n_embd, n_workers, conv_align)
-    h = c.ssm_dt_rank
-    ssm = ranges(h, n_workers, ssm_align) if n_workers <= -(-h // ssm_align) else [(0, h)] * n_workers
+    v = c.ssm_dt_rank                                                      # DeltaNet value heads
+    ssm = ranges(v, n_workers, ssm_align) if n_workers <= -(-v // ssm_align) else [(0, v)] * n_workers
     return [Shard(i, n_workers, h, kv, *rest) for i, ((h, kv), *rest) in enumerate(zip(heads, ffn, vocab, conv, ssm))]
 
 
@@ -76,8 +76,11 @@ def alignments(config, tensors) -> tuple[int, int, int, int]:
     """(q heads, FFN units, short-convolution channels, DeltaNet value heads) that make a whole ggml block
     of every layer's attn_output, ffn_down, shortconv.out_proj and ssm_out."""
     c, heads, fb, cb, sb = config, 1, 1, 1, 1
+
+    def block(name: str) -> int:
+        return tensors[name].type.block_size if name in tensors else 1
     for il in range(c.n_layer):
-        p, block = f"blk.{il}.", (lambda name: tensors[name].type.block_size if name in tensors else 1)
+        p = f"blk.{il}."
         wo, dv = block(p + "attn_output.weight"), c.head_dims(il)[1]
         heads = math.lcm(heads, wo // math.gcd(wo, dv))
         fb = math.lcm(fb, block(p + "ffn_down.weight"))

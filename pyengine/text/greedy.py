@@ -82,7 +82,7 @@ class Rwkv:
                     out.append(tid)
                     pos += n
                     break
-            else:
+            else:       # (llama.cpp loops for ever on a byte that starts tokens but is none alone: not here)
                 if self.unk is None:
                     raise TokenizerError(f"tokenizer.ggml.tokens: no RWKV token starts with byte 0x{data[pos]:02x}")
                 out.append(self.unk)

@@ -32,7 +32,8 @@ RAM_SHARE = 0.6                      # in CPython, the weights within this share
 # A wasm32 heap can reach 4 GiB, but Pyodide 0.27 hands JavaScript a heap address as a signed 32-bit number:
 # past 2 GiB a string or buffer crosses wrong or not at all (a RangeError; bench/RESULTS.md, Gemma 4 E2B). A
 # worker's heap stays under 2 GiB, with room for the KV cache and emscripten's growth steps.
-HEAP_MAX = 2**31 - 2**28
+HEAP_LIMIT = 2**31
+HEAP_MAX = HEAP_LIMIT - 2**28
 ARRAY_MAX = 2**31 - 1                # numpy's largest array on wasm32, in bytes
 # "auto"'s cost model of a decode step in Pyodide (bench/bench_forms.py): ns a weight in each form (x SUB16 for
 # codes with a scale every 16 weights: twice the scaling work), and ns of each product's fixed work.

@@ -461,7 +461,26 @@ def test_the_chats_context_is_what_the_heap_leaves_under_2_gib():
     per = m.new_cache(1).position_nbytes
     assert per == 2 * 2 * (16 + 16) * 4 + 2 * 2 * (32 + 32) * 4    # own KV: 2 sliding layers, 2 full; 2 share
     m.config.n_ctx_train = 4096
+    near = worker.HEAP_LIMIT - worker.KV_MARGIN - 1000 * per
     assert worker.context_that_fits(m, []) is None                  # CPython: the training context
-    assert worker.context_that_fits(m, [worker.HEAP_LIMIT - worker.KV_MARGIN - 1000 * per]) == 1000
+    assert worker.context_that_fits(m, [near]) == 1000
+    assert worker.context_that_fits(m, [2**26, near]) == 1000       # the fullest worker decides
     assert worker.context_that_fits(m, [2**26]) == 4096
     assert worker.context_that_fits(m, [worker.HEAP_LIMIT]) == worker.MIN_CONTEXT == 256
+    m.config.n_ctx_train = 128
+    assert worker.context_that_fits(m, [worker.HEAP_LIMIT]) == 128     # never past the training context
+
+
+def test_a_hybrid_models_context_leaves_room_for_its_recurrent_states():
+    """qwen35 keeps up to MAX_CHECKPOINTS + 3 copies of every DeltaNet layer's state whatever the context's
+    length: the context is what is left after them."""
+    from pyengine.model import load_model
+    from pyengine.model.kv_cache import MAX_CHECKPOINTS
+    with open_gguf(TINY["qwen2"].with_name("tiny-qwen35.gguf")) as g:
+        m = load_model(g)
+    cache = m.new_cache(1)
+    one = 4 * 4 * ((4 - 1) * (2 * 2 * 8 + 4 * 8) + 4 * 8 * 8)          # 4 DeltaNet layers: conv window and S
+    assert cache.state_nbytes_max == one * (MAX_CHECKPOINTS + 3)
+    m.config.n_ctx_train = 10**6
+    near = worker.HEAP_LIMIT - worker.KV_MARGIN - cache.state_nbytes_max - 700 * cache.position_nbytes
+    assert worker.context_that_fits(m, [near]) == 700
