@@ -262,18 +262,19 @@ def llama_cpp_templates() -> list[str]:
 
 def jinja2_render(source: str, messages: list[dict]) -> str:
     """A template as transformers renders it: Jinja2's immutable sandbox with trim and lstrip blocks, loop
-    controls, ``raise_exception``, ``strftime_now`` and transformers' ``tojson`` (pyengine's own two)."""
+    controls, ``raise_exception``, ``strftime_now`` and transformers' ``tojson`` (plain ``json.dumps``)."""
+    from datetime import datetime
+
     import jinja2
     from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    from pyengine.text import jinja_sandbox
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"],
                                         loader=jinja2.BaseLoader())
-    env.filters["tojson"] = jinja_sandbox._tojson
+    env.filters["tojson"] = lambda x, ensure_ascii=False, indent=None, separators=None, sort_keys=False: json.dumps(
+        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
     def raise_exception(message):
         raise ValueError(message)
-    env.globals.update(raise_exception=raise_exception, strftime_now=jinja_sandbox._strftime_now)
+    env.globals.update(raise_exception=raise_exception, strftime_now=lambda fmt: datetime.now().strftime(fmt))
     return env.from_string(source).render(messages=messages, add_generation_prompt=True, bos_token="<s>",
                                           eos_token="</s>")
 
