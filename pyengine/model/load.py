@@ -280,6 +280,7 @@ class _Loader:
     def __init__(self, gguf_file, config: ModelConfig, shard: Shard, progress, ggml_rounding: bool):
         self.gf, self.config, self.shard, self.progress = gguf_file, config, shard, progress
         self.names = check_tensors(gguf_file, config)
+        self.checked = set(self.names)           # only these are read: each was checked against the config
         self.matrices = shard_matrices(config, gguf_file.tensors, shard)
         self.total_bytes = load_nbytes(gguf_file, config, shard)
         self.total = sum(len(ps) for ps, _ in self.matrices.values()) + len(self.vectors()) + \
@@ -297,8 +298,9 @@ class _Loader:
             self.progress(self.done, self.total, self.done_bytes, self.total_bytes)
 
     def vector(self, name: str, rows: tuple[int, int] | None = None) -> np.ndarray | None:
-        """A 1-D tensor as float32 (elements ``rows`` only when given), or None when absent (optional)."""
-        if name not in self.gf.tensors:
+        """A 1-D tensor as float32 (elements ``rows`` only when given), or None when absent (optional) or
+        not one the model reads (check_tensors did not list it)."""
+        if name not in self.checked:
             return None
         a = np.ascontiguousarray(self.gf.tensor(name), dtype=np.float32).reshape(-1)
         self._tick(name, self.gf.tensors[name].n_bytes)
@@ -307,14 +309,14 @@ class _Loader:
     def bias(self, pieces: list) -> np.ndarray | None:
         """The biases of stacked pieces, zeros for a part without one; None when no part has one."""
         names = [n.replace(".weight", ".bias") for n, _, _ in pieces]
-        if not any(n in self.gf.tensors for n in names):
+        if not any(n in self.checked for n in names):
             return None
-        return np.concatenate([self.vector(n, (a, b)) if n in self.gf.tensors else np.zeros(b - a, np.float32)
+        return np.concatenate([self.vector(n, (a, b)) if n in self.checked else np.zeros(b - a, np.float32)
                                for n, (_, a, b) in zip(names, pieces)])
 
     def kernel(self, name: str) -> np.ndarray | None:
         """A short convolution's kernel, this shard's channels: (e1 - e0, l_cache) float32; None if absent."""
-        if name not in self.gf.tensors:
+        if name not in self.checked:
             return None
         (e0, e1), a = self.shard.conv, self.gf.tensor(name)
         self._tick(name, self.gf.tensors[name].n_bytes)
@@ -370,7 +372,7 @@ class _Loader:
                      conv_in=conv_in, conv=self.kernel(p + "shortconv.conv.weight"), conv_out=conv_out,
                      inp_gate=self.matrix((il, "inp_gate"), forms)[0], proj=self.matrix((il, "proj"), forms)[0],
                      post_norm=self.vector(p + "post_norm.weight"),
-                     out_scale=self.vector(p + "layer_output_scale.weight") if c.spec.out_scale else None)
+                     out_scale=self.vector(p + "layer_output_scale.weight"))
 
     def per_layer(self, forms: dict) -> PerLayerEmbd | None:
         """gemma4's per-layer embeddings: the token table left in the file, the projection and its norm."""
