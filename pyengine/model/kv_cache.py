@@ -52,14 +52,18 @@ class KVCache:
     def capacity(self) -> int:
         return self.k[0].shape[1]
 
+    def _positions_nbytes(self) -> int:
+        """Bytes of the arrays held per position: keys, values, convolution inputs (at capacity)."""
+        return sum(a.nbytes for a in self.k + self.v + self.conv if a is not None)
+
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.k + self.v + self.conv if a is not None)
+        return self._positions_nbytes()
 
     @property
     def position_nbytes(self) -> int:
         """Bytes one more position takes: every layer's keys and values (or convolution input) of it."""
-        return sum(a.nbytes for a in self.k + self.v + self.conv if a is not None) // max(self.capacity, 1)
+        return self._positions_nbytes() // max(self.capacity, 1)
 
     @property
     def state_nbytes_max(self) -> int:

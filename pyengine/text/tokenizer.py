@@ -132,6 +132,7 @@ class Tokenizer:
         default_ids, add_bos = dict(spec.default_ids), spec.add_bos
         if spec.kind in ("spm", "plamo2"):
             self.scores = get_list(meta, KEY_SCORES, (float, int), n) or [0.0] * n
+        if spec.kind == "spm":
             self._byte_ids = [self.token_to_id.get(f"<0x{b:02X}>", self.token_to_id.get(raw_byte(b)))
                               for b in range(256)]
         if spec.kind == "bpe":
