@@ -1,0 +1,487 @@
+/* pyengine's quantized products: weights in their GGUF blocks times activations rounded to 8-bit codes.
+ *
+ * This is ggml's CPU matrix product for the types pyengine reads (ggml-cpu/quants.c, the generic
+ * ggml_vec_dot_<type>_q8_<x>; ggml-cpu/arch/wasm/quants.c for which SIMD sequences pay). As in ggml:
+ * - the activations x (T tokens of n floats) are first rounded to 8-bit codes per block, the weight type's
+ *   "vec_dot_type" (quantize_row_q8_0, q8_1, q8_K);
+ * - each weight block is read as integer codes, integer sub-block scales and a float scale;
+ * - a block's codes times x's codes are summed exactly as integers, and only then scaled:
+ *
+ *     y[t][r] += d_w * d_x * sum_i (sc_i * q_i * xq_i)  -  dmin_w * d_x * sum_j (min_j * bsum_j)
+ *
+ *   (the types with 32-weight blocks have no sub-block scales: sc = 1; Q4_1 and Q5_1 add m_w * s_x).
+ *
+ * Each type is two small functions that follow ggml's dequantize_row_<type>: head_<type> reads a
+ * block's scales, sub_<type> the 16 integer codes of one of its sub-blocks. One dot product
+ * (block_dot) and one loop over rows and tokens (mul_mat_type) then serve every type. A prompt runs
+ * tokens four at a time over each block, so a sub-block's codes are read once for four tokens.
+ *
+ * Activations are not held as ggml's block_q8 structs but as one record per token (act_layout): the
+ * codes widened to int16 (the products are int16 x int16 pairs, pmaddwd / i32x4.dot_i16x8_s), the block
+ * scales, the sums of each 16 codes (ggml's bsums) and Q8_1's s. The integers are ggml's exactly.
+ *
+ * Safety: the Python wrapper (pyengine/weights/kernel/__init__.py) checks every buffer's size before a
+ * call. The functions here check what they are told (the type, n a whole number of blocks, counts not
+ * negative) and return a negative number for anything else; they never read outside the sizes those
+ * numbers imply.
+ */
+#include "simd.h"
+
+/* ggml's type numbers (ggml.h, enum ggml_type) */
+enum {
+    Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
+    Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, IQ4_NL = 20, IQ4_XS = 23,
+};
+enum { E_TYPE = -1, E_SIZE = -2 };   /* errors: an unknown type; n or a count that does not fit it */
+
+#define QK 32                /* weights a block of the 32-weight types */
+#define QK_K 256             /* weights a super-block of the K types and IQ4_XS */
+#define NT_MAX 4             /* tokens of a prompt multiplied at once by each block */
+#define PACKED __attribute__((packed))
+
+/* ---- the blocks, as ggml-common.h declares them (half: an IEEE binary16 as its bits) ---- */
+typedef uint16_t half;
+typedef struct PACKED { half d; uint8_t qs[QK / 2]; } block_q4_0;
+typedef struct PACKED { half d, m; uint8_t qs[QK / 2]; } block_q4_1;
+typedef struct PACKED { half d; uint8_t qh[4]; uint8_t qs[QK / 2]; } block_q5_0;
+typedef struct PACKED { half d, m; uint8_t qh[4]; uint8_t qs[QK / 2]; } block_q5_1;
+typedef struct PACKED { half d; int8_t qs[QK]; } block_q8_0;
+typedef struct PACKED { half d; uint8_t qs[QK / 2]; } block_iq4_nl;
+typedef struct PACKED { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4]; half d, dmin; } block_q2_K;
+typedef struct PACKED { uint8_t hmask[QK_K / 8]; uint8_t qs[QK_K / 4]; uint8_t scales[12]; half d; } block_q3_K;
+typedef struct PACKED { half d, dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]; } block_q4_K;
+typedef struct PACKED { half d, dmin; uint8_t scales[12]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; } block_q5_K;
+typedef struct PACKED { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; half d; } block_q6_K;
+typedef struct PACKED { half d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; } block_iq4_xs;
+
+_Static_assert(sizeof(block_q4_0) == 2 + 16, "q4_0");
+_Static_assert(sizeof(block_q4_1) == 2 + 2 + 16, "q4_1");
+_Static_assert(sizeof(block_q5_0) == 2 + 4 + 16, "q5_0");
+_Static_assert(sizeof(block_q5_1) == 2 + 2 + 4 + 16, "q5_1");
+_Static_assert(sizeof(block_q8_0) == 2 + 32, "q8_0");
+_Static_assert(sizeof(block_q2_K) == 16 + 64 + 2 + 2, "q2_K");
+_Static_assert(sizeof(block_q3_K) == 32 + 64 + 12 + 2, "q3_K");
+_Static_assert(sizeof(block_q4_K) == 2 + 2 + 12 + 128, "q4_K");
+_Static_assert(sizeof(block_q5_K) == 2 + 2 + 12 + 32 + 128, "q5_K");
+_Static_assert(sizeof(block_q6_K) == 128 + 64 + 16 + 2, "q6_K");
+_Static_assert(sizeof(block_iq4_xs) == 2 + 2 + 4 + 128, "iq4_xs");
+
+/* the 16 values of IQ4_NL and IQ4_XS codes (ggml-common.h kvalues_iq4nl) */
+static const i8x16 KVALUES_IQ4NL = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* ---- binary16 <-> float32 ---- */
+
+static inline float bits_f32(uint32_t u) { float f; __builtin_memcpy(&f, &u, 4); return f; }
+static inline uint32_t f32_bits(float f) { uint32_t u; __builtin_memcpy(&u, &f, 4); return u; }
+
+/* h's value, exactly: its exponent and mantissa moved into a float32's and rescaled by 2^112
+   (subnormals included); exponent 31 is infinity or NaN (ggml_compute_fp16_to_fp32) */
+static inline float fp16_to_f32(half h) {
+    uint32_t u = (uint32_t)(h & 0x7fff) << 13;
+    float f = (h & 0x7c00) == 0x7c00 ? bits_f32(u | 0x7f800000) : bits_f32(u) * 0x1p112f;
+    return (h & 0x8000) ? -f : f;
+}
+
+/* f rounded to the nearest binary16, ties to even (ggml_compute_fp32_to_fp16): scaling |f| by 2^112
+   then 2^-110 lets the float adder round the mantissa at binary16's precision */
+static inline half f32_to_fp16(float f) {
+    const uint32_t w = f32_bits(f), shl1 = w + w, sign = w & 0x80000000u;
+    uint32_t bias = shl1 & 0xff000000u;
+    if (bias < 0x71000000u) bias = 0x71000000u;
+    const float base = bits_f32((bias >> 1) + 0x07800000u) + __builtin_fabsf(f) * 0x1p112f * 0x1p-110f;
+    const uint32_t bits = f32_bits(base);
+    const uint32_t nonsign = ((bits >> 13) & 0x7c00u) + (bits & 0x0fffu);
+    return (half)((sign >> 16) | (shl1 > 0xff000000u ? 0x7e00u : nonsign));
+}
+
+/* ---- activations: one record a token ----
+ * int16 q[n]; float d[n / block]; int16 bsum[n / 16]; Q8_1 only: float s[n / 32] (ggml's s: fp16(d * sum q)).
+ * block is 32 (Q8_0, Q8_1) or 256 (Q8_K). Records follow each other every act_bytes(type, n) bytes. */
+
+typedef struct { int16_t *q; float *d; int16_t *bsum; float *s; } act_view;
+
+static int act_block(int type) { return type == Q8_K ? QK_K : type == Q8_0 || type == Q8_1 ? QK : 0; }
+
+static int64_t act_bytes(int type, int64_t n) {
+    const int64_t bytes = 2 * n + 4 * (n / act_block(type)) + 2 * (n / 16) + (type == Q8_1 ? 4 * (n / QK) : 0);
+    return (bytes + 31) & ~(int64_t)31;
+}
+
+static act_view act_at(int type, uint8_t *rec, int64_t n) {
+    act_view a;
+    a.q = (int16_t *)rec;
+    a.d = (float *)(rec + 2 * n);
+    a.bsum = (int16_t *)(rec + 2 * n + 4 * (n / act_block(type)));
+    a.s = type == Q8_1 ? (float *)((uint8_t *)a.bsum + 2 * (n / 16)) : 0;
+    return a;
+}
+
+/* 32 floats as ggml-cpu x86's quantize_row_q8_0 / q8_1 (AVX2) round them: d = max|x| / 127, codes
+   round(x * 127 / max|x|) half to even; d stored as fp16. Returns the sum of the codes. */
+/* v within [lo, hi], and lo for a NaN: never a NaN or infinity at a float -> int conversion (a wasm trap) */
+static inline float clamp(float v, float lo, float hi) { return v >= lo ? (v <= hi ? v : hi) : lo; }
+
+static int quantize_block_q8_0(const float *x, int16_t *q, float *d, float *d_exact) {
+    float amax = 0;
+    for (int i = 0; i < QK; i++) amax = __builtin_fabsf(x[i]) > amax ? __builtin_fabsf(x[i]) : amax;
+    const float id = amax != 0 ? 127.f / amax : 0.f;
+    int sum = 0;
+    for (int i = 0; i < QK; i++) {
+        q[i] = (int16_t)clamp(__builtin_roundevenf(x[i] * id), -127.f, 127.f);
+        sum += q[i];
+    }
+    *d_exact = amax / 127.f;
+    *d = fp16_to_f32(f32_to_fp16(*d_exact));
+    return sum;
+}
+
+/* 256 floats as ggml's quantize_row_q8_K_ref: codes min(127, round(-127 / max * x)) with max the value of
+   largest magnitude (the first such), d = 1 / (-127 / max) as float; a block of zeros has d = 0 */
+static void quantize_block_q8_K(const float *x, int16_t *q, float *d) {
+    float amax = 0, max = 0;
+    for (int i = 0; i < QK_K; i++) {
+        const float ax = __builtin_fabsf(x[i]);
+        if (ax > amax) { amax = ax; max = x[i]; }
+    }
+    if (amax == 0) {
+        for (int i = 0; i < QK_K; i++) q[i] = 0;
+        *d = 0;
+        return;
+    }
+    const float iscale = -127.f / max;
+    for (int i = 0; i < QK_K; i++)
+        q[i] = (int16_t)clamp(__builtin_roundevenf(iscale * x[i]), -128.f, 127.f);
+    *d = 1 / iscale;
+}
+
+static void quantize_row(int type, const float *x, int64_t n, uint8_t *rec) {
+    const act_view a = act_at(type, rec, n);
+    if (type == Q8_K) {
+        for (int64_t b = 0; b < n / QK_K; b++) quantize_block_q8_K(x + b * QK_K, a.q + b * QK_K, a.d + b);
+    } else {
+        for (int64_t b = 0; b < n / QK; b++) {
+            float d_exact;
+            const int sum = quantize_block_q8_0(x + b * QK, a.q + b * QK, a.d + b, &d_exact);
+            if (a.s) a.s[b] = fp16_to_f32(f32_to_fp16(d_exact * (float)sum));
+        }
+    }
+    for (int64_t j = 0; j < n / 16; j++) {
+        int sum = 0;
+        for (int i = 0; i < 16; i++) sum += a.q[16 * j + i];
+        a.bsum[j] = (int16_t)sum;
+    }
+}
+
+/* ---- weights: each type's blocks read as codes and scales ----
+ * For each type, head_<type> reads a block's scales (the float d and m, the integer scale and min of each
+ * sub-block of 16 weights) and sub_<type>(block, j) the 16 codes of sub-block j, as ggml's vec_dot sums
+ * them (offsets such as Q4_0's -8 already taken off). sub_ is called with a constant j in an unrolled
+ * loop, so the bytes sub-blocks share are loaded once. */
+
+typedef struct {
+    float d, m;              /* w = d * sc_j * q - m * min_j (K types), w = d * q + m (Q4_1, Q5_1) */
+    int16_t sc[QK_K / 16];   /* sub-block j's integer scale (K types) */
+    int16_t mins[QK_K / 16]; /* sub-block j's integer min (Q2_K, Q4_K, Q5_K) */
+} head;
+
+/* low and high nibbles of 16 bytes */
+INLINE u8x16 lo4(u8x16 v) { return v & 15; }
+INLINE u8x16 hi4(u8x16 v) { return v >> 4; }
+/* 16 bytes' nibbles: the low ones for sub-block 0, the high ones for 1 */
+INLINE u8x16 nibbles(const uint8_t *qs, int j) { return j ? hi4(load_u8x16(qs)) : lo4(load_u8x16(qs)); }
+/* `v` where the bits `bit` of the 16 bytes at p are set, else 0 */
+INLINE u8x16 where(const uint8_t *p, uint8_t bit, uint8_t v) { return (u8x16)((load_u8x16(p) & bit) != 0) & v; }
+
+/* ggml dequantize_row_q4_0: w = d * (q - 8), q the low nibbles of qs then the high ones */
+INLINE void head_q4_0(const void *p, head *h) { h->d = fp16_to_f32(((const block_q4_0 *)p)->d); }
+INLINE i16x16 sub_q4_0(const void *p, int j) { return u8_to_i16(nibbles(((const block_q4_0 *)p)->qs, j)) - 8; }
+
+/* dequantize_row_q4_1: w = d * q + m */
+INLINE void head_q4_1(const void *p, head *h) {
+    const block_q4_1 *b = p;
+    h->d = fp16_to_f32(b->d);
+    h->m = fp16_to_f32(b->m);
+}
+INLINE i16x16 sub_q4_1(const void *p, int j) { return u8_to_i16(nibbles(((const block_q4_1 *)p)->qs, j)); }
+
+/* dequantize_row_q5_0 / q5_1: a nibble, and bit j of qh as the fifth bit of weight j */
+INLINE i16x16 q5_codes(const uint8_t *qs, const uint8_t *qh, int j) {
+    uint32_t bits;
+    __builtin_memcpy(&bits, qh, 4);
+    return u8_to_i16(nibbles(qs, j) | (bit_mask(bits >> (16 * j)) & 16));
+}
+INLINE void head_q5_0(const void *p, head *h) { h->d = fp16_to_f32(((const block_q5_0 *)p)->d); }
+INLINE i16x16 sub_q5_0(const void *p, int j) {
+    const block_q5_0 *b = p;
+    return q5_codes(b->qs, b->qh, j) - 16;
+}
+INLINE void head_q5_1(const void *p, head *h) {
+    const block_q5_1 *b = p;
+    h->d = fp16_to_f32(b->d);
+    h->m = fp16_to_f32(b->m);
+}
+INLINE i16x16 sub_q5_1(const void *p, int j) {
+    const block_q5_1 *b = p;
+    return q5_codes(b->qs, b->qh, j);
+}
+
+/* dequantize_row_q8_0: w = d * q, q int8 */
+INLINE void head_q8_0(const void *p, head *h) { h->d = fp16_to_f32(((const block_q8_0 *)p)->d); }
+INLINE i16x16 sub_q8_0(const void *p, int j) { return i8_to_i16((i8x16)load_u8x16(((const block_q8_0 *)p)->qs + 16 * j)); }
+
+/* dequantize_row_iq4_nl: codes looked up in kvalues_iq4nl */
+INLINE void head_iq4_nl(const void *p, head *h) { h->d = fp16_to_f32(((const block_iq4_nl *)p)->d); }
+INLINE i16x16 sub_iq4_nl(const void *p, int j) {
+    return i8_to_i16(lookup16(KVALUES_IQ4NL, nibbles(((const block_iq4_nl *)p)->qs, j)));
+}
+
+/* dequantize_row_q2_K: 2-bit codes; scales[j] holds sub-block j's scale (low nibble) and min (high) */
+INLINE void head_q2_K(const void *p, head *h) {
+    const block_q2_K *b = p;
+    for (int j = 0; j < 16; j++) {
+        h->sc[j] = b->scales[j] & 15;
+        h->mins[j] = b->scales[j] >> 4;
+    }
+    h->d = fp16_to_f32(b->d);
+    h->m = fp16_to_f32(b->dmin);
+}
+/* sub-block j: half j / 8 of 128 weights, bits 2k..2k+1 (k = j % 8 / 2) of 16 bytes (j % 2) of its 32 */
+INLINE i16x16 sub_q2_K(const void *p, int j) {
+    const u8x16 v = load_u8x16(((const block_q2_K *)p)->qs + 32 * (j / 8) + 16 * (j % 2));
+    return u8_to_i16((v >> (2 * (j % 8 / 2))) & 3);
+}
+
+/* dequantize_row_q3_K: 2 low bits as Q2_K's, a high bit in hmask (clear: -4); 6-bit scales - 32 */
+INLINE void head_q3_K(const void *p, head *h) {
+    const block_q3_K *b = p;
+    uint32_t a[4];
+    __builtin_memcpy(a, b->scales, 12);
+    const uint32_t m1 = 0x03030303, m2 = 0x0f0f0f0f, t = a[2];
+    a[2] = ((a[0] >> 4) & m2) | (((t >> 4) & m1) << 4);
+    a[3] = ((a[1] >> 4) & m2) | (((t >> 6) & m1) << 4);
+    a[0] = (a[0] & m2) | (((t >> 0) & m1) << 4);
+    a[1] = (a[1] & m2) | (((t >> 2) & m1) << 4);
+    int8_t sc[16];
+    __builtin_memcpy(sc, a, 16);
+    for (int j = 0; j < 16; j++) h->sc[j] = (int16_t)(sc[j] - 32);
+    h->d = fp16_to_f32(b->d);
+}
+INLINE i16x16 sub_q3_K(const void *p, int j) {
+    const block_q3_K *b = p;
+    const int k = j % 8 / 2;
+    const u8x16 v = load_u8x16(b->qs + 32 * (j / 8) + 16 * (j % 2));
+    return u8_to_i16(((v >> (2 * k)) & 3) | where(b->hmask + 16 * (j % 2), (uint8_t)(1u << (4 * (j / 8) + k)), 4)) - 4;
+}
+
+/* get_scale_min_k4: Q4_K's and Q5_K's 8 6-bit scales and mins, one for 32 weights (two sub-blocks) */
+INLINE void scales_k4(const uint8_t *q, head *h) {
+    for (int j = 0; j < 8; j++) {
+        const uint8_t d = j < 4 ? q[j] & 63 : (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
+        const uint8_t m = j < 4 ? q[j + 4] & 63 : (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+        h->sc[2 * j] = h->sc[2 * j + 1] = d;
+        h->mins[2 * j] = h->mins[2 * j + 1] = m;
+    }
+}
+
+/* dequantize_row_q4_K: groups of 64 weights, the low nibbles of 32 bytes then their high nibbles */
+INLINE void head_q4_K(const void *p, head *h) {
+    const block_q4_K *b = p;
+    scales_k4(b->scales, h);
+    h->d = fp16_to_f32(b->d);
+    h->m = fp16_to_f32(b->dmin);
+}
+INLINE i16x16 sub_q4_K(const void *p, int j) {
+    return u8_to_i16(nibbles(((const block_q4_K *)p)->qs + 32 * (j / 4) + 16 * (j % 2), j % 4 / 2));
+}
+
+/* dequantize_row_q5_K: Q4_K's codes plus 16 where bit 2g (low nibbles) or 2g+1 (high) of qh is set */
+INLINE void head_q5_K(const void *p, head *h) {
+    const block_q5_K *b = p;
+    scales_k4(b->scales, h);
+    h->d = fp16_to_f32(b->d);
+    h->m = fp16_to_f32(b->dmin);
+}
+INLINE i16x16 sub_q5_K(const void *p, int j) {
+    const block_q5_K *b = p;
+    const u8x16 high = where(b->qh + 16 * (j % 2), (uint8_t)(1u << (2 * (j / 4) + j % 4 / 2)), 16);
+    return u8_to_i16(nibbles(b->qs + 32 * (j / 4) + 16 * (j % 2), j % 4 / 2) | high);
+}
+
+/* dequantize_row_q6_K: 4 low bits in ql, 2 high bits in qh, minus 32; an int8 scale for 16 weights.
+   Sub-block j: half j / 8; in it, 16 bytes c = j % 2 of the low nibbles of ql[0..31] (k = 0), of
+   ql[32..63] (1), their high nibbles (2, 3), each with bits 2k..2k+1 of qh */
+INLINE void head_q6_K(const void *p, head *h) {
+    const block_q6_K *b = p;
+    for (int j = 0; j < 16; j++) h->sc[j] = b->scales[j];
+    h->d = fp16_to_f32(b->d);
+}
+INLINE i16x16 sub_q6_K(const void *p, int j) {
+    const block_q6_K *b = p;
+    const int c = j % 2, k = j % 8 / 2;
+    const u8x16 lo = nibbles(b->ql + 64 * (j / 8) + 32 * (k % 2) + 16 * c, k / 2);
+    const u8x16 hi = (load_u8x16(b->qh + 32 * (j / 8) + 16 * c) >> (2 * k)) & 3;
+    return u8_to_i16(lo | (hi << 4)) - 32;
+}
+
+/* dequantize_row_iq4_xs: kvalues_iq4nl codes, a 6-bit scale - 32 for 32 weights */
+INLINE void head_iq4_xs(const void *p, head *h) {
+    const block_iq4_xs *b = p;
+    for (int ib = 0; ib < 8; ib++) {
+        const int ls = ((b->scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) | (((b->scales_h >> 2 * ib) & 3) << 4);
+        h->sc[2 * ib] = h->sc[2 * ib + 1] = (int16_t)(ls - 32);
+    }
+    h->d = fp16_to_f32(b->d);
+}
+INLINE i16x16 sub_iq4_xs(const void *p, int j) {
+    return i8_to_i16(lookup16(KVALUES_IQ4NL, nibbles(((const block_iq4_xs *)p)->qs + 16 * (j / 2), j % 2)));
+}
+
+/* ---- the product ---- */
+
+/* every weight type: its name, ggml number, weights a block, block struct, activations' type, has mins */
+#define WEIGHT_TYPES(X)                              \
+    X(q4_0, Q4_0, QK, block_q4_0, Q8_0, 0)           \
+    X(q4_1, Q4_1, QK, block_q4_1, Q8_1, 1)           \
+    X(q5_0, Q5_0, QK, block_q5_0, Q8_0, 0)           \
+    X(q5_1, Q5_1, QK, block_q5_1, Q8_1, 1)           \
+    X(q8_0, Q8_0, QK, block_q8_0, Q8_0, 0)           \
+    X(iq4_nl, IQ4_NL, QK, block_iq4_nl, Q8_0, 0)     \
+    X(q2_K, Q2_K, QK_K, block_q2_K, Q8_K, 1)         \
+    X(q3_K, Q3_K, QK_K, block_q3_K, Q8_K, 0)         \
+    X(q4_K, Q4_K, QK_K, block_q4_K, Q8_K, 1)         \
+    X(q5_K, Q5_K, QK_K, block_q5_K, Q8_K, 1)         \
+    X(q6_K, Q6_K, QK_K, block_q6_K, Q8_K, 0)         \
+    X(iq4_xs, IQ4_XS, QK_K, block_iq4_xs, Q8_K, 0)
+
+typedef struct {
+    int type, qk, bytes, act, mins;
+    void (*head)(const void *, head *);
+    i16x16 (*sub)(const void *, int);
+} type_info;
+
+#define TYPE_INFO(name, T, qk, block, act, mins) {T, qk, sizeof(block), act, mins, head_##name, sub_##name},
+static const type_info TYPES[] = {WEIGHT_TYPES(TYPE_INFO)};
+
+static const type_info *type_of(int type) {
+    for (unsigned i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++)
+        if (TYPES[i].type == type) return &TYPES[i];
+    return 0;
+}
+
+/* One block times nt tokens' codes (act records acts[0..nt-1], block b of each), added to acc[i]:
+   ggml_vec_dot_<type>_q8_<x> for one block. Each sub-block's 16 codes are read once for all nt tokens. */
+INLINE void block_dot(const type_info *t, const uint8_t *blk, const act_view *acts, int64_t b, int nt, float *acc) {
+    head h;
+    t->head(blk, &h);
+    i32x8 s[NT_MAX];
+    for (int i = 0; i < nt; i++) s[i] = (i32x8){0};
+    for (int j = 0; j < t->qk / 16; j++) {
+        i16x16 q = t->sub(blk, j);
+        if (t->qk == QK_K) q *= h.sc[j];                  /* exact in int16: |sc * q| <= 64 * 127 */
+        for (int i = 0; i < nt; i++) s[i] += madd(q, load_i16x16(acts[i].q + b * t->qk + 16 * j));
+    }
+    for (int i = 0; i < nt; i++) {
+        const float dx = acts[i].d[b];
+        acc[i] += (h.d * dx) * (float)hsum_i32(s[i]);
+        if (t->mins && t->qk == QK) {                     /* Q4_1, Q5_1: + m * s */
+            acc[i] += h.m * acts[i].s[b];
+        } else if (t->mins) {                             /* K types: - dmin * d_x * sum_j min_j bsum_j */
+            const int16_t *bsum = acts[i].bsum + b * (QK_K / 16);
+            int32_t m = 0;
+            for (int j = 0; j < QK_K / 16; j++) m += h.mins[j] * bsum[j];
+            acc[i] -= (h.m * dx) * (float)m;
+        }
+    }
+}
+
+/* rows r0..r1-1 times nt tokens into y[i * ldy + r] */
+INLINE void rows_times_tokens(const type_info *t, const uint8_t *w, int64_t r0, int64_t r1, int64_t nb,
+                              const act_view *acts, int nt, float *y, int64_t ldy) {
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = w + r * nb * t->bytes;
+        float acc[NT_MAX] = {0};
+        for (int64_t b = 0; b < nb; b++) block_dot(t, row + b * t->bytes, acts, b, nt, acc);
+        for (int i = 0; i < nt; i++) y[i * ldy + r] = acc[i];
+    }
+}
+
+/* y (T, ldy) [:, :rows] = W (rows, n) x^T for one type: NT_MAX tokens at a time over each block,
+   TOKEN_TILE tokens' codes kept in cache while the rows pass */
+#define TOKEN_TILE 32
+INLINE void mul_mat_type(const type_info *t, const uint8_t *w, int64_t rows, int64_t n, uint8_t *act,
+                         int64_t tokens, float *y, int64_t ldy) {
+    const int64_t nb = n / t->qk, rec = act_bytes(t->act, n);
+    for (int64_t t0 = 0; t0 < tokens; t0 += TOKEN_TILE) {
+        const int64_t t1 = t0 + TOKEN_TILE < tokens ? t0 + TOKEN_TILE : tokens;
+        int64_t i = t0;
+        for (; i + NT_MAX <= t1; i += NT_MAX) {
+            act_view a[NT_MAX];
+            for (int k = 0; k < NT_MAX; k++) a[k] = act_at(t->act, act + (i + k) * rec, n);
+            rows_times_tokens(t, w, 0, rows, nb, a, NT_MAX, y + i * ldy, ldy);
+        }
+        for (; i < t1; i++) {
+            const act_view a = act_at(t->act, act + i * rec, n);
+            rows_times_tokens(t, w, 0, rows, nb, &a, 1, y + i * ldy, ldy);
+        }
+    }
+}
+
+/* one copy of the loops a type, its head_ and sub_ inlined */
+#define MUL_MAT(name, T, qk, block, act, mins)                                                           \
+    static void mul_mat_##name(const uint8_t *w, int64_t rows, int64_t n, uint8_t *x, int64_t tokens,   \
+                               float *y, int64_t ldy) {                                                  \
+        static const type_info t = {T, qk, sizeof(block), act, mins, head_##name, sub_##name};           \
+        mul_mat_type(&t, w, rows, n, x, tokens, y, ldy);                                                 \
+    }
+WEIGHT_TYPES(MUL_MAT)
+
+/* ---- the library's functions (ctypes) ---- */
+
+#define EXPORT __attribute__((visibility("default")))
+
+EXPORT int pe_version(void) { return 1; }
+
+/* bytes of one token's activation record for n weights of the weight type `type`, or an error */
+EXPORT int64_t pe_act_bytes(int type, int64_t n) {
+    const type_info *t = type_of(type);
+    if (!t) return E_TYPE;
+    if (n <= 0 || n % t->qk || n > ((int64_t)1 << 40)) return E_SIZE;
+    return act_bytes(t->act, n);
+}
+
+/* x (tokens, n) float32 rounded for weights of `type` into `tokens` records at act */
+EXPORT int pe_quantize(int type, const float *x, int64_t n, int64_t tokens, uint8_t *act) {
+    const int64_t rec = pe_act_bytes(type, n);
+    if (rec < 0) return (int)rec;
+    if (tokens < 0) return E_SIZE;
+    const int at = type_of(type)->act;
+    for (int64_t i = 0; i < tokens; i++) quantize_row(at, x + i * n, n, act + i * rec);
+    return 0;
+}
+
+/* y[t * ldy + r] = (row r of w) . (token t of x), for rows rows of n weights of `type` at w (rows of
+   n / block_size blocks, one after the other) and tokens records at act (pe_quantize's) */
+EXPORT int pe_mul_mat(int type, const uint8_t *w, int64_t rows, int64_t n, uint8_t *act, int64_t tokens,
+                      float *y, int64_t ldy) {
+    const int64_t rec = pe_act_bytes(type, n);
+    if (rec < 0) return (int)rec;
+    if (rows < 0 || tokens < 0 || (tokens > 1 && ldy < rows)) return E_SIZE;
+#define CASE(name, T, qk_, block_, act_, mins_) \
+    case T: mul_mat_##name(w, rows, n, act, tokens, y, ldy); return 0;
+    switch (type) { WEIGHT_TYPES(CASE) }
+    return E_TYPE;
+}
+
+/* for tests: the exact integer sums of one row of n weights with one token's codes, a sub-block of 16
+   at a time, before any scale: out[j] = sum over sub-block j of code * xq (n / 16 of them) */
+EXPORT int pe_block_sums(int type, const uint8_t *row, int64_t n, uint8_t *act, int32_t *out) {
+    const int64_t rec = pe_act_bytes(type, n);
+    if (rec < 0) return (int)rec;
+    const type_info *t = type_of(type);
+    const act_view a = act_at(t->act, act, n);
+    for (int64_t b = 0; b < n / t->qk; b++)
+        for (int j = 0; j < t->qk / 16; j++)
+            out[b * (t->qk / 16) + j] =
+                hsum_i32(madd(t->sub(row + b * t->bytes, j), load_i16x16(a.q + b * t->qk + 16 * j)));
+    return 0;
+}
