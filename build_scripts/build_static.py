@@ -6,6 +6,8 @@ static/
   pyodide/            Pyodide 0.27.7 core (npm) + numpy, micropip, packaging wheels (sha256 from its lock file)
   wheels/             pyengine, jinja2, pure-Python markupsafe + manifest.json (install order, sha256)
   vendor/             the page's libraries from npm: markdown-it, DOMPurify, highlight.js (fetch_vendor.py)
+  kernel/             pyengine's C kernel as a wasm32 side module (build_kernel.py, which also builds
+                      CPython's native libraries beside kernel.c)
   models/             the demo model (SmolLM2-135M-Instruct Q4_1, hard-linked from models/) + demo.json
   files.json          every file but the models (path, size, sha256) and the build's version
   sw.js               web/sw.js with the build's version and file list written into it (its BUILD line)
@@ -24,6 +26,7 @@ import re
 import time
 from pathlib import Path
 
+from build_kernel import WASM, build_kernels
 from build_wheels import build_wheels
 from buildlib import ROOT, STATIC, install_bytes, install_file, link_file, prune, sha256_of
 from fetch_models import MODELS, fetch
@@ -31,7 +34,7 @@ from fetch_runtime import build_runtime
 from fetch_vendor import build_vendor
 
 WEB = ROOT / "web"
-RESERVED = ("pyodide", "wheels", "vendor", "models", "files.json")  # written by the build, not by web/
+RESERVED = ("pyodide", "wheels", "vendor", "kernel", "models", "files.json")  # written by the build, not by web/
 SERVICE_WORKER = "sw.js"                                  # written with the build's list, not copied
 BUILD_LINE = re.compile(r"^const BUILD = .*$", re.M)
 DEMO_MODEL = ("smollm2", "SmolLM2-135M-Instruct (Q4_1)")   # (key in fetch_models.MODELS, name shown on the page)
@@ -49,6 +52,17 @@ def build_page(dest: Path) -> dict[Path, str]:
         if rel.as_posix() != SERVICE_WORKER:
             done[dest / rel] = install_file(src, dest / rel)
     return done
+
+
+def build_kernel(dest: Path) -> dict[Path, str]:
+    """The kernel for the page (``dest``/pyengine_kernel.so) and for CPython; a build that fails is said,
+    and leaves that runtime on numpy's products."""
+    built = build_kernels()
+    for path, state in built.items():
+        if state.startswith("failed"):
+            print(f"  note: the C kernel {path.name} was not built, that runtime keeps numpy's products: "
+                  f"{state.removeprefix('failed: ')}")
+    return {} if built[WASM].startswith("failed") else {dest / WASM.name: install_file(WASM, dest / WASM.name)}
 
 
 def build_demo_model(dest: Path) -> dict[Path, str]:
@@ -105,6 +119,7 @@ def main() -> None:
     steps = [("runtime", lambda: build_runtime(STATIC / "pyodide")),
              ("wheels", lambda: build_wheels(STATIC / "wheels")),
              ("vendor", lambda: build_vendor(STATIC / "vendor")),
+             ("kernel", lambda: build_kernel(STATIC / "kernel")),
              ("page", lambda: build_page(STATIC))]
     if not args.no_model:
         steps.append(("demo model", lambda: build_demo_model(STATIC / "models")))

@@ -15,6 +15,7 @@ import time
 
 from pyengine.errors import PyEngineError, UnsupportedArchitectureError
 from pyengine.generation.lookup import LOOKUP_DEFAULT
+from pyengine.weights import kernel
 from pyengine.weights.budget import CHOICES
 
 
@@ -157,8 +158,8 @@ def _load(paths: list[str], weights: str = "auto"):
     engine = load(paths, progress=progress, weights=weights)
     template = engine.template.name if engine.template else f"none ({engine.template_error})"
     print(f"{chr(13) if tty else ''}loaded {name}: {engine.model.config.arch}, {len(engine.gguf.tensors)} tensors, "
-          f"{engine.model.weights} weights, chat template {template}, in {time.perf_counter() - t0:.1f} s",
-          file=sys.stderr)
+          f"{engine.model.weights} weights, chat template {template}, in {time.perf_counter() - t0:.1f} s; "
+          f"quantized products: {kernel.status()}", file=sys.stderr)
     return engine
 
 

@@ -53,3 +53,33 @@ def q8_qwen2(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("q8") / "tiny-qwen2-q8_0.gguf"
     quantized_copy(TINY["qwen2"], path)
     return path
+
+
+def need_kernel():
+    """Skip a test of the C kernel where it is not built, except under CI, where that fails (make build)."""
+    from pyengine.weights import kernel
+    if kernel.get() is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the C kernel is not there: {kernel.status()}")
+        pytest.skip(f"the C kernel is not there: {kernel.status()}")
+
+
+@pytest.fixture
+def numpy_products():
+    """The quantized products in numpy's forms for one test, the C kernel set aside (as PYENGINE_KERNELS=0)."""
+    from pyengine.weights import kernel
+    kernel.use(False, "a test asked for numpy's forms")
+    yield
+    kernel.use(True)
+
+
+@pytest.fixture(params=["kernel", "numpy"])
+def products(request):
+    """Each test run twice: with the C kernel's products (skipped where it is not built) and with numpy's."""
+    from pyengine.weights import kernel
+    if request.param == "kernel":
+        need_kernel()
+    if request.param == "numpy":
+        kernel.use(False, "a test asked for numpy's forms")
+    yield request.param
+    kernel.use(True)

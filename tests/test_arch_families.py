@@ -9,7 +9,8 @@ What each test proves:
 - the float32 model gives llama.cpp's logits at every prompt position and after 8 greedy steps within
   1e-3 (measured <= 6e-6) and the same greedy ids (no step's top-2 margin is below 0.02), in every
   weight form;
-- the Q8_0 copy, in the forms that keep its codes and rounding activations as ggml does, gives llama.cpp's
+- the Q8_0 copy, in the forms that keep its codes and round activations as ggml does (the C kernel's
+  blocks, numpy's quantized and compact), gives llama.cpp's
   logits for it within 1e-3 (measured <= 1.2e-6) and its greedy ids. (8-bit rounding amplifies: a float
   sum 1 ulp off llama.cpp's, where ggml adds blocks in SIMD lanes, can flip a code of the next product's
   input. The seeds in make_arch_fixtures.py were picked with none flipped and no near-tie;)
@@ -28,7 +29,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from conftest import FIXTURES, GOLDEN
+from conftest import FIXTURES, GOLDEN, need_kernel
 from gguf_write import quantized_copy
 from split_threads import start, stop
 from test_model import Edited
@@ -95,9 +96,11 @@ def test_float32_fixture_gives_llama_cpps_logits_and_ids(arch, weights):
     assert np.abs(last - np.array(ref["last_logits"])).max() < 1e-3
 
 
-@pytest.mark.parametrize("weights", ["quantized", "compact"])
+@pytest.mark.parametrize("weights", ["blocks", "quantized", "compact"])
 @pytest.mark.parametrize("arch", ARCHS)
 def test_q8_0_copy_gives_llama_cpps_logits_and_ids(arch, weights, q8):
+    if weights == "blocks":
+        need_kernel()
     ref = REF["fixtures"][arch]["q8_0"]
     with open_gguf(q8[arch]) as g:
         prompt, ids, _ = run(load_model(g, weights=weights, ggml_rounding=True))
@@ -105,9 +108,11 @@ def test_q8_0_copy_gives_llama_cpps_logits_and_ids(arch, weights, q8):
     assert ids == ref["greedy_ids"]
 
 
-@pytest.mark.parametrize("weights", FORMS)
+@pytest.mark.parametrize("weights", ["blocks", *FORMS])
 @pytest.mark.parametrize("arch", ARCHS)
 def test_split_over_two_workers_gives_the_whole_models_logits(arch, weights, q8):
+    if weights == "blocks":
+        need_kernel()
     path = q8[arch] if weights != "f32" else path_of(arch)
     with open_gguf(path) as g:
         want, want_ids, want_last = run(load_model(g, weights=weights))

@@ -134,7 +134,7 @@ def test_lookup_gives_the_same_reply_and_its_counts(cli, command, tmp_path):
     assert "lookup" not in err.splitlines()[-1]                     # off by default
 
 
-@pytest.mark.parametrize("form", ["f32", "quantized", "compact"])
+@pytest.mark.parametrize("form", ["blocks", "f32", "quantized", "compact"])
 def test_generate_weights(cli, form):
     """--weights reaches the model: the JSON and stderr name the form, and the ids are the greedy
     ones of a model loaded in that form here."""

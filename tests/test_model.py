@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import TINY
+from conftest import TINY, need_kernel
 
 import pyengine.model.transformer as transformer
 import pyengine.weights.budget as budget
@@ -22,6 +22,7 @@ from pyengine.errors import ModelError, PyEngineError
 from pyengine.gguf import open_gguf
 from pyengine.model import load_model
 from pyengine.model.load import budget_matrices, model_tensors, shard_matrices
+from pyengine.weights import kernel
 from pyengine.weights.forms import Form
 
 RNG = np.random.default_rng(0)
@@ -49,7 +50,8 @@ def files():
 
 @pytest.fixture(scope="module")
 def models(files):
-    return {name: load_model(g) for name, g in files.items()}
+    """Each fixture as numpy's "auto" holds it (float32 for these tiny models)."""
+    return {name: load_model(g, weights="numpy") for name, g in files.items()}
 
 
 def ref(fixtures_reference, name):
@@ -263,10 +265,12 @@ def test_progress_reports_every_tensor(files):
     assert [c[0] for c in calls] == list(range(27))
 
 
-@pytest.mark.parametrize("form", ["quantized", "compact"])
+@pytest.mark.parametrize("form", ["blocks", "quantized", "compact"])
 def test_the_file_codes_give_llama_cpps_logits(form, files, fixtures_reference):
     """The quantized forms multiply the Q4_K_M fixture's own codes as llama.cpp does (activations
     rounded to 8-bit blocks per type, exact integer block sums): its logits to float rounding."""
+    if form == "blocks":
+        need_kernel()
     r = ref(fixtures_reference, "llama-q4km")
     m = load_model(files["llama-q4km"], weights=form)
     assert m.weights == form and {f.name for f in m.forms.values()} == {form.upper()}
@@ -284,19 +288,23 @@ def test_the_quantized_forms_hold_less(files, models):
     f32 = models["llama-q4km"].weights_nbytes
     sizes = {w: load_model(files["llama-q4km"], weights=w).weights_nbytes for w in ("quantized", "compact")}
     assert 0.45 < sizes["quantized"] / f32 < 0.75 and 0.15 < sizes["compact"] / f32 < 0.35
+    if kernel.get() is not None:                             # the file's own blocks: its matrices' bytes
+        g = files["llama-q4km"]
+        held = sum(t.n_bytes for n, t in g.tensors.items() if t.type.name in kernel.TYPES)
+        assert held < load_model(g, weights="blocks").weights_nbytes < min(1.05 * held, sizes["compact"])
     assert load_model(files["llama"], weights="compact").weights_nbytes == models["llama"].weights_nbytes
 
 
 def test_the_budget_picks_the_forms(files):
     g = files["llama-q4km"]
     f32 = load_model(g, weights="f32").weights_nbytes
-    assert load_model(g, budget=f32).weights == "f32"                        # float32 when it fits
+    assert load_model(g, weights="numpy", budget=f32).weights == "f32"       # float32 when it fits
     compact = load_model(g, weights="compact").weights_nbytes
     quantized = load_model(g, weights="quantized").weights_nbytes
-    m = load_model(g, budget=(compact + quantized) // 2)                      # some upgraded, the rest compact
+    m = load_model(g, weights="numpy", budget=(compact + quantized) // 2)   # some upgraded, the rest compact
     assert m.weights == "mixed" and compact < m.weights_nbytes <= (compact + quantized) // 2
     assert Form.COMPACT in m.forms.values() and set(m.forms.values()) - {Form.COMPACT}
-    assert load_model(g, budget=compact).weights == "compact"
+    assert load_model(g, weights="numpy", budget=compact).weights == "compact"
     with pytest.raises(PyEngineError, match="weights must be"):
         load_model(g, weights="f16")
 
@@ -316,20 +324,22 @@ def test_auto_buys_the_most_time_a_byte_first():
 
     # the small matrix's float32 saves the most a byte; then the others in the model's order
     assert per_byte(small, Form.F32) > max(per_byte(m, f) for m in (big, q6) for f in (Form.QUANTIZED, Form.F32))
-    name, forms = budget.plan_forms(listed, "auto", compact + extra(small, Form.F32))
+    name, forms = budget.plan_forms(listed, "numpy", compact + extra(small, Form.F32))
     assert name == "mixed" and forms == {("small",): Form.F32, ("big",): Form.COMPACT, ("q6",): Form.COMPACT}
     ranked = sorted(((per_byte(m, f), m.key, f) for m in (big, q6) for f in (Form.QUANTIZED, Form.F32)), reverse=True)
     _, key, form = ranked[0]
     top = next(m for m in listed if m.key == key)
-    got = budget.plan_forms(listed, "auto", compact + extra(small, Form.F32) + extra(top, form))[1]
+    got = budget.plan_forms(listed, "numpy", compact + extra(small, Form.F32) + extra(top, form))[1]
     assert got[key] is form and got[("small",)] is Form.F32
-    assert budget.plan_forms(listed, "auto", compact)[1] == dict.fromkeys(forms, Form.COMPACT)
+    assert budget.plan_forms(listed, "numpy", compact)[1] == dict.fromkeys(forms, Form.COMPACT)
 
 
-@pytest.mark.parametrize("form", ["f32", "quantized", "compact"])
+@pytest.mark.parametrize("form", ["blocks", "f32", "quantized", "compact"])
 def test_a_prompt_longer_than_a_batch(form, files):
     """A prompt of more than UBATCH tokens runs in chunks (the first ones without logits): the same last
     logits as the prompt fed in two steps."""
+    if form == "blocks":
+        need_kernel()
     m = load_model(files["llama-q4km"], weights=form)
     ids = [(7 * i) % m.config.n_vocab for i in range(transformer.UBATCH + 90)]
     whole = m.forward(ids, m.new_cache(len(ids)))

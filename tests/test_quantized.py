@@ -20,7 +20,7 @@ from pyengine.gguf.header import TensorInfo
 from pyengine.weights import quantized
 from pyengine.weights.build import Builder, whole
 from pyengine.weights.forms import Form
-from pyengine.weights.matmul import VEC_DOT_TYPE, quantize_activations, round_activations
+from pyengine.weights.matmul import VEC_DOT_TYPE, absmax, quantize_activations, round_activations
 from pyengine.weights.quantized import Layout
 
 TYPES = list(quants.QUANT_CODES)
@@ -47,13 +47,14 @@ class Tensors:
 
 def reference(w: np.ndarray, x: np.ndarray, type_name: str, plus: np.ndarray | None = None) -> np.ndarray:
     """float64 W x with x rounded as ggml rounds it for ``type_name``: (T, n_out). For the Q8_1 types,
-    ``plus`` (n_out, K/32), the rows' mins, meet the sums of x's codes as ggml stores them, in f16."""
+    ``plus`` (n_out, K/32), the rows' mins, meet the sums of x's codes as ggml stores them (``s``, f16)."""
     vdt = VEC_DOT_TYPE[type_name]
     y = round_activations(x, vdt).astype(np.float64) @ w.astype(np.float64).T
-    if vdt == "Q8_1":
+    if vdt == "Q8_1":                           # ggml's s: fp16(max|x| / 127 * sum q), not d * sum q
         q, d, _ = quantize_activations(x, vdt)
-        s = d * q.reshape(len(x), -1, 32).sum(-1)                                 # (T, K/32) float32
-        y += (s.astype(np.float16).astype(np.float64) - s) @ plus.astype(np.float64).T
+        xsum = q.reshape(len(x), -1, 32).sum(-1)                                  # (T, K/32)
+        s = (absmax(x.reshape(len(x), -1, 32)) / np.float32(127) * xsum).astype(np.float16).astype(np.float64)
+        y += (s - d.astype(np.float64) * xsum) @ plus.astype(np.float64).T
     return y
 
 

@@ -26,7 +26,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import FIXTURES, GOLDEN
+from conftest import FIXTURES, GOLDEN, need_kernel
 from gguf_write import quantized_copy
 from split_threads import start, stop
 from test_arch_families import run  # the prompt's logits, 8 greedy ids, the 8th step's logits
@@ -108,8 +108,10 @@ def test_float32_fixture_gives_llama_cpps_logits_and_ids(weights):
     assert np.abs(long - np.array(REF["f32"]["long"])).max() < 1e-3
 
 
-@pytest.mark.parametrize("weights", ["quantized", "compact"])
+@pytest.mark.parametrize("weights", ["blocks", "quantized", "compact"])
 def test_q8_0_copy_gives_llama_cpps_logits_and_ids(weights, q8):
+    if weights == "blocks":
+        need_kernel()
     with open_gguf(q8) as g:
         m = load_model(g, weights=weights, ggml_rounding=True)
     prompt, ids, _ = run(m)
@@ -118,19 +120,23 @@ def test_q8_0_copy_gives_llama_cpps_logits_and_ids(weights, q8):
     cache = m.new_cache(128)
     m.forward(LONG[:40], cache, logits="none")
     assert np.abs(m.forward(LONG[40:], cache) - np.array(REF["q8_0"]["long"][0])).max() < 1e-3
+    if weights == "blocks":                   # the kernel's batches are ggml's products at any length: one pass
+        assert np.abs(m.forward(LONG, m.new_cache(128)) - np.array(REF["q8_0"]["long"][0])).max() < 1e-3
 
 
 # (weights, workers, the DeltaNet value heads of each worker): float32 cuts the 4 heads (3 workers: the
 # key heads each holds are {0, 1}, {0}, {1}); the Q8_0 copy's ssm_out cannot be cut within a head of 8
 # (a block is 32 columns), so every worker holds them all
 SPLITS = [("f32", 2, [(0, 2), (2, 4)]), ("f32", 3, [(0, 2), (2, 3), (3, 4)]),
-          ("quantized", 2, [(0, 4), (0, 4)]), ("compact", 2, [(0, 4), (0, 4)])]
+          ("quantized", 2, [(0, 4), (0, 4)]), ("compact", 2, [(0, 4), (0, 4)]), ("blocks", 2, [(0, 4), (0, 4)])]
 
 
 @pytest.mark.parametrize("weights, workers, heads", SPLITS)
 def test_split_over_workers_gives_the_whole_models_logits(weights, workers, heads, q8):
     """The DeltaNet layers are cut by value heads, each worker keeping its heads' state; attention and FFN
     are cut as for every model."""
+    if weights == "blocks":
+        need_kernel()
     path = q8 if weights != "f32" else PATH
     with open_gguf(path) as g:
         whole = load_model(g, weights=weights)

@@ -1,13 +1,35 @@
 // Python for a worker: Pyodide 0.27.7 from ./pyodide/, numpy and the wheels listed in
-// wheels/manifest.json (pyengine, jinja2, markupsafe). worker.js (the main worker) and
-// shard_worker.js (its helpers) both start Python through this one function.
+// wheels/manifest.json (pyengine, jinja2, markupsafe), and pyengine's C kernel. worker.js (the main
+// worker) and shard_worker.js (its helpers) both start Python through this one function.
 import { loadPyodide } from "./pyodide/pyodide.mjs";
+
+// (module (func (result v128) v128.const 0)): valid where the browser runs WebAssembly SIMD128
+const SIMD128 = new Uint8Array([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 1, 5, 1, 0x60, 0, 1, 0x7b, 3, 2, 1, 0,
+  0x0a, 0x16, 1, 0x14, 0, 0xfd, 0x0c, ...new Array(16).fill(0), 0x0b]);
+export const KERNEL_PATH = "/lib/pyengine_kernel.so"; // pyengine.weights.kernel.WASM_PATH
+
+// pyengine's C kernel, a wasm side module built for SIMD128 (build_scripts/build_kernel.py):
+// resolves to {bytes} or {why} (the browser lacks SIMD, or the file could not be had).
+async function fetchKernel() {
+  if (!WebAssembly.validate(SIMD128)) return { why: "this browser has no WebAssembly SIMD" };
+  try {
+    const r = await fetch(new URL("./kernel/pyengine_kernel.so", import.meta.url));
+    if (!r.ok) return { why: `kernel/pyengine_kernel.so: HTTP ${r.status} (make build)` };
+    return { bytes: new Uint8Array(await r.arrayBuffer()) };
+  } catch (err) {
+    return { why: `kernel/pyengine_kernel.so: ${err.message || err}` };
+  }
+}
 
 // stage(text) is told what is happening; resolves to the started pyodide.
 export async function bootPython(stage = () => {}) {
   stage("starting Python");
   const manifest = fetch(new URL("./wheels/manifest.json", import.meta.url)).then((r) => r.json());
-  const pyodide = await loadPyodide({ indexURL: new URL("./pyodide/", import.meta.url).href });
+  const kernel = await fetchKernel();
+  // Python reads the kernel from KERNEL_PATH when it first multiplies; why there is none, from its env
+  const env = kernel.bytes ? {} : { PYENGINE_KERNEL_WHY: kernel.why };
+  const pyodide = await loadPyodide({ indexURL: new URL("./pyodide/", import.meta.url).href, env });
+  if (kernel.bytes) pyodide.FS.writeFile(KERNEL_PATH, kernel.bytes);
   stage("loading numpy and pyengine");
   // One call: Pyodide fetches and unpacks numpy (from its lock file) and our wheels side by side.
   const { pyodide_packages: packages, wheels } = await manifest;

@@ -1,10 +1,11 @@
 """The memory budget: which form each matrix takes, what each form holds, and the wasm heap grown once.
 
-``weights=`` names a policy (:data:`WEIGHT_FORMS`). "auto" keeps every matrix
-float32 when that fits the budget (the fastest), else starts from each ggml
-type's own codes in compact lanes and buys, while the budget lasts, the forms
-that save the most decode time per byte (:func:`plan_forms`, by the cost model
-:func:`matrix_ns`).
+``weights=`` names a policy (:data:`WEIGHT_FORMS`). "auto" holds every matrix
+in the file's own blocks when the C kernel is loaded (``blocks``: the least
+memory and the fastest). Without it, the numpy forms: every matrix float32 when
+that fits the budget, else each ggml type's own codes in compact lanes, buying,
+while the budget lasts, the forms that save the most decode time per byte
+(:func:`plan_forms`, by the cost model :func:`matrix_ns`).
 :func:`matrix_nbytes` says what a form holds before anything is read, so a load
 can reserve its wasm heap at once (:func:`reserve_heap`) and a model too big for
 any form is refused before the model loaded before it is let go.
@@ -21,6 +22,8 @@ import numpy as np
 
 from pyengine.errors import PyEngineError
 from pyengine.gguf import quants
+from pyengine.gguf.ggml_types import GGML_TYPES_BY_NAME
+from pyengine.weights import kernel
 from pyengine.weights.forms import Form
 from pyengine.weights.quantized import Layout
 
@@ -37,9 +40,9 @@ HEAP_MAX = HEAP_LIMIT - 2**28
 ARRAY_MAX = 2**31 - 1                # numpy's largest array on wasm32, in bytes
 # "auto"'s cost model of a decode step in Pyodide (bench/bench_forms.py): ns a weight in each form (x SUB16 for
 # codes with a scale every 16 weights: twice the scaling work), and ns of each product's fixed work.
-NS_PER_WEIGHT = {Form.F32: 0.5, Form.QUANTIZED: 0.5, Form.COMPACT: 0.7}
+NS_PER_WEIGHT = {Form.F32: 0.5, Form.QUANTIZED: 0.5, Form.COMPACT: 0.7, Form.BLOCKS: 0.15}
 SUB16 = 1.3
-NS_PER_CALL = {Form.F32: 20_000, Form.QUANTIZED: 130_000, Form.COMPACT: 170_000}
+NS_PER_CALL = {Form.F32: 20_000, Form.QUANTIZED: 130_000, Form.COMPACT: 170_000, Form.BLOCKS: 30_000}
 
 
 class Weights(NamedTuple):
@@ -51,13 +54,16 @@ class Weights(NamedTuple):
 
 
 WEIGHT_FORMS = {
-    "f32": Weights(Form.F32, "fastest, most memory", "f32: float32, the fastest, the most memory"),
+    "blocks": Weights(Form.BLOCKS, None, "blocks: the file's own blocks, products in the C kernel"),
+    "numpy": Weights(None, "numpy, no C kernel", "numpy: auto's numpy forms, without the C kernel"),
+    "f32": Weights(Form.F32, "numpy float32, most memory", "f32: float32 in numpy, the most memory"),
     "quantized": Weights(Form.QUANTIZED, None, "quantized: the file's codes, a code in each int64 lane"),
-    "compact": Weights(Form.COMPACT, "low memory, slower", "compact: the file's codes packed tight, slower"),
+    "compact": Weights(Form.COMPACT, "numpy, least memory, slowest", "compact: the file's codes packed tight, slower"),
     "mixed": Weights(None, None, "mixed: the file's codes, expanded where the budget allows"),
 }
-AUTO_OPTION = "balanced (default)"   # the page's name for weights="auto"
-CHOICES = ("auto",) + tuple(k for k, w in WEIGHT_FORMS.items() if w.form)   # what weights= may ask for
+AUTO_OPTION = "the C kernel where it runs (default)"   # the page's name for weights="auto"
+# what weights= may ask for: "auto", "numpy" (auto's choice among numpy's forms) and each form
+CHOICES = ("auto", "numpy") + tuple(k for k, w in WEIGHT_FORMS.items() if w.form)
 
 
 class Matrix(NamedTuple):
@@ -73,6 +79,8 @@ def part_nbytes(ggml_type: str, n_rows: int, n_in: int, form: Form) -> int:
     codes is float32 in any form)."""
     if form is Form.F32 or ggml_type not in quants.QUANT_CODES:
         return 4 * n_rows * n_in
+    if form is Form.BLOCKS:
+        return GGML_TYPES_BY_NAME[ggml_type].n_bytes(n_in) * n_rows
     t = quants.QUANT_CODES[ggml_type]
     lay = Layout(t.bits, Layout.max_phases(t.bits) if form is Form.COMPACT else 1)
     rows = -(-n_rows // lay.rows) * lay.rows                              # padded to whole int64 rows
@@ -99,7 +107,9 @@ def plan_forms(matrices: list[Matrix], weights: str, budget: int) -> tuple[str, 
     """The policy in use and ``{key: Form}`` for ``matrices`` under ``weights`` (one of ``CHOICES``) within
     ``budget`` bytes.
 
-    "auto": "f32" when every matrix fits as float32, else "mixed": compact lanes for all, then the
+    "auto": "blocks" when the C kernel is loaded (:func:`pyengine.weights.kernel.get`) and some matrix has
+    a type it multiplies. Else, and for
+    "numpy": "f32" when every matrix fits as float32, else "mixed": compact lanes for all, then the
     upgrades (a matrix to expanded lanes or to float32) in the order of the time they save per byte
     (:func:`matrix_ns`), each one that still fits ("quantized" when every matrix ends expanded,
     "compact" when none is upgraded). A fixed policy ignores the budget. Raises PyEngineError for an
@@ -107,7 +117,9 @@ def plan_forms(matrices: list[Matrix], weights: str, budget: int) -> tuple[str, 
     """
     if weights not in CHOICES:
         raise PyEngineError(f"weights must be {', '.join(map(repr, CHOICES))}, got {weights!r}")
-    if weights != "auto":
+    if weights == "auto" and kernel.get() is not None and any(t in kernel.TYPES for m in matrices for t, _ in m.parts):
+        weights = "blocks"
+    if weights not in ("auto", "numpy"):
         return weights, {m.key: WEIGHT_FORMS[weights].form for m in matrices}
     if sum(matrix_nbytes(m, Form.F32) for m in matrices) <= budget:
         return "f32", {m.key: Form.F32 for m in matrices}
@@ -172,10 +184,12 @@ def check_fits(matrices: list[Matrix], forms: dict, nbytes: int, n_workers: int,
     biggest = max(matrix_nbytes(m, forms[m.key]) for m in matrices)
     if nbytes + RUNTIME_BYTES <= HEAP_MAX and biggest <= ARRAY_MAX:
         return
-    compact = forms_nbytes(matrices, dict.fromkeys(forms, Form.COMPACT)) + RUNTIME_BYTES
+    least, label = (Form.BLOCKS, "the file's own blocks") if kernel.get() is not None \
+        else (Form.COMPACT, f"the compact form (Memory: {WEIGHT_FORMS['compact'].option})")
+    smallest = forms_nbytes(matrices, dict.fromkeys(forms, least)) + RUNTIME_BYTES
     gib = 2**30
-    hint = (f"the low-memory form (Memory: low memory) would need {compact / gib:.2f} GiB a worker"
-            if compact <= HEAP_MAX else f"even the low-memory form needs {compact / gib:.2f} GiB a worker: "
+    hint = (f"the smallest form, {label}, would need {smallest / gib:.2f} GiB a worker"
+            if smallest <= HEAP_MAX else f"even the smallest form, {label}, needs {smallest / gib:.2f} GiB a worker: "
             f"more workers, or a smaller quantization of the model")
     raise PyEngineError(f"this model ({file_bytes / gib:.2f} GiB of tensors) needs "
                         f"{(nbytes + RUNTIME_BYTES) / gib:.2f} GiB in each of {n_workers} worker(s) in this "

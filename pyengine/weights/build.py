@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from pyengine.errors import PyEngineError
 from pyengine.gguf import quants
+from pyengine.weights import kernel
+from pyengine.weights.blocks import Blocks
 from pyengine.weights.forms import F32, Form, row_split
 from pyengine.weights.matmul import VEC_DOT_TYPE
 from pyengine.weights.quantized import Layout, Quantized, lane_codes, pack_codes
@@ -53,7 +56,7 @@ class Builder:
         self.tick = tick or (lambda name, nbytes: None)
 
     def build(self, pieces: list[Piece], form: Form, cols: tuple[int, int] | None = None):
-        """The stack ``pieces`` in ``form`` (F32, QUANTIZED or COMPACT), columns ``cols`` only when given.
+        """The stack ``pieces`` in ``form`` (BLOCKS, F32, QUANTIZED or COMPACT), columns ``cols`` only when given.
         Pieces of different ggml types become a RowSplit of one part per run of a type (in float32: of
         an activation rounding); a type without integer codes (F32, F16, BF16) is float32 in any form."""
         keys = [(None if form is Form.F32 else self.gf.tensors[n].type.name, self._act(n)) for n, _, _ in pieces]
@@ -67,6 +70,8 @@ class Builder:
             return row_split([self.build(run, form, cols) for run in runs])
         if form is Form.F32 or keys[0][0] not in quants.QUANT_CODES:
             return self.f32(pieces, cols)
+        if form is Form.BLOCKS:
+            return self.blocks(pieces, cols)
         return self.quantized(pieces, cols, compact=form is Form.COMPACT)
 
     def _act(self, name: str) -> str | None:
@@ -119,15 +124,34 @@ class Builder:
         shift = None if shift is None else _by_lane(shift, m, lay, rows_last=False)
         return Quantized(q, _by_lane(scale, m, lay), shift, n_out, lay, (c1 - c0) // scale.shape[1], type_name)
 
+    def blocks(self, pieces: list[Piece], cols: tuple[int, int] | None = None) -> Blocks:
+        """The stack in the file's own blocks (one type), for the C kernel. Raises PyEngineError when the
+        kernel is not there, GGUFError for a short read."""
+        k = kernel.get()
+        if k is None:
+            raise PyEngineError(f"the weight form 'blocks' needs the C kernel, and the products run in "
+                                f"{kernel.status()}")
+        info = self.gf.tensors[pieces[0][0]]
+        c0, c1 = cols or (0, info.shape[0])
+        data = np.empty((sum(b - a for _, a, b in pieces), info.type.n_bytes(c1 - c0)), np.uint8)
+        for name, a, b, r in self._chunks(pieces, cols):
+            data[r:r + b - a] = self._raw(name, a, b, cols)
+        return Blocks(data, info.type, c1 - c0, k)
+
+    def _raw(self, name: str, a: int, b: int, cols: tuple[int, int] | None) -> np.ndarray:
+        """The stored blocks of rows a..b-1 of tensor ``name``, columns ``cols`` only (whole blocks):
+        (b - a, bytes a row) uint8."""
+        info = self.gf.tensors[name]
+        raw = raw_rows(self.gf, name, a, b).reshape(b - a, -1)            # (rows, bytes a row) uint8
+        if cols is None:
+            return raw
+        bs, ts = info.type.block_size, info.type.type_size
+        if cols[0] % bs or cols[1] % bs:
+            raise ValueError(f"columns {cols} of {name!r} are not whole {info.type.name} blocks of {bs}")
+        return raw.reshape(b - a, -1, ts)[:, cols[0] // bs:cols[1] // bs].reshape(b - a, -1)
+
     def _codes(self, name: str, a: int, b: int, cols: tuple[int, int] | None) -> quants.Codes:
         """The stored codes of rows a..b-1 of tensor ``name``, columns ``cols`` only (whole blocks)."""
         info = self.gf.tensors[name]
-        raw = raw_rows(self.gf, name, a, b)                                # (bytes of rows a..b-1,) uint8
-        n_in = k = info.shape[0]
-        if cols is not None:
-            bs, ts = info.type.block_size, info.type.type_size
-            if cols[0] % bs or cols[1] % bs:
-                raise ValueError(f"columns {cols} of {name!r} are not whole {info.type.name} blocks of {bs}")
-            blocks = raw.reshape(b - a, n_in // bs, ts)[:, cols[0] // bs:cols[1] // bs]
-            raw, k = np.ascontiguousarray(blocks).reshape(-1), cols[1] - cols[0]
-        return quants.codes(raw, info.type, (b - a) * k, name=name)
+        k = info.shape[0] if cols is None else cols[1] - cols[0]
+        return quants.codes(np.ascontiguousarray(self._raw(name, a, b, cols)), info.type, (b - a) * k, name=name)

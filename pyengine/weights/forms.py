@@ -6,10 +6,12 @@ Every form has the same small interface, and the forward pass sees nothing else:
 - ``w.rows(ids)``: rows ``ids`` of W as float32 (R, n_in): the embedding lookup, ggml ``get_rows``;
 - ``w.shape`` (n_out, n_in) and ``w.nbytes`` (bytes held).
 
-The forms: :class:`F32` (float32, the fastest product with BLAS, 4 bytes a weight),
-:class:`pyengine.weights.quantized.Quantized` (each ggml type's own codes and
-scales, expanded or compact), and :class:`RowSplit` (consecutive rows held in
-parts of different forms: a stack of tensors of different ggml types).
+The forms: :class:`pyengine.weights.blocks.Blocks` (the file's own blocks, their
+products in the C kernel: the least memory and the fastest), :class:`F32`
+(float32, 4 bytes a weight), :class:`pyengine.weights.quantized.Quantized` (each
+ggml type's own codes and scales in int64 lanes, expanded or compact: numpy's
+quantized products), and :class:`RowSplit` (consecutive rows held in parts of
+different forms: a stack of tensors of different ggml types).
 ``act``, where a form has it, is the ggml vec_dot_type that the activations are
 rounded to before the product (``matmul.round_activations``; the
 ``ggml_rounding`` option of :func:`pyengine.model.load_model`), None for none.
@@ -30,6 +32,7 @@ class Form(enum.Enum):
     QUANTIZED = "the file's codes and scales, a code in each lane of an int64"
     COMPACT = "the file's codes and scales, several codes in each lane of an int64"
     ROW_SPLIT = "consecutive rows held in parts of different forms"
+    BLOCKS = "the file's own ggml blocks, multiplied in the C kernel"
 
 
 class F32:

@@ -32,7 +32,7 @@ import numpy as np
 
 from pyengine.gguf import quants
 from pyengine.weights.forms import Form
-from pyengine.weights.matmul import VEC_DOT_TYPE, matmul, quantize_activations, round_activations
+from pyengine.weights.matmul import VEC_DOT_TYPE, absmax, matmul, quantize_activations, round_activations
 
 PHASE_ELEMENTS = 1 << 17            # int64 codes of one phase extracted at once (1 MiB: in L2)
 POST_ELEMENTS = 1 << 20             # lane sums scaled at once (tokens x rows x sub-blocks: a few MiB)
@@ -87,15 +87,15 @@ def pack_codes(codes: np.ndarray, out: np.ndarray, r0: int, lay: Layout) -> None
 def quantize_x(x: np.ndarray, sub: int, vec_dot_type: str) -> tuple:
     """x (T, K) float32 quantized as ggml quantizes it for the weight type (``matmul.quantize_activations``),
     by sub-block of ``sub`` weights: (codes (T, B, sub) int64, their scale (T, B) float32, the codes'
-    sums (T, B) int64, the sums times the scale (T, B) float32 as ggml's Q8_1 ``s`` (in f16) or Q8_K
-    ``bsums`` give them to a type's min)."""
+    sums (T, B) int64, the sums times the scale (T, B) float32 as ggml's Q8_1 ``s`` (in f16, of the scale
+    before its rounding to f16: x86 ``quantize_row_q8_1``) or Q8_K ``bsums`` give them to a type's min)."""
     q, d, block = quantize_activations(x, vec_dot_type)                  # (T, K), (T, K/block)
     xq = q.astype(np.int64).reshape(len(x), -1, sub)                      # (T, B, sub)
     dx = np.repeat(d, block // sub, axis=1) if block > sub else d         # (T, B)
     xsum = xq.sum(axis=-1)
     s = dx * xsum
-    if vec_dot_type == "Q8_1":                                            # its sum is stored as f16
-        s = s.astype(np.float16).astype(np.float32)
+    if vec_dot_type == "Q8_1":               # ggml stores fp16(max|x| / 127 * sum), the scale before its fp16
+        s = (absmax(x.reshape(len(x), -1, 32)) / np.float32(127) * xsum).astype(np.float16).astype(np.float32)
     return xq, dx, xsum, s
 
 

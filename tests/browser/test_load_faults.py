@@ -105,42 +105,56 @@ def too_big_load(posted, path, monkeypatch, weights: str) -> str:
     return posted[-1]["message"]
 
 
-def test_a_form_too_big_for_the_browser_says_what_fits_and_keeps_the_chat(posted, tmp_path, monkeypatch):
+# the smallest form each runtime has, and what it needs a worker for the 3B and 8B below
+SMALLEST = {"kernel": ("the file's own blocks", "1.78", "4.03"),
+            "numpy": ("the compact form (Memory: numpy, least memory, slowest)", "1.97", "4.47")}
+
+
+def test_a_form_too_big_for_the_browser_says_what_fits_and_keeps_the_chat(posted, tmp_path, monkeypatch, products):
     """A model of Llama-3.2-3B's shapes in Q4_0 (1.68 GiB of tensors; a sparse file, only its header
     written) asked in float32: more than one worker holds; the load says so, and what would fit."""
     message = too_big_load(posted, sparse_model(tmp_path / "3b.gguf"), monkeypatch, "f32")
+    form, gib, _ = SMALLEST[products]
     assert message == (
         "this model (1.68 GiB of tensors) needs 12.07 GiB in each of 1 worker(s) in this form, largest array "
         "1.47 GiB; a browser worker holds at most 1.75 GiB (the runtime passes nothing past 2 GiB of its "
-        "memory): even the low-memory form needs 1.97 GiB a worker: more workers, or a smaller quantization "
-        "of the model")
+        f"memory): even the smallest form, {form}, needs {gib} GiB a worker: more workers, or a smaller "
+        "quantization of the model")
 
 
-def test_auto_picks_forms_that_fit_a_worker(tmp_path, monkeypatch):
-    """The same 3B in the default form: one worker cannot hold it in any form (the low-memory one needs 1.97
-    GiB), 2 workers can, and auto fills each one's heap (mixed forms) but stays within it."""
+def test_auto_picks_forms_that_fit_a_worker(tmp_path, monkeypatch, products):
+    """The same 3B in the default form: one worker cannot hold it in any form (the smallest needs 1.78 GiB,
+    1.97 in numpy's), 2 workers can: the file's own blocks, half each, or numpy's forms, which fill each
+    one's heap (mixed forms) but stay within it."""
     from pyengine.errors import PyEngineError
     from pyengine.model.config import ModelConfig
     from pyengine.parallel.driver import plan_load
     from pyengine.weights import budget
     monkeypatch.setattr(budget.sys, "platform", "emscripten")
+    form, gib, _ = SMALLEST[products]
     with open_gguf(sparse_model(tmp_path / "3b.gguf")) as g:
         config = ModelConfig.from_metadata(g.metadata, g.tensors)
-        with pytest.raises(PyEngineError, match="even the low-memory form needs 1.97 GiB a worker"):
+        with pytest.raises(PyEngineError, match=re.escape(f"even the smallest form, {form}, needs {gib} GiB")):
             plan_load(g, config, "auto", 1)
         two = plan_load(g, config, "auto", 2)
-    assert len(two.shards) == 2 and two.weights == "mixed"
-    assert budget.HEAP_MAX - budget.RUNTIME_BYTES - 2**27 < two.nbytes <= budget.HEAP_MAX - budget.RUNTIME_BYTES
+    assert len(two.shards) == 2
+    if products == "kernel":
+        assert two.weights == "blocks" and 0.45 * 1.68 * 2**30 < two.nbytes < 0.55 * 1.68 * 2**30
+    else:
+        assert two.weights == "mixed"
+        assert budget.HEAP_MAX - budget.RUNTIME_BYTES - 2**27 < two.nbytes <= budget.HEAP_MAX - budget.RUNTIME_BYTES
 
 
-def test_a_model_too_big_for_any_form_says_so_and_keeps_the_chat(posted, tmp_path, monkeypatch):
-    """Llama-3.1-8B's shapes in Q4_0 (3.93 GiB of tensors): even the low-memory form passes one worker's heap."""
+def test_a_model_too_big_for_any_form_says_so_and_keeps_the_chat(posted, tmp_path, monkeypatch, products):
+    """Llama-3.1-8B's shapes in Q4_0 (3.93 GiB of tensors): even the smallest form passes one worker's heap."""
     path = sparse_model(tmp_path / "8b.gguf", n_embd=4096, n_ff=14336, n_layer=32, n_head=32)
     message = too_big_load(posted, path, monkeypatch, "auto")
+    form, _, gib = SMALLEST[products]
     assert message == (
-        "this model (3.93 GiB of tensors) needs 4.47 GiB in each of 1 worker(s) in this form, largest array 0.31 GiB; "
-        "a browser worker holds at most 1.75 GiB (the runtime passes nothing past 2 GiB of its memory): even the "
-        "low-memory form needs 4.47 GiB a worker: more workers, or a smaller quantization of the model")
+        f"this model (3.93 GiB of tensors) needs {gib} GiB in each of 1 worker(s) in this form, largest array "
+        f"{'0.28' if products == 'kernel' else '0.31'} GiB; a browser worker holds at most 1.75 GiB (the runtime "
+        f"passes nothing past 2 GiB of its memory): even the smallest form, {form}, needs {gib} GiB a worker: more "
+        "workers, or a smaller quantization of the model")
 
 
 def sparse_model(path, n_embd: int = 3072, n_ff: int = 8192, n_layer: int = 28, n_head: int = 24, n_kv: int = 8):

@@ -20,15 +20,15 @@ from browser.test_workers import greedy, worker_count
 from pyengine.browser import worker
 from pyengine.gguf import open_gguf
 from pyengine.gguf.source import FileSource
-from pyengine.weights.budget import CHOICES, WEIGHT_FORMS
+from pyengine.weights.budget import AUTO_OPTION, CHOICES, WEIGHT_FORMS
 from pyengine.weights.forms import Form
 
-FORMS = {"auto": "balanced (default)", "f32": "fastest, most memory", "compact": "low memory, slower"}
+FORMS = {"auto": AUTO_OPTION, **{k: WEIGHT_FORMS[k].option for k in ("numpy", "f32", "compact")}}
 
 
 # --- pyengine.browser.worker in CPython -------------------------------------------------------------------
 
-@pytest.mark.parametrize("weights", ["quantized", "compact"])
+@pytest.mark.parametrize("weights", ["blocks", "quantized", "compact"])
 def test_the_worker_and_its_helper_hold_the_files_codes(weights, q8_qwen2):
     """Both workers hold their shard in the form asked for, and the reply is the CPython split's."""
     pool = FakePool(2)
@@ -45,7 +45,8 @@ def test_the_worker_and_its_helper_hold_the_files_codes(weights, q8_qwen2):
 def test_the_card_names_the_form_in_use():
     posted: list[dict] = []
     worker.setup(posted.append)
-    for asked, held in [("compact", "compact"), ("auto", "f32"), (None, "f32")]:  # auto: float32 for a tiny model
+    # auto: float32 for a tiny model of float32 tensors, which the kernel has no product for
+    for asked, held in [("compact", "compact"), ("auto", "f32"), (None, "f32"), ("numpy", "f32")]:
         run(worker.handle({"type": "load", "files": [FileSource(TINY["llama"])], "weights": asked}))
         assert posted[-1]["type"] == "model", posted[-1]
         assert posted[-1]["card"]["weights"] == held == worker._session.chat.engine.model.weights

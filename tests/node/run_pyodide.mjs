@@ -6,12 +6,13 @@
 // 1. loadPyodide from static/pyodide/ (the npm core; nothing is fetched from the network),
 // 2. loadPackage of static/wheels/manifest.json's pyodide_packages (numpy: its wheel sits beside the lock file),
 // 3. loadPackage of each wheel in the manifest, in order, after checking its sha256 (no dependency resolution),
-// 4. mount each host folder into Pyodide's FS with NODEFS (models are read through plain open/seek/read),
-// 5. run the snippet; the value of its last expression, through json.dumps, is the one line on stdout.
+// 4. write static/kernel/pyengine_kernel.so (pyengine's C kernel) where Python loads it, as the page does,
+// 5. mount each host folder into Pyodide's FS with NODEFS (models are read through plain open/seek/read),
+// 6. run the snippet; the value of its last expression, through json.dumps, is the one line on stdout.
 // Python's print() goes to stderr, so stdout stays parseable. A Python error exits 1 with its traceback.
 
 import { createHash } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
@@ -58,6 +59,8 @@ async function startPyodide(staticDir) {
   const missing = [...manifest.pyodide_packages, ...manifest.wheels.map((w) => w.name)]
     .filter((name) => !(name in pyodide.loadedPackages));
   if (missing.length) throw new Error(`packages not loaded: ${missing.join(", ")}`);
+  const kernel = path.join(staticDir, "kernel", "pyengine_kernel.so");
+  if (existsSync(kernel)) pyodide.FS.writeFile("/lib/pyengine_kernel.so", readFileSync(kernel));
   return pyodide;
 }
 

@@ -160,19 +160,25 @@ def _has_avx2() -> bool:
 
 
 _loaded: list = []      # [Kernel or None, status]: loaded once a process
+_off: list = []         # why the kernel is not to be used (use(False)), if it is not
+
+
+def use(on: bool, why: str = "turned off") -> None:
+    """Use the kernel from now on (when it loads), or keep to numpy (``why``: for :func:`status`)."""
+    _off[:] = [] if on else [why]
 
 
 def get() -> Kernel | None:
     """The kernel, loaded on first use, or None (:func:`status` says why)."""
     if not _loaded:
         _loaded.extend(_load())
-    return _loaded[0]
+    return None if _off else _loaded[0]
 
 
 def status() -> str:
     """One line for the page and the CLI: which kernel runs the quantized products, or why none does."""
     get()
-    return _loaded[1]
+    return f"numpy ({_off[0]})" if _off else _loaded[1]
 
 
 def _load() -> tuple:
@@ -180,7 +186,7 @@ def _load() -> tuple:
         return None, "numpy (PYENGINE_KERNELS=0)"
     path = library_path()
     if path is None:
-        return None, "numpy (the C kernel is not built: make build)"
+        return None, f"numpy ({os.environ.get('PYENGINE_KERNEL_WHY') or 'the C kernel is not built: make build'})"
     try:
         kernel = Kernel(path)
     except (OSError, KernelError) as e:

@@ -1,0 +1,205 @@
+"""The C kernel (pyengine/weights/kernel): ggml's quantized products, checked against numpy's.
+
+For every type it multiplies, on random blocks (finite f16 scales) with odd row counts:
+- the activations it rounds are numpy's (``matmul.quantize_activations``) code for code and scale for
+  scale, Q8_1's ``s`` as ggml stores it, and the sums of each 16 codes;
+- the integer sum of each sub-block of 16 weights with a token's codes equals numpy's, computed from the
+  codes :func:`pyengine.gguf.quants.codes` reads: every bit of each type's unpacking;
+- ``W x`` for 1 to 37 tokens (four at a time and the rest, past a tile of 32) equals a float64 product of
+  the dequantized weights with the rounded activations, written into a column slice of a wider array;
+- the Blocks form gives the same, shares one rounding of x between the parts of a row split, and reads
+  rows bit for bit as ``gguf.quants`` dequantizes them.
+Every binary16 scale is read as numpy reads it (NaN and infinities too), and what the wrapper must not pass
+to C (a wrong dtype, shape, layout or size, an unknown type) is a KernelError before the call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import need_kernel
+from test_quantized import Tensors, reference
+from test_quants import random_blocks
+
+from pyengine.gguf import quants
+from pyengine.gguf.ggml_types import GGML_TYPES_BY_NAME
+from pyengine.weights import kernel
+from pyengine.weights.blocks import Blocks
+from pyengine.weights.build import Builder, whole
+from pyengine.weights.forms import Form, RowSplit
+from pyengine.weights.kernel import KernelError
+from pyengine.weights.matmul import absmax, quantize_activations
+
+TYPES = list(kernel.TYPES)
+RNG = np.random.default_rng(11)
+
+
+@pytest.fixture(scope="module")
+def k():
+    need_kernel()
+    return kernel.get()
+
+
+def act_fields(k, act: np.ndarray, type_name: str, n: int) -> dict:
+    """A token's record from pe_quantize, field by field (kernel.c's act_layout)."""
+    block = 256 if kernel.TYPES[type_name] == "Q8_K" else 32
+    at = [2 * n, 4 * (n // block), 2 * (n // 16), 4 * (n // 32) if kernel.TYPES[type_name] == "Q8_1" else 0]
+    edges = np.cumsum([0] + at)
+    assert act.shape[-1] == k.act_bytes(type_name, n) >= edges[-1]
+    q, d, bsum, s = (act[..., a:b] for a, b in zip(edges[:-1], edges[1:]))
+    return {"q": q.view(np.int16), "d": d.view(np.float32), "bsum": bsum.view(np.int16), "s": s.view(np.float32)}
+
+
+@pytest.mark.parametrize("type_name", TYPES)
+def test_the_activations_are_rounded_as_numpy_rounds_them(k, type_name):
+    n = 512
+    x = RNG.standard_normal((3, n)).astype(np.float32) * np.float32(3)
+    x[1, :256] = 0                                                      # a block of zeros: scale 0
+    x[2, 7] = 40                                                        # one large value
+    f = act_fields(k, k.quantize(x, type_name), type_name, n)
+    q, d, _ = quantize_activations(x, kernel.TYPES[type_name])
+    assert np.array_equal(f["q"], q.astype(np.int16)) and np.array_equal(f["d"], d)
+    assert np.array_equal(f["bsum"], q.reshape(3, -1, 16).sum(-1).astype(np.int16))
+    if kernel.TYPES[type_name] == "Q8_1":
+        s = absmax(x.reshape(3, -1, 32)) / np.float32(127) * q.reshape(3, -1, 32).sum(-1)
+        assert np.array_equal(f["s"], s.astype(np.float16).astype(np.float32))
+
+
+@pytest.mark.parametrize("type_name", TYPES)
+def test_the_integer_sums_are_numpys(k, type_name):
+    t = GGML_TYPES_BY_NAME[type_name]
+    rows, n = 7, 768 if t.block_size == 256 else 96
+    raw = random_blocks(type_name, rows * n // t.block_size, RNG)
+    x = RNG.standard_normal((1, n)).astype(np.float32)
+    act = k.quantize(x, type_name)
+    xq = quantize_activations(x, kernel.TYPES[type_name])[0].astype(np.int64).reshape(-1, 16)   # (n/16, 16)
+    codes = np.asarray(quants.codes(raw, t, rows * n).q).astype(np.int64).reshape(rows, -1, 16)
+    want = (codes * xq).sum(-1)                                                            # (rows, n/16)
+    blocks = raw.reshape(rows, -1)
+    for r in range(rows):
+        assert np.array_equal(k.block_sums(np.ascontiguousarray(blocks[r]), type_name, act[0]), want[r]), r
+
+
+@pytest.mark.parametrize("type_name", TYPES)
+def test_the_product_of_any_number_of_tokens(k, type_name):
+    t = GGML_TYPES_BY_NAME[type_name]
+    rows, n = 37, 512
+    g = Tensors({"w": (type_name, rows, n)})
+    c = quants.codes(g.raw["w"], t, rows * n)
+    x = RNG.standard_normal((37, n)).astype(np.float32)
+    want = reference(g.weights("w"), x, type_name, None if c.plus is None else c.plus.reshape(rows, -1))
+    tol = 2e-6 * np.abs(want).max()
+    for tokens in (1, 2, 4, 5, 37):
+        wide = np.full((tokens, rows + 9), np.nan, np.float32)           # rows 3..3+rows of a wider array
+        out = k.mul_mat(g.raw["w"].reshape(rows, -1), type_name, n, k.quantize(x[:tokens], type_name),
+                        wide[:, 3:3 + rows])
+        np.testing.assert_allclose(out, want[:tokens], rtol=0, atol=tol)
+        assert np.isnan(wide[:, :3]).all() and np.isnan(wide[:, 3 + rows:]).all()   # nothing written outside
+
+
+def test_the_blocks_form(k):
+    """One row split of two types: one rounding of x a vec_dot type, the parts' rows in order, rows() bit
+    for bit, a batch and one token alike."""
+    g = Tensors({"a": ("Q4_K", 5, 256), "b": ("Q6_K", 3, 256), "c": ("Q8_0", 2, 256)})
+    w = Builder(g).build(whole(g, ["a", "b", "c"]), Form.BLOCKS)
+    assert isinstance(w, RowSplit) and [type(p) for p in w.parts] == [Blocks] * 3 and w.shape == (10, 256)
+    assert w.nbytes == sum(g.raw[n].size for n in "abc")
+    x = RNG.standard_normal((6, 256)).astype(np.float32)
+    want = np.concatenate([reference(g.weights(n), x, g.tensors[n].type.name) for n in "abc"], axis=1)
+    np.testing.assert_allclose(w(x), want, rtol=0, atol=2e-6 * np.abs(want).max())
+    np.testing.assert_allclose(w(x[2]), want[2], rtol=0, atol=2e-6 * np.abs(want).max())
+    acts: dict = {}
+    for part in w.parts:
+        part(x, acts)
+    assert sorted(acts) == [("blocks", "Q8_0"), ("blocks", "Q8_K")]
+    ids = [9, 0, 5, 4]
+    rows = np.concatenate([g.weights(n) for n in "abc"])[ids]
+    assert np.array_equal(w.rows(ids).view(np.uint32), rows.view(np.uint32))
+
+
+def test_every_binary16_scale_is_read_as_numpy_reads_it(k):
+    """65536 Q8_0 rows, row h with scale h (its f16 bits) and code 1 at weight 0, times x = e0 (codes 127,
+    0, ..., scale d_x): y = h * d_x * 127, NaN and infinities included."""
+    h = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    w = np.zeros((1 << 16, 34), np.uint8)
+    w[:, :2] = h.view(np.uint8).reshape(-1, 2)
+    w[:, 2] = 1
+    x = np.zeros((1, 32), np.float32)
+    x[0, 0] = 1                                                          # codes (127, 0, ...), d = fp16(1/127)
+    act = k.quantize(x, "Q8_0")
+    dx = act_fields(k, act, "Q8_0", 32)["d"][0, 0]
+    with np.errstate(all="ignore"):
+        want = h.view(np.float16).astype(np.float32) * dx * np.float32(127)
+    got = k.mul_mat(w, "Q8_0", 32, act, np.empty((1, 1 << 16), np.float32))[0]
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    assert np.array_equal(got[ok], want[ok])
+
+
+def test_nan_and_infinite_activations_end_in_nan_not_a_trap(k):
+    t = GGML_TYPES_BY_NAME["Q4_0"]
+    raw = random_blocks("Q4_0", 4 * 64 // t.block_size, RNG).reshape(4, -1)
+    x = RNG.standard_normal((3, 64)).astype(np.float32)
+    x[0, 3], x[1, 40], x[2, 0] = np.nan, np.inf, -np.inf
+    for type_name in ("Q4_0", "Q4_1", "Q4_K"):
+        k.quantize(np.resize(x, (3, 256)), type_name)                   # no trap on any path
+    y = k.mul_mat(raw, "Q4_0", 64, k.quantize(x, "Q4_0"), np.empty((3, 4), np.float32))
+    assert y.shape == (3, 4)
+
+
+BAD = [
+    ("an unknown type", lambda k, w, a, o: k.mul_mat(w, "IQ2_XXS", 64, a, o), "no product for IQ2_XXS"),
+    ("a float32 weight", lambda k, w, a, o: k.mul_mat(w.astype(np.float32), "Q4_0", 64, a, o), "uint8"),
+    ("rows of the wrong size", lambda k, w, a, o: k.mul_mat(w[:, :-1].copy(), "Q4_0", 64, a, o), "bytes a row"),
+    ("a non-contiguous weight", lambda k, w, a, o: k.mul_mat(w[::2], "Q4_0", 64, a, o[:, :2]), "C-contiguous"),
+    ("codes of another width", lambda k, w, a, o: k.mul_mat(w, "Q4_0", 64, a[:, :-32].copy(), o), "bytes a token"),
+    ("codes of another type", lambda k, w, a, o: k.mul_mat(w, "Q4_1", 64, a, o), "bytes a row"),
+    ("an output too small", lambda k, w, a, o: k.mul_mat(w, "Q4_0", 64, a, o[:, :3]), "out must be"),
+    ("an output of other tokens", lambda k, w, a, o: k.mul_mat(w, "Q4_0", 64, a, o[:1]), "out must be"),
+    ("a read-only output", lambda k, w, a, o: k.mul_mat(w, "Q4_0", 64, a, readonly(o)), "out must be"),
+    ("a float64 output", lambda k, w, a, o: k.mul_mat(w, "Q4_0", 64, a, o.astype(np.float64)), "out must be"),
+    ("a strided output", lambda k, w, a, o: k.mul_mat(w, "Q4_0", 64, a, np.empty((2, 8), np.float32)[:, ::2]),
+     "out must be"),
+    ("x not float32", lambda k, w, a, o: k.quantize(np.zeros((2, 64)), "Q4_0"), "float32"),
+    ("x not whole blocks", lambda k, w, a, o: k.quantize(np.zeros((2, 48), np.float32), "Q4_0"), "whole Q4_0"),
+    ("x not whole K blocks", lambda k, w, a, o: k.quantize(np.zeros((2, 64), np.float32), "Q4_K"), "whole Q4_K"),
+]
+
+
+def readonly(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+@pytest.mark.parametrize("what, call, message", BAD, ids=[b[0] for b in BAD])
+def test_what_c_must_not_be_given_is_refused_first(k, what, call, message):
+    w = random_blocks("Q4_0", 8, RNG).reshape(4, -1)                     # 4 rows of 64 weights
+    act = k.quantize(RNG.standard_normal((2, 64)).astype(np.float32), "Q4_0")
+    with pytest.raises(KernelError, match=message):
+        call(k, w, act, np.empty((2, 4), np.float32))
+
+
+def test_the_c_side_checks_its_numbers_too(k):
+    lib, buf = k.lib, np.zeros(1 << 12, np.uint8)
+    assert lib.pe_act_bytes(5, 64) == -1 and lib.pe_act_bytes(2, 48) == -2 and lib.pe_act_bytes(2, 0) == -2
+    assert lib.pe_act_bytes(12, 128) == -2 and lib.pe_act_bytes(2, -32) == -2
+    p = buf.ctypes.data
+    assert lib.pe_quantize(2, p, 64, -1, p) == -2 and lib.pe_quantize(99, p, 64, 1, p) == -1
+    assert lib.pe_mul_mat(2, p, -1, 64, p, 1, p, 1) == -2 and lib.pe_mul_mat(2, p, 4, 64, p, 2, p, 3) == -2
+    assert lib.pe_mul_mat(2, p, 0, 64, p, 0, p, 0) == 0                # nothing to do: nothing read
+
+
+def test_status_says_which_products_run(monkeypatch):
+    kernel.use(False, "a test")
+    assert kernel.get() is None and kernel.status() == "numpy (a test)"
+    kernel.use(True)
+    monkeypatch.setattr(kernel, "_loaded", [])
+    monkeypatch.setenv("PYENGINE_KERNELS", "0")
+    assert kernel.get() is None and kernel.status() == "numpy (PYENGINE_KERNELS=0)"
+    monkeypatch.setattr(kernel, "_loaded", [])
+    monkeypatch.delenv("PYENGINE_KERNELS")
+    monkeypatch.setattr(kernel, "library_path", lambda: None)
+    assert kernel.get() is None and "not built" in kernel.status()
+    monkeypatch.setattr(kernel, "_loaded", [])
+    monkeypatch.setattr(kernel, "library_path", lambda: "/nonexistent/libpyengine_kernel.so")
+    assert kernel.get() is None and kernel.status().startswith("numpy (the C kernel did not load")
