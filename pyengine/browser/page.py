@@ -49,8 +49,10 @@ def open_gguf_plainly(sources: list, progress: Any = None) -> Any:
 
 def model_card(d: dict, chat_template: str, weights: str = "") -> dict:
     """The model card from :func:`pyengine.inspect.describe`'s dict: name, architecture, parameters,
-    quant types (most bytes first), context length (tokens), file size (bytes, all parts), and
-    ``weights``: the weight form the model is held in (``Model.weights``, a key of WEIGHT_FORMS)."""
+    quant types (most bytes first), context length (tokens), file size (bytes, all parts),
+    ``weights``: the weight form the model is held in (``Model.weights``, a key of WEIGHT_FORMS), and
+    ``products``: what runs the quantized products (:func:`pyengine.weights.kernel.status`)."""
+    from pyengine.weights import kernel
     meta = d["metadata"]
     arch = str(meta.get("general.architecture", "?"))
     return {
@@ -63,6 +65,7 @@ def model_card(d: dict, chat_template: str, weights: str = "") -> dict:
         "files": d["files"],
         "chat_template": chat_template,
         "weights": weights,
+        "products": kernel.status() if weights == "blocks" or kernel.get() is None else "numpy (the Memory setting)",
     }
 
 

@@ -41,6 +41,7 @@ function showCard(card) {
     [several ? "files" : "file", card.files.join("\n")],
     ["chat template", card.chat_template],
     ["weights", weightCards[card.weights] ?? card.weights],
+    ["products", card.products],
   ];
   el.modelInfo.querySelector(".card").replaceChildren(...fields.flatMap(([k, v]) => {
     const dd = make("dd", "", v);
