@@ -32,7 +32,8 @@ WASM = ROOT / "build" / "kernel" / "pyengine_kernel.so"
 SOURCES = (KERNEL / "kernel.c", KERNEL / "simd.h")
 ZIG = [sys.executable, "-m", "ziglang"]
 ZIG_VERSION = "0.17.1"
-COMMON = ["-O3", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror"]
+# -ffp-contract=off: no fused multiply-adds, so that every build sums the same floats to the same bits
+COMMON = ["-O3", "-ffp-contract=off", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror"]
 WASM_CC = ["-target", "wasm32-emscripten", "-msimd128", "-mno-extended-const", "-ffreestanding", *COMMON]
 WASM_LD = ["--experimental-pic", "-shared", "--no-entry", "--export-dynamic", "--strip-all"]
 
