@@ -31,7 +31,7 @@ def instrument(model) -> tuple[dict, dict]:
     """Wrap the kernels the forward pass calls with timers; returns (seconds, calls), both by label."""
     import pyengine.model.transformer as transformer
     from pyengine.model.ops import Rope
-    from pyengine.weights import forms, quantized
+    from pyengine.weights import blocks, forms, quantized
 
     seconds, calls = defaultdict(float), defaultdict(int)
 
@@ -54,7 +54,7 @@ def instrument(model) -> tuple[dict, dict]:
         for name, value in vars(layer).items():
             if hasattr(value, "form"):
                 roles.setdefault(id(value), f"matmul {name} ({value.form.name.lower()})")
-    for cls in (forms.F32, quantized.Quantized, forms.RowSplit):
+    for cls in (forms.F32, quantized.Quantized, forms.RowSplit, blocks.Blocks):
         if "__call__" in vars(cls):
             cls.__call__ = timed(lambda a: roles.get(id(a[0]), "matmul ?"), cls.__call__)
     Rope.__call__ = timed(lambda a: "rope", Rope.__call__)

@@ -108,28 +108,31 @@ def test_the_blocks_form(k):
     want = np.concatenate([reference(g.weights(n), x, g.tensors[n].type.name) for n in "abc"], axis=1)
     np.testing.assert_allclose(w(x), want, rtol=0, atol=2e-6 * np.abs(want).max())
     np.testing.assert_allclose(w(x[2]), want[2], rtol=0, atol=2e-6 * np.abs(want).max())
+    first = w(x[0])                                      # one token's work arrays are kept for the next:
+    w(x[1])                                              # what a product returns is its own
+    np.testing.assert_allclose(first, want[0], rtol=0, atol=2e-6 * np.abs(want).max())
     acts: dict = {}
     for part in w.parts:
         part(x, acts)
-    assert sorted(acts) == [("blocks", "Q8_0"), ("blocks", "Q8_K")]
+    assert sorted(acts) == [("kernel", "Q8_0", 256), ("kernel", "Q8_K", 256)]
     ids = [9, 0, 5, 4]
     rows = np.concatenate([g.weights(n) for n in "abc"])[ids]
     assert np.array_equal(w.rows(ids).view(np.uint32), rows.view(np.uint32))
 
 
 def test_every_binary16_scale_is_read_as_numpy_reads_it(k):
-    """65536 Q8_0 rows, row h with scale h (its f16 bits) and code 1 at weight 0, times x = e0 (codes 127,
-    0, ..., scale d_x): y = h * d_x * 127, NaN and infinities included."""
+    """65536 Q8_0 rows, row h with scale h (its f16 bits) and code 1 at weights 0, 2, 4 and 6, times x = 1
+    there (codes 127, scale d_x): y = 4 * 127 * h * d_x, NaN and infinities included."""
     h = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
     w = np.zeros((1 << 16, 34), np.uint8)
     w[:, :2] = h.view(np.uint8).reshape(-1, 2)
-    w[:, 2] = 1
+    w[:, [2, 4, 6, 8]] = 1
     x = np.zeros((1, 32), np.float32)
-    x[0, 0] = 1                                                          # codes (127, 0, ...), d = fp16(1/127)
+    x[0, [0, 2, 4, 6]] = 1                                              # codes 127 there, d_x = fp16(1/127)
     act = k.quantize(x, "Q8_0")
     dx = act_fields(k, act, "Q8_0", 32)["d"][0, 0]
     with np.errstate(all="ignore"):
-        want = h.view(np.float16).astype(np.float32) * dx * np.float32(127)
+        want = h.view(np.float16).astype(np.float32) * dx * np.float32(127) * np.float32(4)
     got = k.mul_mat(w, "Q8_0", 32, act, np.empty((1, 1 << 16), np.float32))[0]
     assert np.array_equal(np.isnan(got), np.isnan(want))
     ok = ~np.isnan(want)

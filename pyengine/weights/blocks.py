@@ -20,7 +20,7 @@ import numpy as np
 from pyengine.gguf import quants
 from pyengine.gguf.ggml_types import GGMLType
 from pyengine.weights.forms import Form
-from pyengine.weights.kernel import TYPES, Kernel
+from pyengine.weights.kernel import Kernel, Matrix
 
 
 class Blocks:
@@ -32,7 +32,7 @@ class Blocks:
             raise ValueError(f"{ggml_type.name} blocks of {n_in} weights a row must be (rows, "
                              f"{ggml_type.n_bytes(n_in)}) uint8, got {data.dtype} {data.shape}")
         self.data, self.type, self.n_in, self.kernel = np.ascontiguousarray(data), ggml_type, n_in, kernel
-        self.act = TYPES[ggml_type.name]                 # the activations' type: Q8_0, Q8_1 or Q8_K
+        self.matrix = Matrix(self.data, ggml_type.name, n_in)                          # checked once
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -44,18 +44,8 @@ class Blocks:
 
     def __call__(self, x: np.ndarray, acts: dict | None = None) -> np.ndarray:
         """(n_in,) -> (n_out,), or (T, n_in) -> (T, n_out) float32. ``acts`` keeps x's rounded codes for
-        the other parts of a RowSplit, by activation type."""
-        xs = np.ascontiguousarray(x.reshape(-1, self.n_in), np.float32)                 # (T, n_in)
-        if not len(xs):                                                                 # a prompt chunk's last layer
-            return np.zeros((0, self.data.shape[0]), np.float32)
-        key = ("blocks", self.act)
-        act = None if acts is None else acts.get(key)
-        if act is None:
-            act = self.kernel.quantize(xs, self.type.name)                              # (T, act bytes) uint8
-            if acts is not None:
-                acts[key] = act
-        y = self.kernel.mul_mat(self.data, self.type.name, self.n_in, act,
-                                np.empty((len(xs), self.data.shape[0]), np.float32))    # (T, n_out)
+        the other parts of a RowSplit."""
+        y = self.kernel.product(self.matrix, x.reshape(-1, self.n_in), acts)                # (T, n_out)
         return y[0] if x.ndim == 1 else y
 
     def rows(self, ids) -> np.ndarray:

@@ -33,7 +33,8 @@ from pyengine.gguf.ggml_types import GGML_TYPES_BY_NAME, GGMLType
 # The weight types kernel.c multiplies, and the activations' type each is rounded to (ggml's vec_dot_type)
 TYPES = {"Q4_0": "Q8_0", "Q4_1": "Q8_1", "Q5_0": "Q8_0", "Q5_1": "Q8_1", "Q8_0": "Q8_0", "IQ4_NL": "Q8_0",
          "Q2_K": "Q8_K", "Q3_K": "Q8_K", "Q4_K": "Q8_K", "Q5_K": "Q8_K", "Q6_K": "Q8_K", "IQ4_XS": "Q8_K"}
-VERSION = 1                                  # kernel.c's pe_version(): a library of another version is not used
+VERSION = 2                                  # kernel.c's pe_version(): a library of another version is not used
+MAX_N = 1 << 26                              # kernel.c's MAX_N: weights a row
 HERE = Path(__file__).resolve().parent
 WASM_PATH = "/lib/pyengine_kernel.so"        # where the page's boot writes the side module (Pyodide's FS)
 NATIVE = {"avx2": "libpyengine_kernel-x86_64-avx2.so", "portable": "libpyengine_kernel-portable.so"}
@@ -43,36 +44,96 @@ class KernelError(PyEngineError):
     """An array that kernel.c must not be given (its type, shape, dtype, layout or size)."""
 
 
-def _i64(v) -> ctypes.c_int64:
-    return ctypes.c_int64(int(v))
+DECODE_TOKENS = 4            # products of at most this many tokens reuse buffers kept for their shapes
+
+
+class Matrix:
+    """A matrix in its GGUF blocks, checked once for the kernel: ``data`` (rows, row bytes) uint8, C-contiguous,
+    each row ``n`` weights of ``ggml_type``; its address looked up once (it is kept alive here)."""
+
+    def __init__(self, data: np.ndarray, ggml_type: str, n: int):
+        t = _type(ggml_type)
+        _check(data, np.uint8, 2, "the blocks")
+        if n <= 0 or n % t.block_size or data.shape[1] != t.n_bytes(n):
+            raise KernelError(f"{data.shape[1]} bytes a row are not {n} {ggml_type} weights")
+        self.data, self.type, self.id, self.n, self.rows = data, ggml_type, t.id, n, data.shape[0]
+        self.address = data.ctypes.data
 
 
 class Kernel:
     """kernel.c's functions on numpy arrays. ``path``: the shared library. Raises OSError (not loadable) or
-    KernelError (another version)."""
+    KernelError (another version).
+
+    Under Pyodide its functions are called with plain Python ints (a typed ctypes argument costs
+    microseconds there), addresses folded to signed 32-bit numbers (the same bits); natively with argtypes.
+    """
 
     def __init__(self, path: str):
         self.path = path
         lib = ctypes.CDLL(path)
         if lib.pe_version() != VERSION:
             raise KernelError(f"{path}: kernel version {lib.pe_version()}, expected {VERSION}: rebuild it")
-        i64, ptr, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
-        lib.pe_act_bytes.argtypes, lib.pe_act_bytes.restype = [i32, i64], i64
-        lib.pe_quantize.argtypes, lib.pe_quantize.restype = [i32, ptr, i64, i64, ptr], i32
-        lib.pe_mul_mat.argtypes, lib.pe_mul_mat.restype = [i32, ptr, i64, i64, ptr, i64, ptr, i64], i32
-        lib.pe_block_sums.argtypes, lib.pe_block_sums.restype = [i32, ptr, i64, ptr, ptr], i32
+        i32, ptr = ctypes.c_int, ctypes.c_void_p
+        self.wasm = sys.platform == "emscripten"
+        for fn, args in ((lib.pe_act_bytes, [i32, i32]), (lib.pe_quantize, [i32, ptr, i32, i32, ptr]),
+                         (lib.pe_mul_mat, [i32, ptr, i32, i32, ptr, i32, ptr, i32]),
+                         (lib.pe_block_sums, [i32, ptr, i32, ptr, ptr])):
+            fn.restype = i32
+            if not self.wasm:
+                fn.argtypes = args
         self.lib = lib
         self._act_bytes: dict[tuple[str, int], int] = {}
+        self._buffers: dict[tuple, tuple[np.ndarray, int]] = {}   # (kind, shape) -> (array, its address)
 
     def act_bytes(self, ggml_type: str, n: int) -> int:
         """Bytes of one token's activation record for rows of ``n`` weights of ``ggml_type``."""
         key = (ggml_type, n)
         if key not in self._act_bytes:
             t = _type(ggml_type)
-            if n <= 0 or n % t.block_size:
+            if n <= 0 or n % t.block_size or n > MAX_N:
                 raise KernelError(f"{n} weights are not whole {ggml_type} blocks of {t.block_size}")
             self._act_bytes[key] = _ok(self.lib.pe_act_bytes(t.id, n), "pe_act_bytes")
         return self._act_bytes[key]
+
+    def product(self, m: Matrix, x: np.ndarray, acts: dict | None = None) -> np.ndarray:
+        """``W x`` for the matrix ``m``: x (T, n) float32 -> (T, rows) float32, a new array. ``acts`` keeps x's
+        rounded codes for another matrix of the same activation type and width (a row split's parts)."""
+        if x.ndim != 2 or x.shape[1] != m.n:
+            raise KernelError(f"x of shape {x.shape} for a matrix of {m.n} weights a row")
+        t = len(x)
+        if t == 0:
+            return np.zeros((0, m.rows), np.float32)
+        act_type = TYPES[m.type]
+        key = ("kernel", act_type, m.n)
+        act = None if acts is None else acts.get(key)          # (array, address): the array kept alive
+        if act is None:
+            xs, x_at = self._buffer("x", (t, m.n), np.float32)
+            np.copyto(xs, x, casting="same_kind")
+            act = self._buffer(act_type, (t, self.act_bytes(m.type, m.n)), np.uint8)
+            _ok(self._call(self.lib.pe_quantize, m.id, x_at, m.n, t, act[1]), "pe_quantize")
+            if acts is not None:
+                acts[key] = act
+        y, y_at = self._buffer("y", (t, m.rows), np.float32)
+        _ok(self._call(self.lib.pe_mul_mat, m.id, m.address, m.rows, m.n, act[1], t, y_at, m.rows), "pe_mul_mat")
+        return y.copy() if t <= DECODE_TOKENS else y
+
+    def _buffer(self, kind: str, shape: tuple, dtype) -> tuple[np.ndarray, int]:
+        """A work array and its address: kept for decode's few tokens, new for a prompt's many."""
+        key = (kind, shape)
+        got = self._buffers.get(key)
+        if got is None:
+            a = np.empty(shape, dtype)
+            got = (a, a.ctypes.data)
+            if shape[0] <= DECODE_TOKENS:
+                self._buffers[key] = got
+        return got
+
+    def _call(self, fn, *args) -> int:
+        if self.wasm:                                   # addresses past 2 GiB as the same 32 bits, signed
+            args = tuple(a - (1 << 32) if a >= 1 << 31 else a for a in args)
+        return fn(*args)
+
+    # -- for tests: each step on arrays of the caller's, every argument checked ------------------------------
 
     def quantize(self, x: np.ndarray, ggml_type: str) -> np.ndarray:
         """x (T, n) float32 rounded to 8-bit codes for weights of ``ggml_type`` (Q8_0, Q8_1 or Q8_K, as ggml
@@ -80,31 +141,28 @@ class Kernel:
         _check(x, np.float32, 2, "x")
         t, n = x.shape
         act = np.empty((t, self.act_bytes(ggml_type, n)), np.uint8)
-        _ok(self.lib.pe_quantize(_type(ggml_type).id, x.ctypes.data, _i64(n), _i64(t), act.ctypes.data), "pe_quantize")
+        _ok(self._call(self.lib.pe_quantize, _type(ggml_type).id, x.ctypes.data, n, t, act.ctypes.data),
+            "pe_quantize")
         return act
 
     def mul_mat(self, w: np.ndarray, ggml_type: str, n: int, act: np.ndarray, out: np.ndarray) -> np.ndarray:
         """``out[t, r] = W[r] . x[t]`` for ``w`` (rows, row bytes) uint8, each row n weights of ``ggml_type``
         in its blocks, and ``act`` (T, act_bytes) from :meth:`quantize`; ``out`` (T, >= rows) float32, its
         rows contiguous (a column slice of a wider array is fine). Returns ``out``."""
-        t_info = _type(ggml_type)
-        _check(w, np.uint8, 2, "w")
-        rows = w.shape[0]
-        if w.shape[1] != t_info.n_bytes(n) or n % t_info.block_size:
-            raise KernelError(f"w has {w.shape[1]} bytes a row, not {n} {ggml_type} weights")
+        m = Matrix(w, ggml_type, n)
         self._check_act(act, ggml_type, n)
         if out.dtype != np.float32 or out.ndim != 2 or not out.flags.writeable or out.strides[1] != 4 \
-                or out.strides[0] % 4 or out.shape != (len(act), rows):
-            raise KernelError(f"out must be writeable float32 ({len(act)}, {rows}) with contiguous rows, "
+                or out.strides[0] % 4 or out.shape != (len(act), m.rows):
+            raise KernelError(f"out must be writeable float32 ({len(act)}, {m.rows}) with contiguous rows, "
                               f"got {out.dtype} {out.shape} strides {out.strides}")
-        ldy = out.strides[0] // 4 if len(act) > 1 else rows
-        _ok(self.lib.pe_mul_mat(t_info.id, w.ctypes.data, _i64(rows), _i64(n), act.ctypes.data, _i64(len(act)),
-                                out.ctypes.data, _i64(ldy)), "pe_mul_mat")
+        ldy = out.strides[0] // 4 if len(act) > 1 else m.rows
+        _ok(self._call(self.lib.pe_mul_mat, m.id, m.address, m.rows, n, act.ctypes.data, len(act),
+                       out.ctypes.data, ldy), "pe_mul_mat")
         return out
 
     def block_sums(self, row: np.ndarray, ggml_type: str, act: np.ndarray) -> np.ndarray:
-        """For tests: one row's integer sums with one token's codes, a sub-block of 16 weights at a time,
-        before any scale: (n / 16,) int32."""
+        """One row's integer sums with one token's codes, a sub-block of 16 weights at a time, before any
+        scale: (n / 16,) int32."""
         t_info = _type(ggml_type)
         _check(row, np.uint8, 1, "row")
         n = len(row) // t_info.type_size * t_info.block_size
@@ -112,7 +170,7 @@ class Kernel:
             raise KernelError(f"a row of {len(row)} bytes is not whole {ggml_type} blocks")
         self._check_act(act[None] if act.ndim == 1 else act, ggml_type, n)
         out = np.empty(n // 16, np.int32)
-        _ok(self.lib.pe_block_sums(t_info.id, row.ctypes.data, _i64(n), act.ctypes.data, out.ctypes.data),
+        _ok(self._call(self.lib.pe_block_sums, t_info.id, row.ctypes.data, n, act.ctypes.data, out.ctypes.data),
             "pe_block_sums")
         return out
 

@@ -25,6 +25,8 @@
  * negative) and return a negative number for anything else; they never read outside the sizes those
  * numbers imply.
  */
+#include <stddef.h>
+
 #include "simd.h"
 
 /* ggml's type numbers (ggml.h, enum ggml_type) */
@@ -38,6 +40,7 @@ enum { E_TYPE = -1, E_SIZE = -2 };   /* errors: an unknown type; n or a count th
 #define QK_K 256             /* weights a super-block of the K types and IQ4_XS */
 #define NT_MAX 4             /* tokens of a prompt multiplied at once by each block */
 #define PACKED __attribute__((packed))
+#define UNROLL _Pragma("clang loop unroll(full)")   /* a loop of a few (constant) rounds, kept in registers */
 
 /* ---- the blocks, as ggml-common.h declares them (half: an IEEE binary16 as its bits) ---- */
 typedef uint16_t half;
@@ -102,12 +105,12 @@ typedef struct { int16_t *q; float *d; int16_t *bsum; float *s; } act_view;
 
 static int act_block(int type) { return type == Q8_K ? QK_K : type == Q8_0 || type == Q8_1 ? QK : 0; }
 
-static int64_t act_bytes(int type, int64_t n) {
-    const int64_t bytes = 2 * n + 4 * (n / act_block(type)) + 2 * (n / 16) + (type == Q8_1 ? 4 * (n / QK) : 0);
-    return (bytes + 31) & ~(int64_t)31;
+static ptrdiff_t act_bytes(int type, ptrdiff_t n) {
+    const ptrdiff_t bytes = 2 * n + 4 * (n / act_block(type)) + 2 * (n / 16) + (type == Q8_1 ? 4 * (n / QK) : 0);
+    return (bytes + 31) & ~(ptrdiff_t)31;
 }
 
-static act_view act_at(int type, uint8_t *rec, int64_t n) {
+static act_view act_at(int type, uint8_t *rec, ptrdiff_t n) {
     act_view a;
     a.q = (int16_t *)rec;
     a.d = (float *)(rec + 2 * n);
@@ -154,18 +157,18 @@ static void quantize_block_q8_K(const float *x, int16_t *q, float *d) {
     *d = 1 / iscale;
 }
 
-static void quantize_row(int type, const float *x, int64_t n, uint8_t *rec) {
+static void quantize_row(int type, const float *x, ptrdiff_t n, uint8_t *rec) {
     const act_view a = act_at(type, rec, n);
     if (type == Q8_K) {
-        for (int64_t b = 0; b < n / QK_K; b++) quantize_block_q8_K(x + b * QK_K, a.q + b * QK_K, a.d + b);
+        for (ptrdiff_t b = 0; b < n / QK_K; b++) quantize_block_q8_K(x + b * QK_K, a.q + b * QK_K, a.d + b);
     } else {
-        for (int64_t b = 0; b < n / QK; b++) {
+        for (ptrdiff_t b = 0; b < n / QK; b++) {
             float d_exact;
             const int sum = quantize_block_q8_0(x + b * QK, a.q + b * QK, a.d + b, &d_exact);
             if (a.s) a.s[b] = fp16_to_f32(f32_to_fp16(d_exact * (float)sum));
         }
     }
-    for (int64_t j = 0; j < n / 16; j++) {
+    for (ptrdiff_t j = 0; j < n / 16; j++) {
         int sum = 0;
         for (int i = 0; i < 16; i++) sum += a.q[16 * j + i];
         a.bsum[j] = (int16_t)sum;
@@ -190,7 +193,7 @@ INLINE u8x16 hi4(u8x16 v) { return v >> 4; }
 /* 16 bytes' nibbles: the low ones for sub-block 0, the high ones for 1 */
 INLINE u8x16 nibbles(const uint8_t *qs, int j) { return j ? hi4(load_u8x16(qs)) : lo4(load_u8x16(qs)); }
 /* `v` where the bits `bit` of the 16 bytes at p are set, else 0 */
-INLINE u8x16 where(const uint8_t *p, uint8_t bit, uint8_t v) { return (u8x16)((load_u8x16(p) & bit) != 0) & v; }
+INLINE u8x16 where(const uint8_t *p, uint8_t bit, uint8_t v) { return (u8x16)((load_u8x16(p) & bit) == bit) & v; }
 
 /* ggml dequantize_row_q4_0: w = d * (q - 8), q the low nibbles of qs then the high ones */
 INLINE void head_q4_0(const void *p, head *h) { h->d = fp16_to_f32(((const block_q4_0 *)p)->d); }
@@ -206,9 +209,7 @@ INLINE i16x16 sub_q4_1(const void *p, int j) { return u8_to_i16(nibbles(((const 
 
 /* dequantize_row_q5_0 / q5_1: a nibble, and bit j of qh as the fifth bit of weight j */
 INLINE i16x16 q5_codes(const uint8_t *qs, const uint8_t *qh, int j) {
-    uint32_t bits;
-    __builtin_memcpy(&bits, qh, 4);
-    return u8_to_i16(nibbles(qs, j) | (bit_mask(bits >> (16 * j)) & 16));
+    return u8_to_i16(nibbles(qs, j) | (bit_mask(load_u8x16(qh), j) & 16));   /* (16 bytes within the block) */
 }
 INLINE void head_q5_0(const void *p, head *h) { h->d = fp16_to_f32(((const block_q5_0 *)p)->d); }
 INLINE i16x16 sub_q5_0(const void *p, int j) {
@@ -368,52 +369,61 @@ static const type_info *type_of(int type) {
     return 0;
 }
 
+/* A token's running dot product with a row: the 32-weight types add each block's 4 partial sums scaled
+   (f32x4 v), the K types each super-block's exact sum (s, as the mins of Q4_1 and Q5_1) */
+typedef struct { f32x4 v; float s; } accum;
+
 /* One block times nt tokens' codes (act records acts[0..nt-1], block b of each), added to acc[i]:
    ggml_vec_dot_<type>_q8_<x> for one block. Each sub-block's 16 codes are read once for all nt tokens. */
-INLINE void block_dot(const type_info *t, const uint8_t *blk, const act_view *acts, int64_t b, int nt, float *acc) {
+INLINE void block_dot(const type_info *t, const uint8_t *blk, const act_view *acts, ptrdiff_t b, int nt,
+                      accum *acc) {
     head h;
     t->head(blk, &h);
     i32x8 s[NT_MAX];
-    for (int i = 0; i < nt; i++) s[i] = (i32x8){0};
-    for (int j = 0; j < t->qk / 16; j++) {
+    UNROLL for (int i = 0; i < nt; i++) s[i] = (i32x8){0};
+    UNROLL for (int j = 0; j < t->qk / 16; j++) {
         i16x16 q = t->sub(blk, j);
         if (t->qk == QK_K) q *= h.sc[j];                  /* exact in int16: |sc * q| <= 64 * 127 */
-        for (int i = 0; i < nt; i++) s[i] += madd(q, load_i16x16(acts[i].q + b * t->qk + 16 * j));
+        UNROLL for (int i = 0; i < nt; i++) s[i] += madd(q, load_i16x16(acts[i].q + b * t->qk + 16 * j));
     }
-    for (int i = 0; i < nt; i++) {
+    UNROLL for (int i = 0; i < nt; i++) {
         const float dx = acts[i].d[b];
-        acc[i] += (h.d * dx) * (float)hsum_i32(s[i]);
-        if (t->mins && t->qk == QK) {                     /* Q4_1, Q5_1: + m * s */
-            acc[i] += h.m * acts[i].s[b];
-        } else if (t->mins) {                             /* K types: - dmin * d_x * sum_j min_j bsum_j */
+        if (t->qk == QK) {                                /* d_w * d_x * sum (+ m * s for Q4_1, Q5_1) */
+            acc[i].v += __builtin_convertvector(fold_i32(s[i]), f32x4) * (h.d * dx);
+            if (t->mins) acc[i].s += h.m * acts[i].s[b];
+            continue;
+        }
+        acc[i].s += (h.d * dx) * (float)hsum_i32(s[i]);
+        if (t->mins) {                                    /* K types: - dmin * d_x * sum_j min_j bsum_j */
             const int16_t *bsum = acts[i].bsum + b * (QK_K / 16);
             int32_t m = 0;
             for (int j = 0; j < QK_K / 16; j++) m += h.mins[j] * bsum[j];
-            acc[i] -= (h.m * dx) * (float)m;
+            acc[i].s -= (h.m * dx) * (float)m;
         }
     }
 }
 
 /* rows r0..r1-1 times nt tokens into y[i * ldy + r] */
-INLINE void rows_times_tokens(const type_info *t, const uint8_t *w, int64_t r0, int64_t r1, int64_t nb,
-                              const act_view *acts, int nt, float *y, int64_t ldy) {
-    for (int64_t r = r0; r < r1; r++) {
+INLINE void rows_times_tokens(const type_info *t, const uint8_t *w, ptrdiff_t r0, ptrdiff_t r1, ptrdiff_t nb,
+                              const act_view *acts, int nt, float *y, ptrdiff_t ldy) {
+    for (ptrdiff_t r = r0; r < r1; r++) {
         const uint8_t *row = w + r * nb * t->bytes;
-        float acc[NT_MAX] = {0};
-        for (int64_t b = 0; b < nb; b++) block_dot(t, row + b * t->bytes, acts, b, nt, acc);
-        for (int i = 0; i < nt; i++) y[i * ldy + r] = acc[i];
+        accum acc[NT_MAX];
+        UNROLL for (int i = 0; i < nt; i++) acc[i] = (accum){{0}, 0};
+        for (ptrdiff_t b = 0; b < nb; b++) block_dot(t, row + b * t->bytes, acts, b, nt, acc);
+        UNROLL for (int i = 0; i < nt; i++) y[i * ldy + r] = hsum_f32(acc[i].v) + acc[i].s;
     }
 }
 
 /* y (T, ldy) [:, :rows] = W (rows, n) x^T for one type: NT_MAX tokens at a time over each block,
    TOKEN_TILE tokens' codes kept in cache while the rows pass */
 #define TOKEN_TILE 32
-INLINE void mul_mat_type(const type_info *t, const uint8_t *w, int64_t rows, int64_t n, uint8_t *act,
-                         int64_t tokens, float *y, int64_t ldy) {
-    const int64_t nb = n / t->qk, rec = act_bytes(t->act, n);
-    for (int64_t t0 = 0; t0 < tokens; t0 += TOKEN_TILE) {
-        const int64_t t1 = t0 + TOKEN_TILE < tokens ? t0 + TOKEN_TILE : tokens;
-        int64_t i = t0;
+INLINE void mul_mat_type(const type_info *t, const uint8_t *w, ptrdiff_t rows, ptrdiff_t n, uint8_t *act,
+                         ptrdiff_t tokens, float *y, ptrdiff_t ldy) {
+    const ptrdiff_t nb = n / t->qk, rec = act_bytes(t->act, n);
+    for (ptrdiff_t t0 = 0; t0 < tokens; t0 += TOKEN_TILE) {
+        const ptrdiff_t t1 = t0 + TOKEN_TILE < tokens ? t0 + TOKEN_TILE : tokens;
+        ptrdiff_t i = t0;
         for (; i + NT_MAX <= t1; i += NT_MAX) {
             act_view a[NT_MAX];
             for (int k = 0; k < NT_MAX; k++) a[k] = act_at(t->act, act + (i + k) * rec, n);
@@ -428,43 +438,45 @@ INLINE void mul_mat_type(const type_info *t, const uint8_t *w, int64_t rows, int
 
 /* one copy of the loops a type, its head_ and sub_ inlined */
 #define MUL_MAT(name, T, qk, block, act, mins)                                                           \
-    static void mul_mat_##name(const uint8_t *w, int64_t rows, int64_t n, uint8_t *x, int64_t tokens,   \
-                               float *y, int64_t ldy) {                                                  \
+    static void mul_mat_##name(const uint8_t *w, ptrdiff_t rows, ptrdiff_t n, uint8_t *x, ptrdiff_t tokens,   \
+                               float *y, ptrdiff_t ldy) {                                                  \
         static const type_info t = {T, qk, sizeof(block), act, mins, head_##name, sub_##name};           \
         mul_mat_type(&t, w, rows, n, x, tokens, y, ldy);                                                 \
     }
 WEIGHT_TYPES(MUL_MAT)
 
-/* ---- the library's functions (ctypes) ---- */
+/* ---- the library's functions (ctypes) ----
+ * Counts are int (32-bit: a wasm32 call passes them as they are, with no 64-bit conversion); the byte
+ * offsets they imply are computed in 64 bits. Each returns a negative number for arguments it refuses. */
 
 #define EXPORT __attribute__((visibility("default")))
+#define MAX_N (1 << 26)      /* weights in a row: more than any model has, and 2n bytes fit an int */
 
-EXPORT int pe_version(void) { return 1; }
+EXPORT int pe_version(void) { return 2; }
 
-/* bytes of one token's activation record for n weights of the weight type `type`, or an error */
-EXPORT int64_t pe_act_bytes(int type, int64_t n) {
+/* bytes of one token's activation record for rows of n weights of the weight type `type`, or an error */
+EXPORT int pe_act_bytes(int type, int n) {
     const type_info *t = type_of(type);
     if (!t) return E_TYPE;
-    if (n <= 0 || n % t->qk || n > ((int64_t)1 << 40)) return E_SIZE;
-    return act_bytes(t->act, n);
+    if (n <= 0 || n % t->qk || n > MAX_N) return E_SIZE;
+    return (int)act_bytes(t->act, n);
 }
 
 /* x (tokens, n) float32 rounded for weights of `type` into `tokens` records at act */
-EXPORT int pe_quantize(int type, const float *x, int64_t n, int64_t tokens, uint8_t *act) {
-    const int64_t rec = pe_act_bytes(type, n);
-    if (rec < 0) return (int)rec;
+EXPORT int pe_quantize(int type, const float *x, int n, int tokens, uint8_t *act) {
+    const int rec = pe_act_bytes(type, n);
+    if (rec < 0) return rec;
     if (tokens < 0) return E_SIZE;
     const int at = type_of(type)->act;
-    for (int64_t i = 0; i < tokens; i++) quantize_row(at, x + i * n, n, act + i * rec);
+    for (ptrdiff_t i = 0; i < tokens; i++) quantize_row(at, x + i * n, n, act + i * rec);
     return 0;
 }
 
 /* y[t * ldy + r] = (row r of w) . (token t of x), for rows rows of n weights of `type` at w (rows of
    n / block_size blocks, one after the other) and tokens records at act (pe_quantize's) */
-EXPORT int pe_mul_mat(int type, const uint8_t *w, int64_t rows, int64_t n, uint8_t *act, int64_t tokens,
-                      float *y, int64_t ldy) {
-    const int64_t rec = pe_act_bytes(type, n);
-    if (rec < 0) return (int)rec;
+EXPORT int pe_mul_mat(int type, const uint8_t *w, int rows, int n, uint8_t *act, int tokens, float *y, int ldy) {
+    const int rec = pe_act_bytes(type, n);
+    if (rec < 0) return rec;
     if (rows < 0 || tokens < 0 || (tokens > 1 && ldy < rows)) return E_SIZE;
 #define CASE(name, T, qk_, block_, act_, mins_) \
     case T: mul_mat_##name(w, rows, n, act, tokens, y, ldy); return 0;
@@ -474,12 +486,12 @@ EXPORT int pe_mul_mat(int type, const uint8_t *w, int64_t rows, int64_t n, uint8
 
 /* for tests: the exact integer sums of one row of n weights with one token's codes, a sub-block of 16
    at a time, before any scale: out[j] = sum over sub-block j of code * xq (n / 16 of them) */
-EXPORT int pe_block_sums(int type, const uint8_t *row, int64_t n, uint8_t *act, int32_t *out) {
-    const int64_t rec = pe_act_bytes(type, n);
-    if (rec < 0) return (int)rec;
+EXPORT int pe_block_sums(int type, const uint8_t *row, int n, uint8_t *act, int32_t *out) {
+    const int rec = pe_act_bytes(type, n);
+    if (rec < 0) return rec;
     const type_info *t = type_of(type);
     const act_view a = act_at(t->act, act, n);
-    for (int64_t b = 0; b < n / t->qk; b++)
+    for (ptrdiff_t b = 0; b < n / t->qk; b++)
         for (int j = 0; j < t->qk / 16; j++)
             out[b * (t->qk / 16) + j] =
                 hsum_i32(madd(t->sub(row + b * t->bytes, j), load_i16x16(a.q + b * t->qk + 16 * j)));

@@ -22,7 +22,6 @@ typedef int16_t  i16x8  __attribute__((vector_size(16)));
 typedef int32_t  i32x4  __attribute__((vector_size(16)));
 typedef int16_t  i16x16 __attribute__((vector_size(32)));
 typedef int32_t  i32x8  __attribute__((vector_size(32)));
-typedef float    f32x8  __attribute__((vector_size(32)));
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -44,12 +43,12 @@ INLINE i16x16 load_i16x16(const int16_t *p) {
 INLINE i16x16 u8_to_i16(u8x16 v) { return __builtin_convertvector(v, i16x16); }
 INLINE i16x16 i8_to_i16(i8x16 v) { return __builtin_convertvector(v, i16x16); }
 
-/* lane i is all ones where bit i % 8 of byte i / 8 of `bits` (2 bytes) is set, else 0 */
-INLINE u8x16 bit_mask(uint32_t bits) {
-    const u8x16 b = {(uint8_t)bits, (uint8_t)(bits >> 8)};
-    const u8x16 rep = __builtin_shufflevector(b, b, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    const u8x16 one = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
-    return (u8x16)((rep & one) != 0);
+/* lane i is all ones where bit i % 8 of byte i / 8 of v's bytes 2k, 2k+1 is set, else 0 */
+INLINE u8x16 bit_mask(u8x16 v, int k) {
+    const u8x16 rep = k ? __builtin_shufflevector(v, v, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3)
+                        : __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const u8x16 bit = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    return (u8x16)((rep & bit) == bit);
 }
 
 /* sums of adjacent products: r[i] = a[2i] * b[2i] + a[2i+1] * b[2i+1] (x86 pmaddwd, wasm i32x4.dot_i16x8_s) */
@@ -97,8 +96,13 @@ INLINE int32_t hsum_i32(i32x8 v) {
     return b[0] + b[1];
 }
 
-INLINE float hsum_f32(f32x8 v) {
-    return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+typedef float f32x4 __attribute__((vector_size(16)));
+
+/* the 4 sums of lanes i and i + 4 */
+INLINE i32x4 fold_i32(i32x8 v) {
+    return __builtin_shufflevector(v, v, 0, 1, 2, 3) + __builtin_shufflevector(v, v, 4, 5, 6, 7);
 }
+
+INLINE float hsum_f32(f32x4 v) { return (v[0] + v[2]) + (v[1] + v[3]); }
 
 #endif
