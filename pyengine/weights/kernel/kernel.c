@@ -85,6 +85,18 @@ static inline float fp16_to_f32(half h) {
     return (h & 0x8000) ? -f : f;
 }
 
+/* every binary16's value, looked up in the hot loops (ggml's table_f32_f16): one load instead of the
+   conversion's dozen operations; filled by pe_mul_mat's first call */
+static float FP16[1 << 16];
+static int fp16_filled;
+
+static void fill_fp16(void) {
+    for (uint32_t h = 0; h < (1u << 16); h++) FP16[h] = fp16_to_f32((half)h);
+    fp16_filled = 1;
+}
+
+INLINE float fp16(half h) { return FP16[h]; }
+
 /* f rounded to the nearest binary16, ties to even (ggml_compute_fp32_to_fp16): scaling |f| by 2^112
    then 2^-110 lets the float adder round the mantissa at binary16's precision */
 static inline half f32_to_fp16(float f) {
@@ -196,14 +208,14 @@ INLINE u8x16 nibbles(const uint8_t *qs, int j) { return j ? hi4(load_u8x16(qs)) 
 INLINE u8x16 where(const uint8_t *p, uint8_t bit, uint8_t v) { return (u8x16)((load_u8x16(p) & bit) == bit) & v; }
 
 /* ggml dequantize_row_q4_0: w = d * (q - 8), q the low nibbles of qs then the high ones */
-INLINE void head_q4_0(const void *p, head *h) { h->d = fp16_to_f32(((const block_q4_0 *)p)->d); }
+INLINE void head_q4_0(const void *p, head *h) { h->d = fp16(((const block_q4_0 *)p)->d); }
 INLINE i16x16 sub_q4_0(const void *p, int j) { return u8_to_i16(nibbles(((const block_q4_0 *)p)->qs, j)) - 8; }
 
 /* dequantize_row_q4_1: w = d * q + m */
 INLINE void head_q4_1(const void *p, head *h) {
     const block_q4_1 *b = p;
-    h->d = fp16_to_f32(b->d);
-    h->m = fp16_to_f32(b->m);
+    h->d = fp16(b->d);
+    h->m = fp16(b->m);
 }
 INLINE i16x16 sub_q4_1(const void *p, int j) { return u8_to_i16(nibbles(((const block_q4_1 *)p)->qs, j)); }
 
@@ -211,15 +223,15 @@ INLINE i16x16 sub_q4_1(const void *p, int j) { return u8_to_i16(nibbles(((const 
 INLINE i16x16 q5_codes(const uint8_t *qs, const uint8_t *qh, int j) {
     return u8_to_i16(nibbles(qs, j) | (bit_mask(load_u8x16(qh), j) & 16));   /* (16 bytes within the block) */
 }
-INLINE void head_q5_0(const void *p, head *h) { h->d = fp16_to_f32(((const block_q5_0 *)p)->d); }
+INLINE void head_q5_0(const void *p, head *h) { h->d = fp16(((const block_q5_0 *)p)->d); }
 INLINE i16x16 sub_q5_0(const void *p, int j) {
     const block_q5_0 *b = p;
     return q5_codes(b->qs, b->qh, j) - 16;
 }
 INLINE void head_q5_1(const void *p, head *h) {
     const block_q5_1 *b = p;
-    h->d = fp16_to_f32(b->d);
-    h->m = fp16_to_f32(b->m);
+    h->d = fp16(b->d);
+    h->m = fp16(b->m);
 }
 INLINE i16x16 sub_q5_1(const void *p, int j) {
     const block_q5_1 *b = p;
@@ -227,11 +239,11 @@ INLINE i16x16 sub_q5_1(const void *p, int j) {
 }
 
 /* dequantize_row_q8_0: w = d * q, q int8 */
-INLINE void head_q8_0(const void *p, head *h) { h->d = fp16_to_f32(((const block_q8_0 *)p)->d); }
+INLINE void head_q8_0(const void *p, head *h) { h->d = fp16(((const block_q8_0 *)p)->d); }
 INLINE i16x16 sub_q8_0(const void *p, int j) { return i8_to_i16((i8x16)load_u8x16(((const block_q8_0 *)p)->qs + 16 * j)); }
 
 /* dequantize_row_iq4_nl: codes looked up in kvalues_iq4nl */
-INLINE void head_iq4_nl(const void *p, head *h) { h->d = fp16_to_f32(((const block_iq4_nl *)p)->d); }
+INLINE void head_iq4_nl(const void *p, head *h) { h->d = fp16(((const block_iq4_nl *)p)->d); }
 INLINE i16x16 sub_iq4_nl(const void *p, int j) {
     return i8_to_i16(lookup16(KVALUES_IQ4NL, nibbles(((const block_iq4_nl *)p)->qs, j)));
 }
@@ -243,8 +255,8 @@ INLINE void head_q2_K(const void *p, head *h) {
         h->sc[j] = b->scales[j] & 15;
         h->mins[j] = b->scales[j] >> 4;
     }
-    h->d = fp16_to_f32(b->d);
-    h->m = fp16_to_f32(b->dmin);
+    h->d = fp16(b->d);
+    h->m = fp16(b->dmin);
 }
 /* sub-block j: half j / 8 of 128 weights, bits 2k..2k+1 (k = j % 8 / 2) of 16 bytes (j % 2) of its 32 */
 INLINE i16x16 sub_q2_K(const void *p, int j) {
@@ -265,7 +277,7 @@ INLINE void head_q3_K(const void *p, head *h) {
     int8_t sc[16];
     __builtin_memcpy(sc, a, 16);
     for (int j = 0; j < 16; j++) h->sc[j] = (int16_t)(sc[j] - 32);
-    h->d = fp16_to_f32(b->d);
+    h->d = fp16(b->d);
 }
 INLINE i16x16 sub_q3_K(const void *p, int j) {
     const block_q3_K *b = p;
@@ -288,8 +300,8 @@ INLINE void scales_k4(const uint8_t *q, head *h) {
 INLINE void head_q4_K(const void *p, head *h) {
     const block_q4_K *b = p;
     scales_k4(b->scales, h);
-    h->d = fp16_to_f32(b->d);
-    h->m = fp16_to_f32(b->dmin);
+    h->d = fp16(b->d);
+    h->m = fp16(b->dmin);
 }
 INLINE i16x16 sub_q4_K(const void *p, int j) {
     return u8_to_i16(nibbles(((const block_q4_K *)p)->qs + 32 * (j / 4) + 16 * (j % 2), j % 4 / 2));
@@ -299,8 +311,8 @@ INLINE i16x16 sub_q4_K(const void *p, int j) {
 INLINE void head_q5_K(const void *p, head *h) {
     const block_q5_K *b = p;
     scales_k4(b->scales, h);
-    h->d = fp16_to_f32(b->d);
-    h->m = fp16_to_f32(b->dmin);
+    h->d = fp16(b->d);
+    h->m = fp16(b->dmin);
 }
 INLINE i16x16 sub_q5_K(const void *p, int j) {
     const block_q5_K *b = p;
@@ -314,7 +326,7 @@ INLINE i16x16 sub_q5_K(const void *p, int j) {
 INLINE void head_q6_K(const void *p, head *h) {
     const block_q6_K *b = p;
     for (int j = 0; j < 16; j++) h->sc[j] = b->scales[j];
-    h->d = fp16_to_f32(b->d);
+    h->d = fp16(b->d);
 }
 INLINE i16x16 sub_q6_K(const void *p, int j) {
     const block_q6_K *b = p;
@@ -331,7 +343,7 @@ INLINE void head_iq4_xs(const void *p, head *h) {
         const int ls = ((b->scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) | (((b->scales_h >> 2 * ib) & 3) << 4);
         h->sc[2 * ib] = h->sc[2 * ib + 1] = (int16_t)(ls - 32);
     }
-    h->d = fp16_to_f32(b->d);
+    h->d = fp16(b->d);
 }
 INLINE i16x16 sub_iq4_xs(const void *p, int j) {
     return i8_to_i16(lookup16(KVALUES_IQ4NL, nibbles(((const block_iq4_xs *)p)->qs + 16 * (j / 2), j % 2)));
@@ -478,6 +490,7 @@ EXPORT int pe_mul_mat(int type, const uint8_t *w, int rows, int n, uint8_t *act,
     const int rec = pe_act_bytes(type, n);
     if (rec < 0) return rec;
     if (rows < 0 || tokens < 0 || (tokens > 1 && ldy < rows)) return E_SIZE;
+    if (!fp16_filled) fill_fp16();
 #define CASE(name, T, qk_, block_, act_, mins_) \
     case T: mul_mat_##name(w, rows, n, act, tokens, y, ldy); return 0;
     switch (type) { WEIGHT_TYPES(CASE) }
@@ -491,6 +504,7 @@ EXPORT int pe_block_sums(int type, const uint8_t *row, int n, uint8_t *act, int3
     if (rec < 0) return rec;
     const type_info *t = type_of(type);
     const act_view a = act_at(t->act, act, n);
+    if (!fp16_filled) fill_fp16();
     for (ptrdiff_t b = 0; b < n / t->qk; b++)
         for (int j = 0; j < t->qk / 16; j++)
             out[b * (t->qk / 16) + j] =
