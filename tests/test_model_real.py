@@ -15,7 +15,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import GOLDEN
+from conftest import GOLDEN, need_kernel
 
 from pyengine.gguf import open_gguf
 from pyengine.model import load_model
@@ -72,6 +72,23 @@ def test_greedy_ids_match_llama_cpp_up_to_a_near_tie(loaded):
         assert max(prefix(ours, case["ids"]), prefix(ours, case["ids_f32_kv"])) >= k0, case["prompt"]
         full_matches += k0 == len(case["ids"]) == 32
     assert full_matches >= 1   # "1, 2, 3, 4, 5,": margins >= 1.8 at every step, all 32 ids must match
+
+
+def test_the_kernels_greedy_ids_match_llama_cpp_up_to_a_tenth(gemma3_path, smollm2_path):
+    """The C kernel's form (the file's blocks, ggml's 8-bit activations) follows llama.cpp's greedy path up to
+    its first step with a top-2 margin under 0.1, on every golden prompt."""
+    need_kernel()
+    for key, path in (("gemma3", gemma3_path), ("smollm2", smollm2_path)):
+        with open_gguf(path) as g:
+            model = load_model(g, weights="blocks")
+            for case in golden_cases(key):
+                k0 = next((k for k, m in enumerate(case["margins"]) if m < 0.1), len(case["ids"]))
+                cache, ours = model.new_cache(512), []
+                logits = model.forward(case["prompt_ids"], cache)
+                while len(ours) < k0:
+                    ours.append(int(np.argmax(logits)))
+                    logits = model.forward([ours[-1]], cache)
+                assert ours == case["ids"][:k0], case["prompt"]
 
 
 def test_last_position_logits_near_llama_cpp(loaded):

@@ -132,13 +132,15 @@ def static_ready() -> None:
     current_static()
 
 
-def in_pyodide(code: str, timeout: float = 900) -> object:
-    """The JSON value of ``code``'s last line, run under Pyodide in Node with FX and MODELS mounted,
-    with the network cut: everything must come from static/."""
+def in_pyodide(code: str, timeout: float = 900, mounts: dict | None = None) -> object:
+    """The JSON value of ``code``'s last line, run under Pyodide in Node with FX and MODELS mounted (and
+    ``mounts``: {host folder: path in Pyodide}), with the network cut: everything must come from static/."""
     setup = 'FX, MODELS = "/fx", "/models"\n'
     args = ["node", str(HARNESS), "--static", str(STATIC), "--mount", f"{FIXTURES}:/fx"]
     if MODELS.is_dir():
         args += ["--mount", f"{MODELS}:/models"]
+    for host, point in (mounts or {}).items():
+        args += ["--mount", f"{host}:{point}"]
     proc = subprocess.run(offline(args), input=setup + PROBES + code, capture_output=True, text=True,
                           timeout=timeout)
     assert proc.returncode == 0, f"Pyodide run failed:\n{proc.stderr[-4000:]}"
