@@ -194,9 +194,9 @@ static void quantize_row(int type, const float *x, ptrdiff_t n, uint8_t *rec) {
  * loop, so the bytes sub-blocks share are loaded once. */
 
 typedef struct {
+    i16x16 sc;               /* lane j: sub-block j's integer scale (K types) */
+    i16x16 mins;             /* lane j: sub-block j's integer min (Q2_K, Q4_K, Q5_K) */
     float d, m;              /* w = d * sc_j * q - m * min_j (K types), w = d * q + m (Q4_1, Q5_1) */
-    int16_t sc[QK_K / 16];   /* sub-block j's integer scale (K types) */
-    int16_t mins[QK_K / 16]; /* sub-block j's integer min (Q2_K, Q4_K, Q5_K) */
 } head;
 
 /* low and high nibbles of 16 bytes */
@@ -209,7 +209,9 @@ INLINE u8x16 where(const uint8_t *p, uint8_t bit, uint8_t v) { return (u8x16)((l
 
 /* ggml dequantize_row_q4_0: w = d * (q - 8), q the low nibbles of qs then the high ones */
 INLINE void head_q4_0(const void *p, head *h) { h->d = fp16(((const block_q4_0 *)p)->d); }
-INLINE i16x16 sub_q4_0(const void *p, int j) { return u8_to_i16(nibbles(((const block_q4_0 *)p)->qs, j)) - 8; }
+INLINE i16x16 sub_q4_0(const void *p, int j) {
+    return i8_to_i16((i8x16)(nibbles(((const block_q4_0 *)p)->qs, j) - 8));   /* centred as bytes: one op */
+}
 
 /* dequantize_row_q4_1: w = d * q + m */
 INLINE void head_q4_1(const void *p, head *h) {
@@ -220,13 +222,13 @@ INLINE void head_q4_1(const void *p, head *h) {
 INLINE i16x16 sub_q4_1(const void *p, int j) { return u8_to_i16(nibbles(((const block_q4_1 *)p)->qs, j)); }
 
 /* dequantize_row_q5_0 / q5_1: a nibble, and bit j of qh as the fifth bit of weight j */
-INLINE i16x16 q5_codes(const uint8_t *qs, const uint8_t *qh, int j) {
-    return u8_to_i16(nibbles(qs, j) | (bit_mask(load_u8x16(qh), j) & 16));   /* (16 bytes within the block) */
+INLINE u8x16 q5_codes(const uint8_t *qs, const uint8_t *qh, int j) {
+    return nibbles(qs, j) | (bit_mask(load_u8x16(qh), j) & 16);   /* (16 bytes from qh: within the block) */
 }
 INLINE void head_q5_0(const void *p, head *h) { h->d = fp16(((const block_q5_0 *)p)->d); }
 INLINE i16x16 sub_q5_0(const void *p, int j) {
     const block_q5_0 *b = p;
-    return q5_codes(b->qs, b->qh, j) - 16;
+    return i8_to_i16((i8x16)(q5_codes(b->qs, b->qh, j) - 16));
 }
 INLINE void head_q5_1(const void *p, head *h) {
     const block_q5_1 *b = p;
@@ -235,7 +237,7 @@ INLINE void head_q5_1(const void *p, head *h) {
 }
 INLINE i16x16 sub_q5_1(const void *p, int j) {
     const block_q5_1 *b = p;
-    return q5_codes(b->qs, b->qh, j);
+    return u8_to_i16(q5_codes(b->qs, b->qh, j));
 }
 
 /* dequantize_row_q8_0: w = d * q, q int8 */
@@ -251,10 +253,9 @@ INLINE i16x16 sub_iq4_nl(const void *p, int j) {
 /* dequantize_row_q2_K: 2-bit codes; scales[j] holds sub-block j's scale (low nibble) and min (high) */
 INLINE void head_q2_K(const void *p, head *h) {
     const block_q2_K *b = p;
-    for (int j = 0; j < 16; j++) {
-        h->sc[j] = b->scales[j] & 15;
-        h->mins[j] = b->scales[j] >> 4;
-    }
+    const u8x16 s = load_u8x16(b->scales);
+    h->sc = u8_to_i16(lo4(s));
+    h->mins = u8_to_i16(hi4(s));
     h->d = fp16(b->d);
     h->m = fp16(b->dmin);
 }
@@ -274,9 +275,7 @@ INLINE void head_q3_K(const void *p, head *h) {
     a[3] = ((a[1] >> 4) & m2) | (((t >> 6) & m1) << 4);
     a[0] = (a[0] & m2) | (((t >> 0) & m1) << 4);
     a[1] = (a[1] & m2) | (((t >> 2) & m1) << 4);
-    int8_t sc[16];
-    __builtin_memcpy(sc, a, 16);
-    for (int j = 0; j < 16; j++) h->sc[j] = (int16_t)(sc[j] - 32);
+    h->sc = i8_to_i16((i8x16)load_u8x16(a)) - 32;
     h->d = fp16(b->d);
 }
 INLINE i16x16 sub_q3_K(const void *p, int j) {
@@ -288,12 +287,18 @@ INLINE i16x16 sub_q3_K(const void *p, int j) {
 
 /* get_scale_min_k4: Q4_K's and Q5_K's 8 6-bit scales and mins, one for 32 weights (two sub-blocks) */
 INLINE void scales_k4(const uint8_t *q, head *h) {
-    for (int j = 0; j < 8; j++) {
-        const uint8_t d = j < 4 ? q[j] & 63 : (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
-        const uint8_t m = j < 4 ? q[j + 4] & 63 : (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-        h->sc[2 * j] = h->sc[2 * j + 1] = d;
-        h->mins[2 * j] = h->mins[2 * j + 1] = m;
-    }
+    uint32_t u[4];                                        /* ggml's kmask unpacking, four 6-bit values a word */
+    __builtin_memcpy(u, q, 12);
+    const uint32_t m1 = 0x3f3f3f3f, m2 = 0x0f0f0f0f, m3 = 0x03030303;
+    u[3] = ((u[2] >> 4) & m2) | (((u[1] >> 6) & m3) << 4);
+    const uint32_t mins_lo = u[1] & m1;
+    u[1] = (u[2] & m2) | (((u[0] >> 6) & m3) << 4);
+    u[2] = mins_lo;
+    u[0] &= m1;
+    u8x16 b;
+    __builtin_memcpy(&b, u, 16);                          /* scales 0..7, mins 0..7: each for 2 sub-blocks */
+    h->sc = u8_to_i16(__builtin_shufflevector(b, b, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7));
+    h->mins = u8_to_i16(__builtin_shufflevector(b, b, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15));
 }
 
 /* dequantize_row_q4_K: groups of 64 weights, the low nibbles of 32 bytes then their high nibbles */
@@ -325,7 +330,7 @@ INLINE i16x16 sub_q5_K(const void *p, int j) {
    ql[32..63] (1), their high nibbles (2, 3), each with bits 2k..2k+1 of qh */
 INLINE void head_q6_K(const void *p, head *h) {
     const block_q6_K *b = p;
-    for (int j = 0; j < 16; j++) h->sc[j] = b->scales[j];
+    h->sc = i8_to_i16((i8x16)load_u8x16(b->scales));
     h->d = fp16(b->d);
 }
 INLINE i16x16 sub_q6_K(const void *p, int j) {
@@ -414,9 +419,7 @@ INLINE void block_dot(const type_info *t, const uint8_t *const *blk, int nr, con
             }
             a->s += (h[r].d * dx) * (float)hsum_i32(s[r * nt + i]);
             if (t->mins) {                                /* K types: - dmin * d_x * sum_j min_j bsum_j */
-                const int16_t *bsum = acts[i].bsum + b * (QK_K / 16);
-                int32_t m = 0;
-                for (int j = 0; j < QK_K / 16; j++) m += h[r].mins[j] * bsum[j];
+                const int32_t m = hsum_i32(madd(h[r].mins, load_i16x16(acts[i].bsum + b * (QK_K / 16))));
                 a->s -= (h[r].m * dx) * (float)m;
             }
         }
