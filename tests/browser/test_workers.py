@@ -15,7 +15,7 @@ import pytest
 
 from browser.conftest import STATIC, fresh_page, start_server, stop_server
 from browser.pages import ask, error_text, load_model, messages, set_settings
-from browser.reference import cpython_reply
+from browser.reference import cpython_reply, reply_before_near_tie
 from browser.test_chat import QUESTION, stop_mid_reply_then_ask_again
 
 pytestmark = pytest.mark.browser
@@ -67,18 +67,22 @@ def test_gemma3_with_two_then_four_workers_replies_as_cpython(two_workers, gemma
     assert greedy(two_workers, question, 12) == want
 
 
-def test_gemma3_default_form_over_two_workers_replies_as_one(two_workers, gemma3_path):
-    """The default "mixed" form holds Gemma 3's vocabulary in two forms (packed rows, then int8 rows:
-    a RowSplit); split over two workers across that seam, the reply is one worker's, token for token."""
-    question = "The capital of France is"
-    load_model(two_workers, [gemma3_path], "auto", "1")
+@pytest.mark.parametrize("memory, card, form", [("auto", "blocks:", "blocks"), ("numpy", "mixed:", "numpy")])
+def test_gemma3_default_form_over_two_workers_replies_as_one(two_workers, gemma3_path, memory, card, form):
+    """The default form (the file's own blocks, in the C kernel) and numpy's "mixed" (Gemma 3's vocabulary
+    in two forms, packed rows then int8 rows: a RowSplit), split over two workers, the second across that
+    seam: the reply is one worker's, token for token, up to the first step where CPython's top-2 margin is
+    under 0.1 (the split sums the columns' halves apart; in the kernel's form this prompt has none)."""
+    question = "What is two plus two?"
+    start = reply_before_near_tie(gemma3_path, [question], 12, weights=form)
+    load_model(two_workers, [gemma3_path], memory, "1")
     assert worker_count(two_workers) == 1
-    want = greedy(two_workers, question, 12)
-    load_model(two_workers, [gemma3_path], "auto", "2")
+    one = greedy(two_workers, question, 12)
+    load_model(two_workers, [gemma3_path], memory, "2")
     assert worker_count(two_workers) == 2
-    assert two_workers.get_by_test_id("model-info").locator("dd[data-field=weights]").text_content() \
-        .startswith("mixed:")
-    assert greedy(two_workers, question, 12) == want and want.strip()
+    assert two_workers.get_by_test_id("model-info").locator("dd[data-field=weights]").text_content().startswith(card)
+    two = greedy(two_workers, question, 12)
+    assert one.startswith(start) and two.startswith(start) and len(start) > 10, (one, two, start)
 
 
 def test_without_isolation_the_setting_falls_back_to_one_worker(browser, server, smollm2_path):
