@@ -61,7 +61,7 @@ def test_the_activations_are_rounded_as_numpy_rounds_them(k, type_name):
     assert np.array_equal(f["q"], q.astype(np.int16)) and np.array_equal(f["d"], d)
     assert np.array_equal(f["bsum"], q.reshape(3, -1, 16).sum(-1).astype(np.int16))
     if kernel.TYPES[type_name] == "Q8_1":
-        s = absmax(x.reshape(3, -1, 32)) / np.float32(127) * q.reshape(3, -1, 32).sum(-1)
+        s = absmax(x.reshape(3, -1, 32)) / np.float32(127) * q.reshape(3, -1, 32).sum(-1).astype(np.float32)
         assert np.array_equal(f["s"], s.astype(np.float16).astype(np.float32))
 
 

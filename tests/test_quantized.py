@@ -53,7 +53,8 @@ def reference(w: np.ndarray, x: np.ndarray, type_name: str, plus: np.ndarray | N
     if vdt == "Q8_1":                           # ggml's s: fp16(max|x| / 127 * sum q), not d * sum q
         q, d, _ = quantize_activations(x, vdt)
         xsum = q.reshape(len(x), -1, 32).sum(-1)                                  # (T, K/32)
-        s = (absmax(x.reshape(len(x), -1, 32)) / np.float32(127) * xsum).astype(np.float16).astype(np.float64)
+        d_max = absmax(x.reshape(len(x), -1, 32)) / np.float32(127)
+        s = (d_max * xsum.astype(np.float32)).astype(np.float16).astype(np.float64)
         y += (s - d.astype(np.float64) * xsum) @ plus.astype(np.float64).T
     return y
 

@@ -95,7 +95,8 @@ def quantize_x(x: np.ndarray, sub: int, vec_dot_type: str) -> tuple:
     xsum = xq.sum(axis=-1)
     s = dx * xsum
     if vec_dot_type == "Q8_1":               # ggml stores fp16(max|x| / 127 * sum), the scale before its fp16
-        s = (absmax(x.reshape(len(x), -1, 32)) / np.float32(127) * xsum).astype(np.float16).astype(np.float32)
+        d = absmax(x.reshape(len(x), -1, 32)) / np.float32(127)
+        s = (d * xsum.astype(np.float32)).astype(np.float16).astype(np.float32)
     return xq, dx, xsum, s
 
 

@@ -23,6 +23,7 @@ import ctypes
 import os
 import platform
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -83,7 +84,7 @@ class Kernel:
                 fn.argtypes = args
         self.lib = lib
         self._act_bytes: dict[tuple[str, int], int] = {}
-        self._buffers: dict[tuple, tuple[np.ndarray, int]] = {}   # (kind, shape) -> (array, its address)
+        self._local = threading.local()        # its .buffers: (kind, shape) -> (array, address), a thread's own
 
     def act_bytes(self, ggml_type: str, n: int) -> int:
         """Bytes of one token's activation record for rows of ``n`` weights of ``ggml_type``."""
@@ -120,12 +121,13 @@ class Kernel:
     def _buffer(self, kind: str, shape: tuple, dtype) -> tuple[np.ndarray, int]:
         """A work array and its address: kept for decode's few tokens, new for a prompt's many."""
         key = (kind, shape)
-        got = self._buffers.get(key)
+        buffers = self._local.__dict__.setdefault("buffers", {})   # (threads stand in for workers in tests)
+        got = buffers.get(key)
         if got is None:
             a = np.empty(shape, dtype)
             got = (a, a.ctypes.data)
             if shape[0] <= DECODE_TOKENS:
-                self._buffers[key] = got
+                buffers[key] = got
         return got
 
     def _call(self, fn, *args) -> int:

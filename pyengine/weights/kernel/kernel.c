@@ -38,7 +38,7 @@ enum { E_TYPE = -1, E_SIZE = -2 };   /* errors: an unknown type; n or a count th
 
 #define QK 32                /* weights a block of the 32-weight types */
 #define QK_K 256             /* weights a super-block of the K types and IQ4_XS */
-#define TILE 4               /* rows x tokens multiplied at once by each block */
+#define TILE 4               /* tokens of a prompt multiplied at once by each block */
 #define PACKED __attribute__((packed))
 #define UNROLL _Pragma("clang loop unroll(full)")   /* a loop of a few (constant) rounds, kept in registers */
 
@@ -386,81 +386,61 @@ static const type_info *type_of(int type) {
     return 0;
 }
 
-/* A token's running dot product with a row: the 32-weight types add each block's 4 partial sums scaled
-   (f32x4 v), the K types each super-block's exact sum (s, as the mins of Q4_1 and Q5_1) */
-typedef struct { f32x4 v; float s; } accum;
-
-/* Block b of nr rows (their blocks at blk[0..nr-1]) times nt tokens (act records acts[0..nt-1]), added to
-   acc[r * nt + i]: ggml_vec_dot_<type>_q8_<x> for one block. A sub-block's codes are read once for the nt
-   tokens, a token's codes once for the nr rows. */
-INLINE void block_dot(const type_info *t, const uint8_t *const *blk, int nr, const act_view *acts, int nt,
-                      ptrdiff_t b, accum *acc) {
-    head h[TILE];
-    UNROLL for (int r = 0; r < nr; r++) t->head(blk[r], &h[r]);
+/* One block times nt tokens' codes (act records acts[0..nt-1], block b of each), added to acc[i]:
+   ggml_vec_dot_<type>_q8_<x> for one block, its generic form: the block's exact integer sum, then one
+   float product, added to the row's running sum in block order. A sub-block's 16 codes are read once for
+   the nt tokens. */
+INLINE void block_dot(const type_info *t, const uint8_t *blk, const act_view *acts, int nt, ptrdiff_t b,
+                      float *acc) {
+    head h;
+    t->head(blk, &h);
     i32x8 s[TILE];
-    UNROLL for (int k = 0; k < nr * nt; k++) s[k] = (i32x8){0};
+    UNROLL for (int i = 0; i < nt; i++) s[i] = (i32x8){0};
     UNROLL for (int j = 0; j < t->qk / 16; j++) {
-        i16x16 x[TILE];
-        UNROLL for (int i = 0; i < nt; i++) x[i] = load_i16x16(acts[i].q + b * t->qk + 16 * j);
-        UNROLL for (int r = 0; r < nr; r++) {
-            i16x16 q = t->sub(blk[r], j);
-            if (t->qk == QK_K) q *= h[r].sc[j];           /* exact in int16: |sc * q| <= 64 * 127 */
-            UNROLL for (int i = 0; i < nt; i++) s[r * nt + i] += madd(q, x[i]);
-        }
+        i16x16 q = t->sub(blk, j);
+        if (t->qk == QK_K) q *= h.sc[j];                  /* exact in int16: |sc * q| <= 64 * 127 */
+        UNROLL for (int i = 0; i < nt; i++) s[i] += madd(q, load_i16x16(acts[i].q + b * t->qk + 16 * j));
     }
-    UNROLL for (int r = 0; r < nr; r++) {
-        UNROLL for (int i = 0; i < nt; i++) {
-            accum *a = &acc[r * nt + i];
-            const float dx = acts[i].d[b];
-            if (t->qk == QK) {                            /* d_w * d_x * sum (+ m * s for Q4_1, Q5_1) */
-                a->v += __builtin_convertvector(fold_i32(s[r * nt + i]), f32x4) * (h[r].d * dx);
-                if (t->mins) a->s += h[r].m * acts[i].s[b];
-                continue;
-            }
-            a->s += (h[r].d * dx) * (float)hsum_i32(s[r * nt + i]);
-            if (t->mins) {                                /* K types: - dmin * d_x * sum_j min_j bsum_j */
-                const int32_t m = hsum_i32(madd(h[r].mins, load_i16x16(acts[i].bsum + b * (QK_K / 16))));
-                a->s -= (h[r].m * dx) * (float)m;
-            }
+    UNROLL for (int i = 0; i < nt; i++) {
+        const float dx = acts[i].d[b];
+        float y = (h.d * dx) * (float)hsum_i32(s[i]);
+        if (t->mins && t->qk == QK) {                     /* Q4_1, Q5_1: + m * s */
+            y += h.m * acts[i].s[b];
+        } else if (t->mins) {                             /* K types: - dmin * d_x * sum_j min_j bsum_j */
+            const int32_t m = hsum_i32(madd(h.mins, load_i16x16(acts[i].bsum + b * (QK_K / 16))));
+            y -= (h.m * dx) * (float)m;
         }
+        acc[i] += y;
     }
 }
 
-/* rows r0..r0+nr-1 times nt tokens (nr * nt <= TILE) into y[i * ldy + r] */
-INLINE void tile(const type_info *t, const uint8_t *w, ptrdiff_t r0, int nr, ptrdiff_t nb, const act_view *acts,
-                 int nt, float *y, ptrdiff_t ldy) {
-    const uint8_t *blk[TILE];
-    UNROLL for (int r = 0; r < nr; r++) blk[r] = w + (r0 + r) * nb * t->bytes;
-    accum acc[TILE];
-    UNROLL for (int k = 0; k < nr * nt; k++) acc[k] = (accum){{0}, 0};
-    for (ptrdiff_t b = 0; b < nb; b++) {
-        block_dot(t, blk, nr, acts, nt, b, acc);
-        UNROLL for (int r = 0; r < nr; r++) blk[r] += t->bytes;
-    }
-    UNROLL for (int r = 0; r < nr; r++)
-        UNROLL for (int i = 0; i < nt; i++) y[i * ldy + r0 + r] = hsum_f32(acc[r * nt + i].v) + acc[r * nt + i].s;
+/* row r times nt tokens into y[i * ldy + r] */
+INLINE void row_dot(const type_info *t, const uint8_t *row, ptrdiff_t nb, const act_view *acts, int nt,
+                    float *y, ptrdiff_t ldy) {
+    float acc[TILE];
+    UNROLL for (int i = 0; i < nt; i++) acc[i] = 0;
+    for (ptrdiff_t b = 0; b < nb; b++) block_dot(t, row + b * t->bytes, acts, nt, b, acc);
+    UNROLL for (int i = 0; i < nt; i++) y[i * ldy] = acc[i];
 }
 
-/* y (T, ldy) [:, :rows] = W (rows, n) x^T for one type. A prompt: TILE tokens at a time over each row,
-   TOKEN_TILE tokens' codes kept in cache while the rows pass; a token alone (decode): ROWS rows at a time. */
+/* y (T, ldy) [:, :rows] = W (rows, n) x^T for one type, a row at a time (the weights read in the order
+   they lie: memory's fastest). A prompt: TILE tokens at a time over each row, TOKEN_TILE tokens' codes
+   kept in cache while the rows pass. */
 #define TOKEN_TILE 32
-#define ROWS 2
 INLINE void mul_mat_type(const type_info *t, const uint8_t *w, ptrdiff_t rows, ptrdiff_t n, uint8_t *act,
                          ptrdiff_t tokens, float *y, ptrdiff_t ldy) {
-    const ptrdiff_t nb = n / t->qk, rec = act_bytes(t->act, n);
+    const ptrdiff_t nb = n / t->qk, rec = act_bytes(t->act, n), row_bytes = nb * t->bytes;
     for (ptrdiff_t t0 = 0; t0 < tokens; t0 += TOKEN_TILE) {
         const ptrdiff_t t1 = t0 + TOKEN_TILE < tokens ? t0 + TOKEN_TILE : tokens;
         ptrdiff_t i = t0;
         for (; i + TILE <= t1; i += TILE) {
             act_view a[TILE];
-            for (int k = 0; k < TILE; k++) a[k] = act_at(t->act, act + (i + k) * rec, n);
-            for (ptrdiff_t r = 0; r < rows; r++) tile(t, w, r, 1, nb, a, TILE, y + i * ldy, ldy);
+            UNROLL for (int k = 0; k < TILE; k++) a[k] = act_at(t->act, act + (i + k) * rec, n);
+            for (ptrdiff_t r = 0; r < rows; r++) row_dot(t, w + r * row_bytes, nb, a, TILE, y + i * ldy + r, ldy);
         }
         for (; i < t1; i++) {
             const act_view a = act_at(t->act, act + i * rec, n);
-            ptrdiff_t r = 0;
-            for (; r + ROWS <= rows; r += ROWS) tile(t, w, r, ROWS, nb, &a, 1, y + i * ldy, ldy);
-            for (; r < rows; r++) tile(t, w, r, 1, nb, &a, 1, y + i * ldy, ldy);
+            for (ptrdiff_t r = 0; r < rows; r++) row_dot(t, w + r * row_bytes, nb, &a, 1, y + i * ldy + r, ldy);
         }
     }
 }

@@ -96,13 +96,4 @@ INLINE int32_t hsum_i32(i32x8 v) {
     return b[0] + b[1];
 }
 
-typedef float f32x4 __attribute__((vector_size(16)));
-
-/* the 4 sums of lanes i and i + 4 */
-INLINE i32x4 fold_i32(i32x8 v) {
-    return __builtin_shufflevector(v, v, 0, 1, 2, 3) + __builtin_shufflevector(v, v, 4, 5, 6, 7);
-}
-
-INLINE float hsum_f32(f32x4 v) { return (v[0] + v[2]) + (v[1] + v[3]); }
-
 #endif
