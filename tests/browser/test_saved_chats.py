@@ -15,7 +15,7 @@ from conftest import TINY
 from gguf_split import split_gguf
 
 from browser.conftest import CHROMIUM, CHROMIUM_ARGS, NetworkGuard, start_server, stop_server
-from browser.pages import BOOT_MS, ask, load_model, messages, set_settings, wait_ready, wait_status
+from browser.pages import BOOT_MS, EXACT, ask, choose_memory, load_model, messages, set_settings, wait_ready, wait_status
 from browser.reference import cpython_reply
 
 pytestmark = pytest.mark.browser
@@ -125,7 +125,8 @@ def test_chats_and_the_model_are_back_after_the_browser_restarts_offline(playwri
         assert page.get_by_test_id("system-prompt").input_value() == SYSTEM
         assert page.get_by_test_id("max-tokens").input_value() == "8"
         export_and_import(page, first)
-        # the saved model, with one click: no file chosen, no server
+        # the saved model, with one click: no file chosen, no server (Memory is not kept: float32 again)
+        choose_memory(page, EXACT)
         page.get_by_role("button", name="Load the saved model").click()
         wait_status(page, ("loading", "ready"))           # the files are read from OPFS first
         wait_ready(page)
