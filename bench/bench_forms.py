@@ -6,8 +6,9 @@
 For each ggml type the model holds, its largest matrix (at most MAX_ROWS rows of it) is built in every
 form and multiplied by random activations: the best of a few runs, as ns a weight (one token, and a prompt
 of ``--tokens`` tokens, per token), and the time of a product of a 128-row slice of it (the fixed cost of a
-call). CPU time of the process (Node's process.cpuUsage, CPython's
-process_time), so a machine shared with other work disturbs it less than wall time would.
+call). The C kernel's form (blocks) is measured beside numpy's where the kernel loads. CPU time of the
+process (Node's process.cpuUsage, CPython's process_time), so a machine shared with other work disturbs it
+less than wall time would.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def measure(path: str, tokens: list[int]) -> list[dict]:
     import numpy as np
 
     from pyengine.gguf import open_gguf
+    from pyengine.weights import kernel
     from pyengine.weights.build import Builder
     from pyengine.weights.forms import Form
 
@@ -65,7 +67,8 @@ def measure(path: str, tokens: list[int]) -> list[dict]:
         info = g.tensors[name]
         n_out, n_in = min(info.shape[1], MAX_ROWS), info.shape[0]
         rng = np.random.default_rng(0)
-        for form in (Form.F32, Form.QUANTIZED, Form.COMPACT):
+        kernel_form = [Form.BLOCKS] if kernel.get() is not None and info.type.name in kernel.TYPES else []
+        for form in (Form.F32, Form.QUANTIZED, Form.COMPACT, *kernel_form):
             w = Builder(g).build([(name, 0, n_out)], form)
             small = Builder(g).build([(name, 0, 128)], form)
             row = {"tensor": name, "type": info.type.name, "shape": [n_out, n_in], "form": form.name}

@@ -15,7 +15,17 @@ from conftest import TINY
 from gguf_split import split_gguf
 
 from browser.conftest import CHROMIUM, CHROMIUM_ARGS, NetworkGuard, start_server, stop_server
-from browser.pages import BOOT_MS, EXACT, ask, choose_memory, load_model, messages, set_settings, wait_ready, wait_status
+from browser.pages import (
+    BOOT_MS,
+    EXACT,
+    ask,
+    choose_memory,
+    load_model,
+    messages,
+    set_settings,
+    wait_ready,
+    wait_status,
+)
 from browser.reference import cpython_reply
 
 pytestmark = pytest.mark.browser
