@@ -90,8 +90,13 @@ static inline float fp16_to_f32(half h) {
 static float FP16[1 << 16];
 static int fp16_filled;
 
+/* byte k of BITS16[v]: 16 where bit k of v is set, else 0 (ggml's table_b2b_0: Q5's fifth bits, 8 at a load) */
+static uint64_t BITS16[256];
+
 static void fill_fp16(void) {
     for (uint32_t h = 0; h < (1u << 16); h++) FP16[h] = fp16_to_f32((half)h);
+    for (uint32_t v = 0; v < 256; v++)
+        for (int k = 0; k < 8; k++) BITS16[v] |= (uint64_t)((v >> k & 1) * 16) << (8 * k);
     fp16_filled = 1;
 }
 
@@ -204,8 +209,11 @@ INLINE u8x16 lo4(u8x16 v) { return v & 15; }
 INLINE u8x16 hi4(u8x16 v) { return v >> 4; }
 /* 16 bytes' nibbles: the low ones for sub-block 0, the high ones for 1 */
 INLINE u8x16 nibbles(const uint8_t *qs, int j) { return j ? hi4(load_u8x16(qs)) : lo4(load_u8x16(qs)); }
-/* `v` where the bits `bit` of the 16 bytes at p are set, else 0 */
-INLINE u8x16 where(const uint8_t *p, uint8_t bit, uint8_t v) { return (u8x16)((load_u8x16(p) & bit) == bit) & v; }
+/* each byte of v shifted left by `by` (right for by < 0) and masked with `mask`, the bits it keeps never
+   crossing a byte (shifted as int16 lanes: one wasm shift, where a byte shift is several) */
+INLINE u8x16 shift_mask(u8x16 v, int by, uint8_t mask) {
+    return (u8x16)(by >= 0 ? (u16x8)v << by : (u16x8)v >> -by) & mask;
+}
 
 /* ggml dequantize_row_q4_0: w = d * (q - 8), q the low nibbles of qs then the high ones */
 INLINE void head_q4_0(const void *p, head *h) { h->d = fp16(((const block_q4_0 *)p)->d); }
@@ -223,7 +231,8 @@ INLINE i16x16 sub_q4_1(const void *p, int j) { return u8_to_i16(nibbles(((const 
 
 /* dequantize_row_q5_0 / q5_1: a nibble, and bit j of qh as the fifth bit of weight j */
 INLINE u8x16 q5_codes(const uint8_t *qs, const uint8_t *qh, int j) {
-    return nibbles(qs, j) | (bit_mask(load_u8x16(qh), j) & 16);   /* (16 bytes from qh: within the block) */
+    const uint64_t bits[2] = {BITS16[qh[2 * j]], BITS16[qh[2 * j + 1]]};
+    return nibbles(qs, j) | load_u8x16(bits);   /* (16 bytes from qh: within the block) */
 }
 INLINE void head_q5_0(const void *p, head *h) { h->d = fp16(((const block_q5_0 *)p)->d); }
 INLINE i16x16 sub_q5_0(const void *p, int j) {
@@ -282,7 +291,8 @@ INLINE i16x16 sub_q3_K(const void *p, int j) {
     const block_q3_K *b = p;
     const int k = j % 8 / 2;
     const u8x16 v = load_u8x16(b->qs + 32 * (j / 8) + 16 * (j % 2));
-    return u8_to_i16(((v >> (2 * k)) & 3) | where(b->hmask + 16 * (j % 2), (uint8_t)(1u << (4 * (j / 8) + k)), 4)) - 4;
+    const u8x16 high = shift_mask(load_u8x16(b->hmask + 16 * (j % 2)), 2 - (4 * (j / 8) + k), 4);
+    return i8_to_i16((i8x16)(shift_mask(v, -2 * k, 3) | high) - 4);
 }
 
 /* get_scale_min_k4: Q4_K's and Q5_K's 8 6-bit scales and mins, one for 32 weights (two sub-blocks) */
@@ -321,7 +331,7 @@ INLINE void head_q5_K(const void *p, head *h) {
 }
 INLINE i16x16 sub_q5_K(const void *p, int j) {
     const block_q5_K *b = p;
-    const u8x16 high = where(b->qh + 16 * (j % 2), (uint8_t)(1u << (2 * (j / 4) + j % 4 / 2)), 16);
+    const u8x16 high = shift_mask(load_u8x16(b->qh + 16 * (j % 2)), 4 - (2 * (j / 4) + j % 4 / 2), 16);
     return u8_to_i16(nibbles(b->qs + 32 * (j / 4) + 16 * (j % 2), j % 4 / 2) | high);
 }
 
@@ -337,8 +347,8 @@ INLINE i16x16 sub_q6_K(const void *p, int j) {
     const block_q6_K *b = p;
     const int c = j % 2, k = j % 8 / 2;
     const u8x16 lo = nibbles(b->ql + 64 * (j / 8) + 32 * (k % 2) + 16 * c, k / 2);
-    const u8x16 hi = (load_u8x16(b->qh + 32 * (j / 8) + 16 * c) >> (2 * k)) & 3;
-    return u8_to_i16(lo | (hi << 4)) - 32;
+    const u8x16 hi = shift_mask(load_u8x16(b->qh + 32 * (j / 8) + 16 * c), 4 - 2 * k, 0x30);   /* bits 2k, 2k+1 */
+    return i8_to_i16((i8x16)(lo | hi) - 32);
 }
 
 /* dequantize_row_iq4_xs: kvalues_iq4nl codes, a 6-bit scale - 32 for 32 weights */

@@ -19,6 +19,7 @@
 typedef uint8_t  u8x16  __attribute__((vector_size(16)));
 typedef int8_t   i8x16  __attribute__((vector_size(16)));
 typedef int16_t  i16x8  __attribute__((vector_size(16)));
+typedef uint16_t u16x8  __attribute__((vector_size(16)));
 typedef int32_t  i32x4  __attribute__((vector_size(16)));
 typedef int16_t  i16x16 __attribute__((vector_size(32)));
 typedef int32_t  i32x8  __attribute__((vector_size(32)));
@@ -42,14 +43,6 @@ INLINE i16x16 load_i16x16(const int16_t *p) {
 /* bytes as int16: zero-extended (u8_to_i16) or sign-extended (i8_to_i16) */
 INLINE i16x16 u8_to_i16(u8x16 v) { return __builtin_convertvector(v, i16x16); }
 INLINE i16x16 i8_to_i16(i8x16 v) { return __builtin_convertvector(v, i16x16); }
-
-/* lane i is all ones where bit i % 8 of byte i / 8 of v's bytes 2k, 2k+1 is set, else 0 */
-INLINE u8x16 bit_mask(u8x16 v, int k) {
-    const u8x16 rep = k ? __builtin_shufflevector(v, v, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3)
-                        : __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    const u8x16 bit = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
-    return (u8x16)((rep & bit) == bit);
-}
 
 /* sums of adjacent products: r[i] = a[2i] * b[2i] + a[2i+1] * b[2i+1] (x86 pmaddwd, wasm i32x4.dot_i16x8_s) */
 INLINE i32x8 madd(i16x16 a, i16x16 b) {
