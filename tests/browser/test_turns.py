@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from browser.pages import REPLY_MS, ask, error_text, load_model, messages, set_settings, wait_reply
+from browser.pages import CHECK_MS, REPLY_MS, ask, error_text, load_model, messages, set_settings, wait_reply
 from browser.reference import cli_chat, cpython_reply
 
 pytestmark = pytest.mark.browser
@@ -64,6 +64,9 @@ def test_edit_and_resend_equals_the_cli_reply_to_the_edited_conversation(smollm,
     assert box.input_value() == SECOND
     box.fill(EDITED)
     box.press("Enter")
+    # the edit goes once the worker has checked the settings: until then the page is still 'ready'
+    smollm.wait_for_function("""t => document.querySelector("[data-testid=message][data-index='2']")
+      ?.dataset.text === t""", arg=EDITED, timeout=CHECK_MS)
     reply = wait_reply(smollm)
     assert reply == cli_chat(smollm2_path, [FIRST, before[1][1], EDITED], 16)["text"]
     assert messages(smollm) == [*before[:2], ("user", EDITED), ("assistant", reply)]
