@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from conftest import TINY
 from split_threads import start, stop
+from test_node_pyodide import in_pyodide, static_ready  # noqa: F401 (static_ready: a fixture)
 
 from pyengine.browser import worker
 from pyengine.errors import PyEngineError
@@ -244,3 +245,36 @@ def test_the_reply_says_how_long_the_main_worker_waited_for_the_helpers(monkeypa
     gen = generate(load_model(open_gguf(TINY["qwen2"])), tok, PROMPT, max_tokens=4)
     list(gen)
     assert gen.stats.prefill_wait_seconds == gen.stats.decode_wait_seconds == 0
+
+
+MEETING_CODE = '''
+import numpy as np
+from pyengine.browser.shared_memory import new_block
+from pyengine.parallel.channel import COUNT, GEN, Channel, layout
+
+lay = layout(2, 8, 4)
+block = new_block(lay["n_floats"])
+size = lay["reduce_size"]
+rng = np.random.default_rng(5)
+a0, a1 = (rng.standard_normal((3, 8)).astype(np.float32) * np.exp2(rng.integers(-30, 30, (3, 8))).astype(np.float32)
+          for _ in range(2))
+# worker 1 arrives first: nobody else has, so after its bounded wait it hands the generation back unsummed
+out1 = np.full((3, 8), -7, np.float32)
+awaited = block.sum(a1, size, 0, size, 1, 2, out1, 1)
+# the main worker arrives last, releases worker 1 and sums both slots in one call
+out0 = Channel(block, 0, lay, [4, 4]).all_reduce(a0)
+# worker 1 then reads the slots as Channel.all_reduce does after its own wait
+got = np.empty_like(a1)
+block.read(0, got)
+block.read(size, out1)
+[type(block).__name__, awaited, block.load(GEN), block.load(COUNT), (out0 == a0 + a1).all().item(),
+ (got + out1 == out0).all().item(), (got == a0).all().item()]
+'''
+
+
+@pytest.mark.node
+def test_the_pages_one_call_meeting_sums_as_numpy_does(static_ready):  # noqa: F811 (a fixture)
+    """web/meeting.js under Pyodide in Node: a worker that arrives first gets the generation back after its
+    bounded wait; the last to arrive releases it and gets the slots' sum in worker order, bit for bit numpy's
+    float32 sum (values over 60 binary orders of magnitude)."""
+    assert in_pyodide(MEETING_CODE, timeout=300) == ["JsSumBlock", 0, 1, 0, True, True, True]

@@ -2,6 +2,7 @@
 // wheels/manifest.json (pyengine, jinja2, markupsafe), and pyengine's C kernel. worker.js (the main
 // worker) and shard_worker.js (its helpers) both start Python through this one function.
 import { loadPyodide } from "./pyodide/pyodide.mjs";
+import { registerMeeting } from "./meeting.js";
 
 // (module (func (result v128) v128.const 0)): valid where the browser runs WebAssembly SIMD128
 const SIMD128 = new Uint8Array([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 1, 5, 1, 0x60, 0, 1, 0x7b, 3, 2, 1, 0,
@@ -30,6 +31,7 @@ export async function bootPython(stage = () => {}) {
   const env = kernel.bytes ? {} : { PYENGINE_KERNEL_WHY: kernel.why };
   const pyodide = await loadPyodide({ indexURL: new URL("./pyodide/", import.meta.url).href, env });
   if (kernel.bytes) pyodide.FS.writeFile(KERNEL_PATH, kernel.bytes);
+  registerMeeting(pyodide);
   stage("loading numpy and pyengine");
   // One call: Pyodide fetches and unpacks numpy (from its lock file) and our wheels side by side.
   const { pyodide_packages: packages, wheels } = await manifest;

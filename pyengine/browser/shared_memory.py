@@ -1,7 +1,8 @@
 """The split over workers in a browser: the SharedArrayBuffer and a helper worker's job.
 
 The protocol is :mod:`pyengine.parallel.channel`'s; :class:`JsBlock` is its
-buffer on a ``SharedArrayBuffer`` with ``Atomics``.
+buffer on a ``SharedArrayBuffer`` with ``Atomics``, and :class:`JsSumBlock` adds
+web/meeting.js's one-call sums where the page has registered it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 
 from pyengine.browser.file_source import BrowserFileSource
 from pyengine.gguf import open_gguf
-from pyengine.parallel.channel import CTL_WORDS, ThreadBlock, dead_words  # noqa: F401 (dead_words: for shard_worker.js)
+from pyengine.parallel.channel import COUNT, CTL_WORDS, GEN, STAMP, ThreadBlock, dead_words  # noqa: F401 (dead_words: for shard_worker.js)
 from pyengine.parallel.server import load_helper
 
 
@@ -27,10 +28,10 @@ class JsBlock:
         self.ctl = js.Int32Array.new(sab, 0, CTL_WORDS)
         self.data = js.Float32Array.new(sab, 4 * CTL_WORDS)
 
-    @classmethod
-    def new(cls, n_floats: int) -> JsBlock:
+    @staticmethod
+    def new(n_floats: int) -> JsBlock:
         import js
-        return cls(js.SharedArrayBuffer.new(4 * (CTL_WORDS + n_floats)))
+        return js_block(js.SharedArrayBuffer.new(4 * (CTL_WORDS + n_floats)))
 
     def load(self, i: int) -> int:
         return self.atomics.load(self.ctl, i)
@@ -68,6 +69,39 @@ class JsBlock:
         return out.astype(np.int64)
 
 
+class JsSumBlock(JsBlock):
+    """:class:`JsBlock` with :meth:`sum`, a meeting of ``Channel.all_reduce`` in one JavaScript call, and
+    waits that spin before they sleep."""
+
+    def __init__(self, sab: Any, meeting: Any):
+        super().__init__(sab)
+        self.meeting = meeting.block(sab, GEN, COUNT, STAMP, CTL_WORDS)
+
+    def wait(self, i: int, v: int, ms: float) -> None:
+        """Sleep while ctl[i] == v, at most ``ms``, after a short spin (web/meeting.js)."""
+        self.meeting.wait(i, v, ms)
+
+    def sum(self, part: np.ndarray, mine: int, slots: int, size: int, index: int, count: int, out: np.ndarray,
+            ms: float) -> int:
+        """Write ``part`` (float32, contiguous) to data[mine:], arrive at the barrier, wait at most ``ms``;
+        once all have arrived, ``out`` (float32, contiguous, part's size) = the ``count`` slots of ``size``
+        floats from data[slots:] added in worker order, and -1 is returned; else the generation still
+        awaited (nothing is summed)."""
+        if part.dtype != np.float32 or out.dtype != np.float32 or part.size != out.size \
+                or not (part.flags.c_contiguous and out.flags.c_contiguous):
+            raise ValueError("sum: part and out must be contiguous float32 arrays of one size")
+        return self.meeting.sum(part.ctypes.data, part.size, mine, slots, size, index, count, out.ctypes.data, ms)
+
+
+def js_block(sab: Any) -> JsBlock:
+    """The block on ``sab``: :class:`JsSumBlock` where web/meeting.js is registered, else :class:`JsBlock`."""
+    try:
+        import pyengine_meeting
+    except ImportError:
+        return JsBlock(sab)
+    return JsSumBlock(sab, pyengine_meeting)
+
+
 def new_block(n_floats: int):
     """A fresh shared buffer of ``n_floats`` floats of data: a SharedArrayBuffer under Pyodide, numpy
     arrays in CPython (the tests run the worker glue there, helpers as threads)."""
@@ -79,7 +113,7 @@ def serve_helper(files: list, plan: Any, index: int, sab: Any, ready) -> None:
     ``files``, call ``ready(bytes held)``, then run commands until EXIT; its shard is let go on return."""
     plan = plan.to_py() if hasattr(plan, "to_py") else plan
     with open_gguf([BrowserFileSource(f) for f in files]) as g:
-        helper = load_helper(g, plan, index, JsBlock(sab))
+        helper = load_helper(g, plan, index, js_block(sab))
     ready(helper.model.weights_nbytes)
     try:
         helper.serve()

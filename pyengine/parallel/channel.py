@@ -22,7 +22,8 @@ The buffer, ``Int32`` control words then ``Float32`` data::
     data[gather slots]        workers x GATHER_ROWS x the largest vocabulary slice
 
 A block is anything with ``load``, ``store``, ``add``, ``notify``, ``wait``,
-``write``, ``read``, ``write_ints`` and ``read_ints``: :class:`ThreadBlock` in
+``write``, ``read``, ``write_ints`` and ``read_ints`` (and may have ``sum``, a whole
+meeting of :meth:`Channel.all_reduce` in one call): :class:`ThreadBlock` in
 CPython (threads stand in for workers in the tests), ``JsBlock`` in a browser
 (``pyengine.browser.shared_memory``).
 """
@@ -146,6 +147,13 @@ class Channel:
         the command or the workers missing after ``TIMEOUT_S`` (a helper waits for as long as the main
         worker does, which then gives the command up); KeyboardInterrupt (Stop) gets through between
         bounded waits."""
+        gen = self._arrive()
+        if gen is not None:
+            self._await(gen)
+
+    def _arrive(self) -> int | None:
+        """The arriving half of :meth:`barrier`: None when this worker came last (the others are released),
+        else the generation to wait for."""
         b = self.block
         gen = b.load(GEN)
         b.store(STAMP + self.index, gen + 1)
@@ -153,7 +161,11 @@ class Channel:
             b.store(COUNT, 0)
             b.store(GEN, gen + 1)
             b.notify(GEN)
-            return
+            return None
+        return gen
+
+    def _await(self, gen: int) -> None:
+        """The waiting half of :meth:`barrier` (counted in ``waited``)."""
         t0 = time.monotonic()
         try:
             self._wait_generation(gen, t0)
@@ -178,19 +190,32 @@ class Channel:
             b.wait(GEN, gen, WAIT_MS)
 
     def all_reduce(self, a: np.ndarray) -> np.ndarray:
-        """The sum over the workers of ``a`` (R, n) float32, in worker order (the same bits everywhere)."""
+        """The sum over the workers of ``a`` (R, n) float32, in worker order (the same bits everywhere).
+        A block with ``sum`` (``JsBlock`` with web/meeting.js) writes, meets and adds in one call; when
+        the others are late, this worker waits here as :meth:`barrier` does."""
         lay = self.lay
-        rows = lay["reduce_size"] // a.shape[-1]
-        out = np.empty_like(a)
+        size = lay["reduce_size"]
+        rows = size // a.shape[-1]
+        out = np.empty(a.shape, np.float32)
         for r in range(0, len(a), rows):                                  # a longer sum takes several meetings
             half, self.meetings = self.meetings % 2, self.meetings + 1
             part = np.ascontiguousarray(a[r:r + rows], np.float32)
-            slots = lay["reduce"] + half * self.count * lay["reduce_size"]
-            self.block.write(slots + self.index * lay["reduce_size"], part)
-            self.barrier()
-            got, acc = np.empty_like(part), out[r:r + rows]
+            slots = lay["reduce"] + half * self.count * size
+            acc = out[r:r + rows]
+            if hasattr(self.block, "sum"):
+                t0 = time.monotonic()
+                gen = self.block.sum(part, slots + self.index * size, slots, size, self.index, self.count, acc,
+                                     WAIT_MS)
+                self.waited += time.monotonic() - t0
+                if gen < 0:
+                    continue
+                self._await(gen)
+            else:
+                self.block.write(slots + self.index * size, part)
+                self.barrier()
+            got = np.empty_like(part)
             for w in range(self.count):
-                self.block.read(slots + w * lay["reduce_size"], got if w else acc)
+                self.block.read(slots + w * size, got if w else acc)
                 if w:
                     acc += got
         return out
