@@ -23,6 +23,7 @@ from test_quants import random_blocks
 
 from pyengine.gguf import quants
 from pyengine.gguf.ggml_types import GGML_TYPES_BY_NAME
+from pyengine.model import ops
 from pyengine.weights import kernel
 from pyengine.weights.blocks import Blocks
 from pyengine.weights.build import Builder, whole
@@ -206,3 +207,42 @@ def test_status_says_which_products_run(monkeypatch):
     monkeypatch.setattr(kernel, "_loaded", [])
     monkeypatch.setattr(kernel, "library_path", lambda: "/nonexistent/libpyengine_kernel.so")
     assert kernel.get() is None and kernel.status().startswith("numpy (the C kernel did not load")
+
+
+# (Hkv, G, T, D, Dv, pos, window, cap): decode, a GQA group over a long cache, head sizes off the 8 and 32
+# lanes, a prompt cut into chunks, a draft checked query by query, a sliding window, gemma2's soft cap
+ATTENTION = [(2, 7, 1, 64, 64, 530, 0, 0.0), (8, 4, 1, 128, 128, 77, 0, 0.0), (1, 4, 1, 256, 256, 600, 512, 0.0),
+             (3, 2, 1, 13, 45, 9, 0, 0.0), (2, 3, 40, 72, 80, 0, 0, 0.0), (2, 2, 3, 64, 64, 20, 0, 0.0),
+             (2, 2, 50, 32, 32, 100, 16, 50.0)]
+
+
+@pytest.mark.parametrize("shape", ATTENTION, ids=lambda s: "x".join(map(str, s)))
+def test_attention_over_the_cache_in_the_kernel_is_numpys(k, shape, monkeypatch):
+    """ops.attention with the kernel's products equals its einsum form up to float32 summation order, on
+    slices of a cache with room past them (heads apart by the capacity)."""
+    hkv, g, t, d, dv, pos, window, cap = shape
+    q = RNG.standard_normal((hkv, g, t, d)).astype(np.float32) / np.float32(np.sqrt(d))
+    cache_k = RNG.standard_normal((hkv, pos + t + 9, d)).astype(np.float32)
+    cache_v = RNG.standard_normal((hkv, pos + t + 9, dv)).astype(np.float32)
+    if t > 20:
+        monkeypatch.setattr(ops, "SCORES_MAX", hkv * g * (pos + t) * 7)  # chunks of 7 queries
+    args = (q, cache_k[:, :pos + t], cache_v[:, :pos + t], pos, window, cap)
+    want, got = ops.attention(*args), ops.attention(*args, products=k)
+    assert got.shape == want.shape == (hkv, g, t, dv) and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-6)
+
+
+def test_the_attention_products_refuse_what_they_must_not_read(k):
+    q, cache = np.zeros((2, 3, 8), np.float32), np.zeros((2, 10, 8), np.float32)
+    assert k.attention_scores(q, cache[:, :4]).shape == (2, 3, 4)
+    for bad_q, bad_k, message in [(q.astype(np.float64), cache, "q must be"), (q[:, :, ::2], cache, "q must be"),
+                                  (q, cache[:1], "k must be float32 \\(2, 10, 8\\)"),
+                                  (q, cache[:, :, :4], "k must be"), (q, cache[:, ::2], "contiguous"),
+                                  (q, cache.transpose(1, 0, 2)[:2], "contiguous")]:
+        with pytest.raises(KernelError, match=message):
+            k.attention_scores(bad_q, bad_k)
+    with pytest.raises(KernelError, match="contiguous"):
+        k.attention_values(np.zeros((2, 3, 5), np.float32), np.zeros((5, 2, 8), np.float32).transpose(1, 0, 2))
+    p = q.ctypes.data
+    assert k.lib.pe_attn_scores(p, 2, 3, 8, p, 7, 1, p) == -2              # heads closer than their rows
+    assert k.lib.pe_attn_values(p, 2, 3, 1, p, 8, 0, p) == -2 and k.lib.pe_attn_values(p, -1, 3, 1, p, 8, 8, p) == -2

@@ -46,6 +46,13 @@ def case_data(type_name: str, rng) -> tuple[np.ndarray, np.ndarray]:
     return raw, rng.standard_normal((max(TOKENS), n)).astype(np.float32)
 
 
+def attention_data(rng) -> tuple:
+    """q (3 KV heads, 5 queries, 72), a cache of 40 positions (values of 80) and weights over its first 37."""
+    q = rng.standard_normal((3, 5, 72)).astype(np.float32)
+    k, v = rng.standard_normal((3, 40, 72)).astype(np.float32), rng.standard_normal((3, 40, 80)).astype(np.float32)
+    return q, k, v, rng.random((3, 5, 37)).astype(np.float32)
+
+
 PRODUCTS_CODE = '''
 import numpy as np
 from pyengine.weights import kernel
@@ -58,6 +65,9 @@ for name in kernel.TYPES:
     sums = [k.block_sums(np.ascontiguousarray(r), name, act[0]).tolist() for r in raw]
     prods = {t: k.product(kernel.Matrix(raw, name, n), x[:t]).view(np.uint32).tolist() for t in TOKENS}
     out["types"][name] = {"sums": sums, "products": prods}
+q, kc, vc, p = (np.load(f"/kdata/attention-{a}.npy") for a in "qkvp")
+out["attention"] = {"scores": k.attention_scores(q, kc[:, :p.shape[2]]).view(np.uint32).tolist(),
+                    "values": k.attention_values(p, vc[:, :p.shape[2]]).view(np.uint32).tolist()}
 out
 '''
 
@@ -71,6 +81,9 @@ def products(static_ready, tmp_path_factory):  # noqa: F811
         data[name] = case_data(name, rng)
         np.save(folder / f"{name}.npy", data[name][0])
         np.save(folder / f"{name}-x.npy", data[name][1])
+    data["attention"] = attention_data(rng)
+    for a, array in zip("qkvp", data["attention"]):
+        np.save(folder / f"attention-{a}.npy", array)
     got = in_pyodide(f"TOKENS = {TOKENS!r}\n" + PRODUCTS_CODE, mounts={folder: "/kdata"})
     return got, data
 
@@ -92,6 +105,14 @@ def test_its_integer_sums_are_numpys_and_its_products_the_native_builds(products
     for tokens in TOKENS:
         native = k.product(kernel.Matrix(raw, type_name, n), x[:tokens])
         assert got["products"][str(tokens)] == native.view(np.uint32).tolist(), tokens
+
+
+def test_its_attention_products_are_the_native_builds(products):
+    """Attention's float32 sums run in one order on every target: the wasm build's bits are the native one's."""
+    q, k, v, p = products[1]["attention"]
+    native = kernel.get()
+    assert products[0]["attention"]["scores"] == native.attention_scores(q, k[:, :37]).view(np.uint32).tolist()
+    assert products[0]["attention"]["values"] == native.attention_values(p, v[:, :37]).view(np.uint32).tolist()
 
 
 GREEDY_CODE = '''

@@ -179,7 +179,8 @@ SCORES_MAX = 1 << 20     # attention scores held at once during prefill (float32
 ONE_BY_ONE = 16          # a batch of this many queries or fewer attends one query at a time
 
 
-def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: int, window: int, cap: float = 0.0) -> np.ndarray:
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: int, window: int, cap: float = 0.0,
+              products=None) -> np.ndarray:
     """Causal (optionally sliding-window) softmax attention with GQA, as ggml ``soft_max_ext`` + ``mul_mat``.
 
     q (Hkv, G, T, D) already scaled, for queries at positions pos..pos+T-1;
@@ -191,30 +192,37 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: int, window: int
     ``ONE_BY_ONE`` queries (a draft being checked) attends query by query over exactly its own keys, so each
     row has the bits of a one-token pass (sums over masked zeros would group the floats otherwise).
     ``cap > 0`` soft-caps the scores before the mask (gemma2's ``attn_soft_cap``: ``cap * tanh(s / cap)``).
+    ``products``: the C kernel (:class:`pyengine.weights.kernel.Kernel`) for the two products over the cache,
+    else numpy's einsum.
     """
     hkv, g, t, _ = q.shape
     if 1 < t <= ONE_BY_ONE:
         return np.concatenate([attention(q[:, :, i:i + 1], k[:, :pos + i + 1], v[:, :pos + i + 1], pos + i, window,
-                                         cap) for i in range(t)], axis=2)
+                                         cap, products) for i in range(t)], axis=2)
     step = max(1, SCORES_MAX // (hkv * g * (pos + t)))
     if step >= t:                                                         # one chunk (decode, short prompts)
         s0 = max(0, pos - window + 1) if window else 0
-        return _attend(q, k[:, s0:], v[:, s0:], pos, s0, window, cap)
+        return _attend(q, k[:, s0:], v[:, s0:], pos, s0, window, cap, products)
     out = np.empty((hkv, g, t, v.shape[2]), np.float32)
     for t0 in range(0, t, step):
         t1 = min(t, t0 + step)
         p0, p1 = pos + t0, pos + t1                                       # queries' positions
         s0 = max(0, p0 - window + 1) if window else 0                     # first key any of them sees
-        out[:, :, t0:t1] = _attend(q[:, :, t0:t1], k[:, s0:p1], v[:, s0:p1], p0, s0, window, cap)
+        out[:, :, t0:t1] = _attend(q[:, :, t0:t1], k[:, s0:p1], v[:, s0:p1], p0, s0, window, cap, products)
     return out
 
 
-def _attend(q, k, v, p0: int, s0: int, window: int, cap: float = 0.0) -> np.ndarray:
+def _attend(q, k, v, p0: int, s0: int, window: int, cap: float = 0.0, products=None) -> np.ndarray:
     """One chunk: q (Hkv, G, Tc, D) at positions p0.., keys k (Hkv, S, D) at s0.. -> (Hkv, G, Tc, Dv)."""
-    scores = np.einsum("hgtd,hsd->hgts", q, k)                            # (Hkv, G, Tc, S)
+    hkv, g, tc, d = q.shape
+    if products is not None:
+        scores = products.attention_scores(np.ascontiguousarray(q.reshape(hkv, g * tc, d), np.float32), k)
+        scores = scores.reshape(hkv, g, tc, -1)                           # (Hkv, G, Tc, S)
+    else:
+        scores = np.einsum("hgtd,hsd->hgts", q, k)                        # (Hkv, G, Tc, S)
     if cap:
         scores = softcap(scores, cap)
-    tc, s = q.shape[2], k.shape[1]
+    s = k.shape[1]
     if tc > 1 or (window and s > window):
         qp = np.arange(p0, p0 + tc)[:, None]                              # (Tc, 1)
         kp = np.arange(s0, s0 + s)[None, :]                               # (1, S)
@@ -225,4 +233,6 @@ def _attend(q, k, v, p0: int, s0: int, window: int, cap: float = 0.0) -> np.ndar
     scores -= scores.max(axis=-1, keepdims=True)
     np.exp(scores, out=scores)
     scores /= scores.sum(axis=-1, keepdims=True)
+    if products is not None:
+        return products.attention_values(scores.reshape(hkv, g * tc, -1), v).reshape(hkv, g, tc, -1)
     return np.einsum("hgts,hsd->hgtd", scores, v)                        # (Hkv, G, Tc, Dv)

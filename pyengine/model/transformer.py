@@ -62,6 +62,7 @@ from pyengine.model.ops import (
     swiglu,
 )
 from pyengine.model.shard import whole
+from pyengine.weights import kernel
 from pyengine.weights.forms import add_bias
 
 UBATCH = 512                         # tokens per forward step of a long prompt (llama.cpp's n_ubatch)
@@ -296,8 +297,9 @@ class Model:
         if rope is not None:
             q = rope(q, pos)
         q = (q * np.float32(c.attn_scale)).reshape(t, hkv, -1, dk).transpose(1, 2, 0, 3)  # (Hkv, G, T, Dk)
+        products = kernel.get() if self.weights == "blocks" else None      # the C kernel with its blocks
         o = attention(q, cache.k[src][:, :pos + t], cache.v[src][:, :pos + t], pos,
-                      c.sliding_window if layer.swa else 0, c.attn_logit_softcap)   # (Hkv, G, T, Dv)
+                      c.sliding_window if layer.swa else 0, c.attn_logit_softcap, products)   # (Hkv, G, T, Dv)
         o = o.transpose(2, 0, 1, 3).reshape(t, hq * dv)                  # (T, H*Dv)
         if gate is not None:
             o = o * sigmoid(gate)

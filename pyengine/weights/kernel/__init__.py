@@ -34,7 +34,7 @@ from pyengine.gguf.ggml_types import GGML_TYPES_BY_NAME, GGMLType
 # The weight types kernel.c multiplies, and the activations' type each is rounded to (ggml's vec_dot_type)
 TYPES = {"Q4_0": "Q8_0", "Q4_1": "Q8_1", "Q5_0": "Q8_0", "Q5_1": "Q8_1", "Q8_0": "Q8_0", "IQ4_NL": "Q8_0",
          "Q2_K": "Q8_K", "Q3_K": "Q8_K", "Q4_K": "Q8_K", "Q5_K": "Q8_K", "Q6_K": "Q8_K", "IQ4_XS": "Q8_K"}
-VERSION = 2                                  # kernel.c's pe_version(): a library of another version is not used
+VERSION = 3                                  # kernel.c's pe_version(): a library of another version is not used
 MAX_N = 1 << 26                              # kernel.c's MAX_N: weights a row
 HERE = Path(__file__).resolve().parent
 WASM_PATH = "/lib/pyengine_kernel.so"        # where the page's boot writes the side module (Pyodide's FS)
@@ -78,7 +78,9 @@ class Kernel:
         self.wasm = sys.platform == "emscripten"
         for fn, args in ((lib.pe_act_bytes, [i32, i32]), (lib.pe_quantize, [i32, ptr, i32, i32, ptr]),
                          (lib.pe_mul_mat, [i32, ptr, i32, i32, ptr, i32, ptr, i32]),
-                         (lib.pe_block_sums, [i32, ptr, i32, ptr, ptr])):
+                         (lib.pe_block_sums, [i32, ptr, i32, ptr, ptr]),
+                         (lib.pe_attn_scores, [ptr, i32, i32, i32, ptr, i32, i32, ptr]),
+                         (lib.pe_attn_values, [ptr, i32, i32, i32, ptr, i32, i32, ptr])):
             fn.restype = i32
             if not self.wasm:
                 fn.argtypes = args
@@ -117,6 +119,28 @@ class Kernel:
         y, y_at = self._buffer("y", (t, m.rows), np.float32)
         _ok(self._call(self.lib.pe_mul_mat, m.id, m.address, m.rows, m.n, act[1], t, y_at, m.rows), "pe_mul_mat")
         return y.copy() if t <= DECODE_TOKENS else y
+
+    def attention_scores(self, q: np.ndarray, k: np.ndarray) -> np.ndarray:
+        """Attention's scores over a KV cache: q (Hkv, M, D) float32, C-contiguous; k (Hkv, S, D) float32 with
+        contiguous rows (a slice of the cache's positions) -> (Hkv, M, S) float32, q . k over D."""
+        _check(q, np.float32, 3, "q")
+        hkv, m, d = q.shape
+        k_head = _cache_rows(k, (hkv, k.shape[1], d), "k")
+        out = np.empty((hkv, m, k.shape[1]), np.float32)
+        _ok(self._call(self.lib.pe_attn_scores, q.ctypes.data, hkv, m, d, k.ctypes.data, k_head, k.shape[1],
+                       out.ctypes.data), "pe_attn_scores")
+        return out
+
+    def attention_values(self, p: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """The values weighted by the softmaxed scores: p (Hkv, M, S) float32, C-contiguous; v (Hkv, S, Dv)
+        float32 with contiguous rows -> (Hkv, M, Dv) float32, summed over S in key order."""
+        _check(p, np.float32, 3, "p")
+        hkv, m, s = p.shape
+        v_head = _cache_rows(v, (hkv, s, v.shape[2]), "v")
+        out = np.empty((hkv, m, v.shape[2]), np.float32)
+        _ok(self._call(self.lib.pe_attn_values, p.ctypes.data, hkv, m, s, v.ctypes.data, v_head, v.shape[2],
+                       out.ctypes.data), "pe_attn_values")
+        return out
 
     def _buffer(self, kind: str, shape: tuple, dtype) -> tuple[np.ndarray, int]:
         """A work array and its address: kept for decode's few tokens, new for a prompt's many."""
@@ -193,6 +217,19 @@ def _check(a: np.ndarray, dtype, ndim: int, what: str) -> None:
     if not isinstance(a, np.ndarray) or a.dtype != dtype or a.ndim != ndim or not a.flags.c_contiguous:
         raise KernelError(f"{what} must be a C-contiguous {ndim}-D {np.dtype(dtype)} array, got "
                           f"{getattr(a, 'dtype', type(a))} {getattr(a, 'shape', '')}")
+
+
+def _cache_rows(a: np.ndarray, shape: tuple, what: str) -> int:
+    """Check ``a`` is float32 of ``shape`` (heads, rows, width) with contiguous rows, its heads apart by at least
+    their rows; returns the heads' distance in floats."""
+    if not isinstance(a, np.ndarray) or a.dtype != np.float32 or a.shape != shape or shape[2] == 0:
+        raise KernelError(f"{what} must be float32 {shape}, got {getattr(a, 'dtype', type(a))} "
+                          f"{getattr(a, 'shape', '')}")
+    head, row, one = a.strides
+    if one != 4 or row != 4 * shape[2] or head % 4 or (shape[0] > 1 and head < row * shape[1]) \
+            or head >= 1 << 33:
+        raise KernelError(f"{what}'s rows must be contiguous and its heads apart, got strides {a.strides}")
+    return head // 4
 
 
 def _ok(code: int, fn: str) -> int:

@@ -471,7 +471,7 @@ WEIGHT_TYPES(MUL_MAT)
 #define EXPORT __attribute__((visibility("default")))
 #define MAX_N (1 << 26)      /* weights in a row: more than any model has, and 2n bytes fit an int */
 
-EXPORT int pe_version(void) { return 2; }
+EXPORT int pe_version(void) { return 3; }
 
 /* bytes of one token's activation record for rows of n weights of the weight type `type`, or an error */
 EXPORT int pe_act_bytes(int type, int n) {
@@ -502,6 +502,70 @@ EXPORT int pe_mul_mat(int type, const uint8_t *w, int rows, int n, uint8_t *act,
     case T: mul_mat_##name(w, rows, n, act, tokens, y, ldy); return 0;
     switch (type) { WEIGHT_TYPES(CASE) }
     return E_TYPE;
+}
+
+/* ---- attention's float32 products over the KV cache (ggml's mul_mat of F32 K and V), a KV head at a time.
+ * A head's rows are contiguous (d or dv floats); heads lie k_head / v_head floats apart, as the cache holds
+ * them (heads, capacity, d). Sums run in one order on every target (8 lanes, then hsum_f32; values in
+ * key order), so the wasm and native builds give the same bits. */
+
+#define MAX_ATTN (1 << 20)   /* queries, keys or head size at most: far past any context */
+
+/* scores[h, i, j] = q[h, i, :] . k[h, j, :] for hkv heads, m queries (hkv, m, d) and s keys: (hkv, m, s) */
+EXPORT int pe_attn_scores(const float *q, int hkv, int m, int d, const float *k, int k_head, int s,
+                          float *scores) {
+    if (hkv < 0 || m < 0 || d <= 0 || s < 0 || hkv > MAX_ATTN || m > MAX_ATTN || d > MAX_ATTN || s > MAX_ATTN
+        || (hkv > 1 && k_head < s * d))
+        return E_SIZE;
+    const int d8 = d - d % 8;
+    for (ptrdiff_t h = 0; h < hkv; h++)
+        for (ptrdiff_t j = 0; j < s; j++) {
+            const float *kj = k + h * k_head + j * d;
+            for (ptrdiff_t i = 0; i < m; i++) {
+                const float *qi = q + (h * m + i) * d;
+                f32x8 acc = {0};
+                for (int c = 0; c < d8; c += 8) acc += load_f32x8(qi + c) * load_f32x8(kj + c);
+                float y = hsum_f32(acc);
+                for (int c = d8; c < d; c++) y += qi[c] * kj[c];
+                scores[(h * m + i) * s + j] = y;
+            }
+        }
+    return 0;
+}
+
+/* out[h, i, :] = sum over j of p[h, i, j] * v[h, j, :] for hkv heads, m rows of weights p (hkv, m, s) and
+   s values of dv floats: (hkv, m, dv) */
+EXPORT int pe_attn_values(const float *p, int hkv, int m, int s, const float *v, int v_head, int dv, float *out) {
+    if (hkv < 0 || m < 0 || s < 0 || dv <= 0 || hkv > MAX_ATTN || m > MAX_ATTN || s > MAX_ATTN || dv > MAX_ATTN
+        || (hkv > 1 && v_head < s * dv))
+        return E_SIZE;
+    for (ptrdiff_t h = 0; h < hkv; h++)
+        for (ptrdiff_t i = 0; i < m; i++) {
+            const float *pi = p + (h * m + i) * s, *vh = v + h * v_head;
+            float *o = out + (h * m + i) * dv;
+            int c = 0;
+            for (; c + 32 <= dv; c += 32) {                   /* 32 outputs kept in registers over the keys */
+                f32x8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+                for (ptrdiff_t j = 0; j < s; j++) {
+                    const float *vj = vh + j * dv + c;
+                    const float w = pi[j];
+                    a0 += w * load_f32x8(vj);
+                    a1 += w * load_f32x8(vj + 8);
+                    a2 += w * load_f32x8(vj + 16);
+                    a3 += w * load_f32x8(vj + 24);
+                }
+                __builtin_memcpy(o + c, &a0, 32);
+                __builtin_memcpy(o + c + 8, &a1, 32);
+                __builtin_memcpy(o + c + 16, &a2, 32);
+                __builtin_memcpy(o + c + 24, &a3, 32);
+            }
+            for (; c < dv; c++) {
+                float y = 0;
+                for (ptrdiff_t j = 0; j < s; j++) y += pi[j] * vh[j * dv + c];
+                o[c] = y;
+            }
+        }
+    return 0;
 }
 
 /* for tests: the exact integer sums of one row of n weights with one token's codes, a sub-block of 16

@@ -23,6 +23,8 @@ typedef uint16_t u16x8  __attribute__((vector_size(16)));
 typedef int32_t  i32x4  __attribute__((vector_size(16)));
 typedef int16_t  i16x16 __attribute__((vector_size(32)));
 typedef int32_t  i32x8  __attribute__((vector_size(32)));
+typedef float    f32x4  __attribute__((vector_size(16)));
+typedef float    f32x8  __attribute__((vector_size(32)));
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -81,6 +83,20 @@ INLINE i8x16 lookup16(i8x16 table, u8x16 idx) {
     for (int i = 0; i < 16; i++) r[i] = table[idx[i] & 15];
     return r;
 #endif
+}
+
+/* 8 floats from p (any alignment) */
+INLINE f32x8 load_f32x8(const float *p) {
+    f32x8 v;
+    __builtin_memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* the 8 lanes' sum, in one fixed order on every target: (v0 + v4) + (v2 + v6) + ((v1 + v5) + (v3 + v7)) */
+INLINE float hsum_f32(f32x8 v) {
+    const f32x4 a = __builtin_shufflevector(v, v, 0, 1, 2, 3) + __builtin_shufflevector(v, v, 4, 5, 6, 7);
+    const f32x4 b = a + __builtin_shufflevector(a, a, 2, 3, 0, 1);
+    return b[0] + b[1];
 }
 
 INLINE int32_t hsum_i32(i32x8 v) {
