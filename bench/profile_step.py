@@ -34,13 +34,18 @@ def instrument(model) -> tuple[dict, dict]:
     from pyengine.weights import blocks, forms, quantized
 
     seconds, calls = defaultdict(float), defaultdict(int)
+    inside = [0]        # timed calls running: a call inside another (a row split's parts) is the outer one's
 
-    def timed(label_of, fn):
+    def timed(label_of, fn, nests=True):
         def wrapper(*args, **kwargs):
+            if inside[0] and nests:
+                return fn(*args, **kwargs)
             t0 = time.perf_counter()
+            inside[0] += nests
             try:
                 return fn(*args, **kwargs)
             finally:
+                inside[0] -= nests
                 label = label_of(args)
                 seconds[label] += time.perf_counter() - t0
                 calls[label] += 1
@@ -51,7 +56,8 @@ def instrument(model) -> tuple[dict, dict]:
     for part, a, b in zip(getattr(out, "parts", []), getattr(out, "starts", [])[:-1], getattr(out, "starts", [])[1:]):
         roles[id(part)] = f"matmul output rows {a}-{b} ({part.form.name.lower()})"
     for layer in model.layers:
-        for name, value in vars(layer).items():
+        delta = getattr(layer, "delta", None)                           # qwen35's Gated DeltaNet matrices
+        for name, value in [*vars(layer).items(), *(vars(delta).items() if delta is not None else ())]:
             if hasattr(value, "form"):
                 roles.setdefault(id(value), f"matmul {name} ({value.form.name.lower()})")
     for cls in (forms.F32, quantized.Quantized, forms.RowSplit, blocks.Blocks):
@@ -60,7 +66,7 @@ def instrument(model) -> tuple[dict, dict]:
     Rope.__call__ = timed(lambda a: "rope", Rope.__call__)
     for name in ("attention", "rmsnorm", "geglu", "swiglu", "softcap"):
         setattr(transformer, name, timed(lambda a, n=name: n, getattr(transformer, name)))
-    transformer.Model.forward = timed(lambda a: "forward (total)", transformer.Model.forward)
+    transformer.Model.forward = timed(lambda a: "forward (total)", transformer.Model.forward, nests=False)
     return seconds, calls
 
 
