@@ -23,7 +23,7 @@ from test_quants import random_blocks
 
 from pyengine.gguf import quants
 from pyengine.gguf.ggml_types import GGML_TYPES_BY_NAME
-from pyengine.model import ops
+from pyengine.model import delta_net, ops
 from pyengine.weights import kernel
 from pyengine.weights.blocks import Blocks
 from pyengine.weights.build import Builder, whole
@@ -246,3 +246,22 @@ def test_the_attention_products_refuse_what_they_must_not_read(k):
     p = q.ctypes.data
     assert k.lib.pe_attn_scores(p, 2, 3, 8, p, 7, 1, p) == -2              # heads closer than their rows
     assert k.lib.pe_attn_values(p, 2, 3, 1, p, 8, 0, p) == -2 and k.lib.pe_attn_values(p, -1, 3, 1, p, 8, 8, p) == -2
+
+
+@pytest.mark.parametrize("h, dv, dk", [(16, 128, 128), (3, 5, 13)])
+def test_the_delta_rules_step_in_the_kernel_is_numpys(k, h, dv, dk):
+    """delta_net.delta_step with the kernel equals its numpy form up to float32 summation order, and leaves
+    the state it was given as it was."""
+    s = RNG.standard_normal((h, dv, dk)).astype(np.float32)
+    q, kk = (RNG.standard_normal((h, dk)).astype(np.float32) / np.float32(dk) for _ in range(2))
+    v = RNG.standard_normal((h, dv)).astype(np.float32)
+    g, beta = -RNG.random(h).astype(np.float32), RNG.random(h).astype(np.float32)
+    before = s.copy()
+    want, got = delta_net.delta_step(s, q, kk, v, g, beta), delta_net.delta_step(s, q, kk, v, g, beta, k)
+    assert (s == before).all()
+    for a, b in zip(got, want):
+        assert a.shape == b.shape and a.dtype == np.float32
+        np.testing.assert_allclose(a, b, rtol=0, atol=3e-6)
+    with pytest.raises(KernelError, match="v must be"):
+        k.delta_step(s, q, kk, v[:, :-1].copy(), np.exp(g), beta)
+    assert k.lib.pe_delta_step(q.ctypes.data, 1, -1, 8, *[q.ctypes.data] * 7) == -2

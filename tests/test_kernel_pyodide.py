@@ -53,6 +53,13 @@ def attention_data(rng) -> tuple:
     return q, k, v, rng.random((3, 5, 37)).astype(np.float32)
 
 
+def delta_data(rng) -> tuple:
+    """A delta rule step's arrays: state (4 heads, 24 rows of 40), q, k, v, decay, beta."""
+    h, dv, dk = 4, 24, 40
+    return (rng.standard_normal((h, dv, dk)).astype(np.float32), *(rng.standard_normal((h, d)).astype(np.float32)
+            for d in (dk, dk, dv)), rng.random(h).astype(np.float32), rng.random(h).astype(np.float32))
+
+
 PRODUCTS_CODE = '''
 import numpy as np
 from pyengine.weights import kernel
@@ -68,6 +75,8 @@ for name in kernel.TYPES:
 q, kc, vc, p = (np.load(f"/kdata/attention-{a}.npy") for a in "qkvp")
 out["attention"] = {"scores": k.attention_scores(q, kc[:, :p.shape[2]]).view(np.uint32).tolist(),
                     "values": k.attention_values(p, vc[:, :p.shape[2]]).view(np.uint32).tolist()}
+o, state = k.delta_step(*(np.load(f"/kdata/delta-{i}.npy") for i in range(6)))
+out["delta"] = {"o": o.view(np.uint32).tolist(), "s": state.view(np.uint32).tolist()}
 out
 '''
 
@@ -84,6 +93,9 @@ def products(static_ready, tmp_path_factory):  # noqa: F811
     data["attention"] = attention_data(rng)
     for a, array in zip("qkvp", data["attention"]):
         np.save(folder / f"attention-{a}.npy", array)
+    data["delta"] = delta_data(rng)
+    for i, array in enumerate(data["delta"]):
+        np.save(folder / f"delta-{i}.npy", array)
     got = in_pyodide(f"TOKENS = {TOKENS!r}\n" + PRODUCTS_CODE, mounts={folder: "/kdata"})
     return got, data
 
@@ -113,6 +125,11 @@ def test_its_attention_products_are_the_native_builds(products):
     native = kernel.get()
     assert products[0]["attention"]["scores"] == native.attention_scores(q, k[:, :37]).view(np.uint32).tolist()
     assert products[0]["attention"]["values"] == native.attention_values(p, v[:, :37]).view(np.uint32).tolist()
+
+
+def test_its_delta_rule_step_is_the_native_builds(products):
+    o, s = kernel.get().delta_step(*products[1]["delta"])
+    assert products[0]["delta"] == {"o": o.view(np.uint32).tolist(), "s": s.view(np.uint32).tolist()}
 
 
 GREEDY_CODE = '''

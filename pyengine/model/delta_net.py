@@ -121,11 +121,14 @@ def causal_conv(x: np.ndarray, window: np.ndarray, w: np.ndarray) -> tuple[np.nd
 # the delta rule
 
 def delta_step(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray,
-               beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+               beta: np.ndarray, products=None) -> tuple[np.ndarray, np.ndarray]:
     """One token of the gated delta rule (ggml ``gated_delta_net``, one step), every head at once.
 
     s (H, Dv, Dk); q, k (H, Dk) (q already scaled); v (H, Dv); g, beta (H,) -> (o (H, Dv), new s).
+    ``products``: the C kernel, which reads the state once (:meth:`pyengine.weights.kernel.Kernel.delta_step`).
     """
+    if products is not None:
+        return products.delta_step(*(np.ascontiguousarray(a, np.float32) for a in (s, q, k, v, np.exp(g), beta)))
     s = s * np.exp(g)[:, None, None]                                      # (H, Dv, Dk)
     sk = np.einsum("hjd,hd->hj", s, k)                                    # (H, Dv)
     d = (v - sk) * beta[:, None]                                          # (H, Dv)
@@ -163,14 +166,15 @@ def delta_chunk(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: n
 
 
 def delta_rule(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray,
-               beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+               beta: np.ndarray, products=None) -> tuple[np.ndarray, np.ndarray]:
     """The gated delta rule over T tokens: q, k (T, H, Dk) (q scaled), v (T, H, Dv), g, beta (T, H),
-    s (H, Dv, Dk) -> (o (T, H, Dv), new s). Up to ``ONE_BY_ONE`` tokens one at a time, else by chunks."""
+    s (H, Dv, Dk) -> (o (T, H, Dv), new s). Up to ``ONE_BY_ONE`` tokens one at a time (in the C kernel
+    when ``products`` is given), else by chunks."""
     t = q.shape[0]
     if t <= ONE_BY_ONE:
         out = np.empty(v.shape, np.float32)                               # (T, H, Dv)
         for i in range(t):
-            out[i], s = delta_step(s, q[i], k[i], v[i], g[i], beta[i])
+            out[i], s = delta_step(s, q[i], k[i], v[i], g[i], beta[i], products)
         return out, s
     q, k, v = q.transpose(1, 0, 2), k.transpose(1, 0, 2), v.transpose(1, 0, 2)   # (H, T, D)
     g, beta = g.T, beta.T                                                 # (H, T)
@@ -184,10 +188,11 @@ def delta_rule(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np
 # ----------------------------------------------------------------------------
 # the layer
 
-def delta_net(layer: DeltaNet, x: np.ndarray, window: np.ndarray, s: np.ndarray, config) -> tuple:
+def delta_net(layer: DeltaNet, x: np.ndarray, window: np.ndarray, s: np.ndarray, config, products=None) -> tuple:
     """A Gated DeltaNet layer on x (T, n_embd), already normed, from the state (window (K-1, C), s
     (H, Dv, Dk)) -> (out (T, n_embd), new window, new s), over the H value heads and Hk key heads this
-    worker holds (a split model sums ``out`` over the workers). The state passed in is not changed."""
+    worker holds (a split model sums ``out`` over the workers). The state passed in is not changed.
+    ``products``: the C kernel for a decode step's recurrence, or None (numpy)."""
     c, h = config, len(layer.key_of)
     t, d = x.shape[0], c.ssm_d_state
     hk = (layer.conv.shape[0] - h * d) // (2 * d)
@@ -203,6 +208,6 @@ def delta_net(layer: DeltaNet, x: np.ndarray, window: np.ndarray, s: np.ndarray,
     q = (q * np.float32(1.0 / np.sqrt(d)))[:, layer.key_of]               # (T, H, Dk): each value head's key head
     k = k[:, layer.key_of]                                                # (T, H, Dk)
     g = softplus(a + layer.dt_bias) * layer.a                             # (T, H)
-    o, s = delta_rule(s, q, k, v, g, sigmoid(b))                          # (T, H, Dv)
+    o, s = delta_rule(s, q, k, v, g, sigmoid(b), products)                # (T, H, Dv)
     o = rmsnorm(o, layer.norm, c.rms_eps) * silu(z.reshape(t, h, d))      # (T, H, Dv)
     return layer.w_out(o.reshape(t, nv)), window, s

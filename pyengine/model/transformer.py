@@ -267,6 +267,11 @@ class Model:
             x[mine] = self.token_embd.rows(tokens[mine] - v0)
         return self.comm.all_reduce(x)
 
+    def products(self):
+        """The C kernel for attention's and the delta rule's float32 products when the weights are in its
+        blocks form, else None (numpy's)."""
+        return kernel.get() if self.weights == "blocks" else None
+
     def attention(self, layer: Layer, x: np.ndarray, cache: KVCache, il: int, pos: int) -> np.ndarray:
         """Self-attention of x (T, n_embd), already normed, at positions pos.. over this shard's heads, summed
         over the workers -> (T, n_embd); fills the cache."""
@@ -297,9 +302,8 @@ class Model:
         if rope is not None:
             q = rope(q, pos)
         q = (q * np.float32(c.attn_scale)).reshape(t, hkv, -1, dk).transpose(1, 2, 0, 3)  # (Hkv, G, T, Dk)
-        products = kernel.get() if self.weights == "blocks" else None      # the C kernel with its blocks
         o = attention(q, cache.k[src][:, :pos + t], cache.v[src][:, :pos + t], pos,
-                      c.sliding_window if layer.swa else 0, c.attn_logit_softcap, products)   # (Hkv, G, T, Dv)
+                      c.sliding_window if layer.swa else 0, c.attn_logit_softcap, self.products())   # (Hkv, G, T, Dv)
         o = o.transpose(2, 0, 1, 3).reshape(t, hq * dv)                  # (T, H*Dv)
         if gate is not None:
             o = o * sigmoid(gate)
@@ -323,7 +327,7 @@ class Model:
     def recurrent(self, layer: Layer, x: np.ndarray, cache: HybridCache, il: int, pos: int) -> np.ndarray:
         """A Gated DeltaNet layer on x (T, n_embd), already normed, over this shard's value heads, summed over
         the workers (unless every worker holds them all) -> (T, n_embd); stages its new state in the cache."""
-        h, window, s = delta_net(layer.delta, x, *cache.state(il), self.config)
+        h, window, s = delta_net(layer.delta, x, *cache.state(il), self.config, self.products())
         cache.stage(il, window, s)
         j0, j1 = self.shard.ssm
         return self.comm.all_reduce(h) if j1 - j0 < self.config.ssm_dt_rank else h

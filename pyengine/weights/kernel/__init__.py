@@ -34,7 +34,7 @@ from pyengine.gguf.ggml_types import GGML_TYPES_BY_NAME, GGMLType
 # The weight types kernel.c multiplies, and the activations' type each is rounded to (ggml's vec_dot_type)
 TYPES = {"Q4_0": "Q8_0", "Q4_1": "Q8_1", "Q5_0": "Q8_0", "Q5_1": "Q8_1", "Q8_0": "Q8_0", "IQ4_NL": "Q8_0",
          "Q2_K": "Q8_K", "Q3_K": "Q8_K", "Q4_K": "Q8_K", "Q5_K": "Q8_K", "Q6_K": "Q8_K", "IQ4_XS": "Q8_K"}
-VERSION = 3                                  # kernel.c's pe_version(): a library of another version is not used
+VERSION = 4                                  # kernel.c's pe_version(): a library of another version is not used
 MAX_N = 1 << 26                              # kernel.c's MAX_N: weights a row
 HERE = Path(__file__).resolve().parent
 WASM_PATH = "/lib/pyengine_kernel.so"        # where the page's boot writes the side module (Pyodide's FS)
@@ -80,7 +80,8 @@ class Kernel:
                          (lib.pe_mul_mat, [i32, ptr, i32, i32, ptr, i32, ptr, i32]),
                          (lib.pe_block_sums, [i32, ptr, i32, ptr, ptr]),
                          (lib.pe_attn_scores, [ptr, i32, i32, i32, ptr, i32, i32, ptr]),
-                         (lib.pe_attn_values, [ptr, i32, i32, i32, ptr, i32, i32, ptr])):
+                         (lib.pe_attn_values, [ptr, i32, i32, i32, ptr, i32, i32, ptr]),
+                         (lib.pe_delta_step, [ptr, i32, i32, i32, ptr, ptr, ptr, ptr, ptr, ptr, ptr])):
             fn.restype = i32
             if not self.wasm:
                 fn.argtypes = args
@@ -141,6 +142,24 @@ class Kernel:
         _ok(self._call(self.lib.pe_attn_values, p.ctypes.data, hkv, m, s, v.ctypes.data, v_head, v.shape[2],
                        out.ctypes.data), "pe_attn_values")
         return out
+
+    def delta_step(self, s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, decay: np.ndarray,
+                   beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One token of the gated delta rule, every head: s (H, Dv, Dk), q and k (H, Dk), v (H, Dv), decay
+        (the gate's exp) and beta (H,), all float32 and C-contiguous -> (o (H, Dv), the new state (H, Dv, Dk));
+        ``s`` is left as it was."""
+        _check(s, np.float32, 3, "s")
+        h, dv, dk = s.shape
+        for a, shape, what in ((q, (h, dk), "q"), (k, (h, dk), "k"), (v, (h, dv), "v"), (decay, (h,), "decay"),
+                               (beta, (h,), "beta")):
+            _check(a, np.float32, len(shape), what)
+            if a.shape != shape:
+                raise KernelError(f"{what} must be {shape} for a state of {s.shape}, got {a.shape}")
+        out, o = np.empty_like(s), np.empty((h, dv), np.float32)
+        _ok(self._call(self.lib.pe_delta_step, s.ctypes.data, h, dv, dk, q.ctypes.data, k.ctypes.data,
+                       v.ctypes.data, decay.ctypes.data, beta.ctypes.data, out.ctypes.data, o.ctypes.data),
+            "pe_delta_step")
+        return o, out
 
     def _buffer(self, kind: str, shape: tuple, dtype) -> tuple[np.ndarray, int]:
         """A work array and its address: kept for decode's few tokens, new for a prompt's many."""

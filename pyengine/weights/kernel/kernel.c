@@ -471,7 +471,7 @@ WEIGHT_TYPES(MUL_MAT)
 #define EXPORT __attribute__((visibility("default")))
 #define MAX_N (1 << 26)      /* weights in a row: more than any model has, and 2n bytes fit an int */
 
-EXPORT int pe_version(void) { return 3; }
+EXPORT int pe_version(void) { return 4; }
 
 /* bytes of one token's activation record for rows of n weights of the weight type `type`, or an error */
 EXPORT int pe_act_bytes(int type, int n) {
@@ -511,23 +511,27 @@ EXPORT int pe_mul_mat(int type, const uint8_t *w, int rows, int n, uint8_t *act,
 
 #define MAX_ATTN (1 << 20)   /* queries, keys or head size at most: far past any context */
 
+/* a . b over n floats: 8 lanes, then hsum_f32, then the tail */
+INLINE float dot_f32(const float *a, const float *b, int n) {
+    const int n8 = n - n % 8;
+    f32x8 acc = {0};
+    for (int c = 0; c < n8; c += 8) acc += load_f32x8(a + c) * load_f32x8(b + c);
+    float y = hsum_f32(acc);
+    for (int c = n8; c < n; c++) y += a[c] * b[c];
+    return y;
+}
+
 /* scores[h, i, j] = q[h, i, :] . k[h, j, :] for hkv heads, m queries (hkv, m, d) and s keys: (hkv, m, s) */
 EXPORT int pe_attn_scores(const float *q, int hkv, int m, int d, const float *k, int k_head, int s,
                           float *scores) {
     if (hkv < 0 || m < 0 || d <= 0 || s < 0 || hkv > MAX_ATTN || m > MAX_ATTN || d > MAX_ATTN || s > MAX_ATTN
         || (hkv > 1 && k_head < s * d))
         return E_SIZE;
-    const int d8 = d - d % 8;
     for (ptrdiff_t h = 0; h < hkv; h++)
         for (ptrdiff_t j = 0; j < s; j++) {
             const float *kj = k + h * k_head + j * d;
             for (ptrdiff_t i = 0; i < m; i++) {
-                const float *qi = q + (h * m + i) * d;
-                f32x8 acc = {0};
-                for (int c = 0; c < d8; c += 8) acc += load_f32x8(qi + c) * load_f32x8(kj + c);
-                float y = hsum_f32(acc);
-                for (int c = d8; c < d; c++) y += qi[c] * kj[c];
-                scores[(h * m + i) * s + j] = y;
+                scores[(h * m + i) * s + j] = dot_f32(q + (h * m + i) * d, kj, d);
             }
         }
     return 0;
@@ -565,6 +569,27 @@ EXPORT int pe_attn_values(const float *p, int hkv, int m, int s, const float *v,
                 o[c] = y;
             }
         }
+    return 0;
+}
+
+/* One token of the gated delta rule (ggml's gated_delta_net, one step; qwen35's Gated DeltaNet layers),
+   every head at once, reading the state once: for head h and row j of its state S (dv rows of dk),
+     S' = S * decay[h];  d = (v[h, j] - S'[j] . k[h]) * beta[h];  S'[j] += d * k[h];  o[h, j] = S'[j] . q[h]
+   s, s_out (h, dv, dk); q, k (h, dk); v, o (h, dv); decay (exp of the gate) and beta (h,). */
+EXPORT int pe_delta_step(const float *s, int h, int dv, int dk, const float *q, const float *k, const float *v,
+                         const float *decay, const float *beta, float *s_out, float *o) {
+    if (h < 0 || dv < 0 || dk <= 0 || h > MAX_ATTN || dv > MAX_ATTN || dk > MAX_ATTN) return E_SIZE;
+    for (ptrdiff_t hh = 0; hh < h; hh++) {
+        const float *kh = k + hh * dk, *qh = q + hh * dk;
+        for (ptrdiff_t j = 0; j < dv; j++) {
+            const float *row = s + (hh * dv + j) * dk;
+            float *out = s_out + (hh * dv + j) * dk;
+            for (int c = 0; c < dk; c++) out[c] = row[c] * decay[hh];
+            const float d = (v[hh * dv + j] - dot_f32(out, kh, dk)) * beta[hh];
+            for (int c = 0; c < dk; c++) out[c] += d * kh[c];
+            o[hh * dv + j] = dot_f32(out, qh, dk);
+        }
+    }
     return 0;
 }
 
