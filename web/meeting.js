@@ -7,7 +7,7 @@
 // (ctl[STAMP + index] = gen + 1; the last of ctl[COUNT] to arrive resets it and moves ctl[GEN] on), then
 // adds every worker's slot in worker order. Addresses are byte offsets into Pyodide's wasm memory.
 
-const SPIN = 1 << 17; // loads of the generation word before sleeping (~0.1-0.3 ms)
+const SPIN_MS = 2; // milliseconds a wait spins before it sleeps
 
 // The Float32Array of n floats at byte address `address` of Pyodide's memory (looked up at every call:
 // the memory's buffer changes when it grows).
@@ -26,18 +26,21 @@ export function registerMeeting(pyodide) {
 export function meetingBlock(pyodide, sab, words, dataAt) {
   const ctl = new Int32Array(sab, 0, dataAt);
   const data = new Float32Array(sab, 4 * dataAt);
-  // Sleep while ctl[i] is v, at most ms; returns ctl[i]. Spins a little first: a worker put to sleep
-  // by Atomics.wait wakes a fraction of a millisecond after the notify, and a decode step meets every
-  // millisecond or so.
+  // Sleep while ctl[i] is v, at most ms; returns ctl[i]. Spins up to SPIN_MS first: a worker put to
+  // sleep by Atomics.wait wakes late after the notify (in Chromium on 2 cores, a small model's decode
+  // step lost 0.3 ms a meeting that way), and a decode step meets every half millisecond or so.
   const wait = (i, v, ms) => {
-    for (let k = 0; k < SPIN && Atomics.load(ctl, i) === v; k++);
+    const until = performance.now() + SPIN_MS;
+    while (Atomics.load(ctl, i) === v) {
+      for (let k = 0; k < 1024 && Atomics.load(ctl, i) === v; k++);
+      if (performance.now() > until) break;
+    }
     if (Atomics.load(ctl, i) === v) Atomics.wait(ctl, i, v, ms);
     return Atomics.load(ctl, i);
   };
   return {
     wait,
-    // Write the n floats at `from` to data[mine ..], arrive at the barrier and wait there at most `ms`
-    // (after SPIN loads).
+    // Write the n floats at `from` to data[mine ..], arrive at the barrier and wait there at most `ms`.
     // Once every worker has arrived, sum the count slots of `size` floats from data[slots ..] in worker
     // order into the n floats at `to` and return -1; else return the generation still awaited (Python
     // then waits as Channel.barrier does, watching for a Stop or a failed worker, and sums itself).

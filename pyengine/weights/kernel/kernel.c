@@ -20,6 +20,9 @@
  * codes widened to int16 (the products are int16 x int16 pairs, pmaddwd / i32x4.dot_i16x8_s), the block
  * scales, the sums of each 16 codes (ggml's bsums) and Q8_1's s. The integers are ggml's exactly.
  *
+ * At the end: attention's two float32 products over the KV cache and one step of the gated delta rule,
+ * the loops numpy runs slowest without SIMD (their float sums in one order on every target).
+ *
  * Safety: the Python wrapper (pyengine/weights/kernel/__init__.py) checks every buffer's size before a
  * call. The functions here check what they are told (the type, n a whole number of blocks, counts not
  * negative) and return a negative number for anything else; they never read outside the sizes those
