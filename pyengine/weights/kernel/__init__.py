@@ -4,8 +4,10 @@
 rounded to 8-bit codes, as ggml's CPU backend does (its ``vec_dot`` for each
 type). Beside them it holds the float32 loops numpy runs slowest without SIMD,
 which a decode step spends its time in once the products are fast: attention's
-two products over the KV cache, and a step of qwen35's gated delta rule. It is built by ``build_scripts/build_kernel.py`` with the Zig toolchain
-from PyPI: a wasm32 side module with SIMD128 for the page (written to
+two products over the KV cache, and a step of qwen35's gated delta rule.
+
+It is built by ``build_scripts/build_kernel.py`` with the Zig toolchain from
+PyPI: a wasm32 side module with SIMD128 for the page (written to
 :data:`WASM_PATH` by ``web/pyodide_boot.js`` before Python imports pyengine),
 and native shared libraries beside this file for CPython (x86-64 with AVX2
 where the CPU has it, else a portable build).
