@@ -104,6 +104,12 @@ def wait_loaded(page) -> None:
     }""", timeout=LOAD_MS)
 
 
+def new_chat(page) -> None:
+    """Press New chat and wait until the chat shown is empty (the page keeps the last one first)."""
+    page.get_by_test_id("new-chat").click()
+    page.wait_for_function("() => document.querySelectorAll('[data-testid=message]').length === 0")
+
+
 def set_settings(page, **values) -> None:
     """Fill sampling inputs by data-testid (underscores for dashes): set_settings(page, temperature=0, max_tokens=8)."""
     for name, value in values.items():

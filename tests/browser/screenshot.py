@@ -19,7 +19,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent.parent)]  # tests/: the brow
 from playwright.sync_api import sync_playwright  # noqa: E402
 
 from browser.conftest import CHROMIUM, CHROMIUM_ARGS, ROOT, check_static, start_server, stop_server  # noqa: E402
-from browser.pages import BOOT_MS, ask, load_model, set_settings, wait_status  # noqa: E402
+from browser.pages import BOOT_MS, ask, load_model, new_chat, set_settings, wait_status  # noqa: E402
 
 MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 QUESTION = "Write a Python function that checks if a number is prime."
@@ -63,7 +63,7 @@ def main() -> None:
             shoot(page, "phone.png")
             page.set_viewport_size(DESKTOP)
 
-            page.get_by_test_id("new-chat").click()
+            new_chat(page)
             page.get_by_test_id("show-probs").check()  # the records come with the replies asked while it is on
             set_settings(page, max_tokens=24)
             print(ask(page, SHORT))

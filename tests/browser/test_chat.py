@@ -15,6 +15,7 @@ from browser.pages import (
     error_text,
     load_model,
     messages,
+    new_chat,
     send,
     send_error,
     set_settings,
@@ -78,7 +79,7 @@ def test_inspector_shows_parts_metadata_and_searchable_tensors(smollm, smollm2_p
 
 
 def test_greedy_reply_streams_and_equals_cpython(smollm, smollm2_path):
-    smollm.get_by_test_id("new-chat").click()
+    new_chat(smollm)
     set_settings(smollm, temperature=0, max_tokens=24, seed=None)
     smollm.evaluate(WATCH_REPLY)
     reply = ask(smollm, QUESTION)
@@ -93,7 +94,7 @@ def test_greedy_reply_streams_and_equals_cpython(smollm, smollm2_path):
 
 
 def test_system_prompt(smollm, smollm2_path):
-    smollm.get_by_test_id("new-chat").click()
+    new_chat(smollm)
     set_settings(smollm, temperature=0, max_tokens=12)
     smollm.get_by_test_id("system-prompt").fill(SYSTEM)
     try:
@@ -110,7 +111,7 @@ def test_sampling_settings_and_seed(smollm, smollm2_path):
     set_settings(smollm, max_tokens=16, **settings)
     replies = []
     for _ in range(2):
-        smollm.get_by_test_id("new-chat").click()
+        new_chat(smollm)
         send(smollm, WHO)
         replies.append(wait_reply(smollm))
     set_settings(smollm, seed=None)
@@ -162,7 +163,7 @@ def test_a_bad_setting_stops_the_message_and_names_the_field(smollm, field, type
 def stop_mid_reply_then_ask_again(page, model_path) -> None:
     """Stop a long greedy reply after a few pieces; the stopped text stays; the next message (typed
     on two lines with Shift+Enter) gets the CPython reply to the conversation as the page shows it."""
-    page.get_by_test_id("new-chat").click()
+    new_chat(page)
     set_settings(page, temperature=0, max_tokens=200)
     page.evaluate(WATCH_REPLY)
     send(page, LONG_QUESTION)
@@ -201,6 +202,5 @@ def test_stop_without_cross_origin_isolation(browser, server, smollm2_path):
 
 def test_new_chat_clears_the_conversation(smollm):
     assert len(messages(smollm)) > 0
-    smollm.get_by_test_id("new-chat").click()
-    smollm.wait_for_function("() => document.querySelectorAll('[data-testid=message]').length === 0")
+    new_chat(smollm)
     assert smollm.get_by_test_id("status").text_content() == "ready"

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from browser.conftest import STATIC, fresh_page, start_server, stop_server
-from browser.pages import error_text, load_model, messages, send, set_settings, wait_status
+from browser.pages import error_text, load_model, messages, new_chat, send, set_settings, wait_status
 from browser.test_workers import worker_count
 
 pytestmark = pytest.mark.browser
@@ -51,7 +51,7 @@ def test_a_helper_killed_mid_reply_ends_it_at_once_and_the_model_loads_again(bro
     with fresh_page(browser, dying_helper_server) as page:
         load_model(page, [smollm2_path], workers="2")
         assert worker_count(page) == 2
-        page.get_by_test_id("new-chat").click()
+        new_chat(page)
         set_settings(page, temperature=0, max_tokens=16, seed=None)
         t0 = time.monotonic()
         send(page, "What is the capital of France?")

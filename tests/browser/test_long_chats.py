@@ -9,7 +9,7 @@ import json
 import pytest
 from conftest import TINY
 
-from browser.pages import ask, load_model, messages, set_settings
+from browser.pages import ask, load_model, messages, new_chat, set_settings
 from pyengine.generation import ChatSession, load
 from pyengine.generation.sampling import SamplerParams
 
@@ -63,7 +63,7 @@ def test_a_long_chat_keeps_the_system_prompt_and_the_newest_turns(tiny, engine):
 
 
 def test_continue_goes_on_with_a_reply_cut_by_its_limit(tiny, engine):
-    tiny.get_by_test_id("new-chat").click()
+    new_chat(tiny)
     tiny.get_by_test_id("system-prompt").fill("")
     set_settings(tiny, max_tokens=4)
     first = ask(tiny, "hello")

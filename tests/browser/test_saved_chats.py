@@ -22,6 +22,7 @@ from browser.pages import (
     choose_memory,
     load_model,
     messages,
+    new_chat,
     set_settings,
     wait_ready,
     wait_status,
@@ -98,7 +99,7 @@ def first_visit(playwright, profile, own_server, smollm2_path):
         ask(page, FIRST)
         first = messages(page)
         wait_saved(page, 1)
-        page.get_by_test_id("new-chat").click()
+        new_chat(page)
         page.get_by_test_id("system-prompt").fill("")
         set_settings(page, max_tokens=6)
         ask(page, SECOND)

@@ -10,7 +10,7 @@ import pytest
 from conftest import TINY
 from template_corpus import HOSTILE
 
-from browser.pages import drop_files, error_text, messages, send, set_settings, wait_loaded, wait_status
+from browser.pages import drop_files, error_text, messages, new_chat, send, set_settings, wait_loaded, wait_status
 from browser.test_thinking_page import with_template
 
 pytestmark = pytest.mark.browser
@@ -26,7 +26,7 @@ def load_with_template(page, tmp_path, template: str) -> None:
     with_template(TINY["llama"], path, template)
     drop_files(page, [path])
     wait_loaded(page)
-    page.get_by_test_id("new-chat").click()
+    new_chat(page)
     set_settings(page, temperature=0, max_tokens=4, seed=None)
 
 

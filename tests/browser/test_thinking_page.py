@@ -12,7 +12,7 @@ from conftest import TINY
 from gguf_write import gguf_bytes
 from test_thinking import QWEN3_LIKE
 
-from browser.pages import EXACT, ask, drop_files, load_model, messages, set_settings, wait_loaded
+from browser.pages import EXACT, ask, drop_files, load_model, messages, new_chat, set_settings, wait_loaded
 from pyengine.generation import ChatSession, load
 from pyengine.generation.sampling import SamplerParams
 from pyengine.gguf import open_gguf
@@ -69,7 +69,7 @@ def test_the_thinking_toggle_reaches_the_template(app, tmp_path):
     load_model(app, [model], drop=True)
     assert toggle.is_visible() and toggle.is_checked()
     toggle.uncheck()
-    app.get_by_test_id("new-chat").click()
+    new_chat(app)
     set_settings(app, temperature=0, max_tokens=6, seed=None)
     reply = ask(app, "hi")
     engine = load([str(model)], weights="f32")

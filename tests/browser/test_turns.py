@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from browser.pages import CHECK_MS, REPLY_MS, ask, error_text, load_model, messages, set_settings, wait_reply
+from browser.pages import CHECK_MS, REPLY_MS, ask, error_text, load_model, messages, new_chat, set_settings, wait_reply
 from browser.reference import cli_chat, cpython_reply
 
 pytestmark = pytest.mark.browser
@@ -34,8 +34,7 @@ def action(page, index: int, name: str):
 
 
 def two_turns(page) -> list[tuple[str, str]]:
-    page.get_by_test_id("new-chat").click()
-    page.wait_for_function("() => document.querySelectorAll('[data-testid=message]').length === 0")
+    new_chat(page)
     ask(page, FIRST)
     ask(page, SECOND)
     return messages(page)

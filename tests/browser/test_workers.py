@@ -14,7 +14,7 @@ import shutil
 import pytest
 
 from browser.conftest import STATIC, fresh_page, start_server, stop_server
-from browser.pages import ask, error_text, load_model, messages, set_settings
+from browser.pages import ask, error_text, load_model, messages, new_chat, set_settings
 from browser.reference import cpython_reply, reply_before_near_tie
 from browser.test_chat import QUESTION, stop_mid_reply_then_ask_again
 
@@ -26,7 +26,7 @@ def worker_count(page) -> int:
 
 
 def greedy(page, text: str, max_tokens: int) -> str:
-    page.get_by_test_id("new-chat").click()
+    new_chat(page)
     set_settings(page, temperature=0, max_tokens=max_tokens, seed=None)
     return ask(page, text)
 
