@@ -144,11 +144,18 @@ def test_nan_and_infinite_activations_end_in_nan_not_a_trap(k):
     t = GGML_TYPES_BY_NAME["Q4_0"]
     raw = random_blocks("Q4_0", 4 * 64 // t.block_size, RNG).reshape(4, -1)
     x = RNG.standard_normal((3, 64)).astype(np.float32)
-    x[0, 3], x[1, 40], x[2, 0] = np.nan, np.inf, -np.inf
+    x[0, 3], x[1, 10], x[2, 0] = np.nan, np.inf, -np.inf               # each token's first block of 32
     for type_name in ("Q4_0", "Q4_1", "Q4_K"):
         k.quantize(np.resize(x, (3, 256)), type_name)                   # no trap on any path
     y = k.mul_mat(raw, "Q4_0", 64, k.quantize(x, "Q4_0"), np.empty((3, 4), np.float32))
-    assert y.shape == (3, 4)
+    assert np.isnan(y).all()           # a NaN or an infinity does not round to a finite code and vanish
+    wide = random_blocks("Q4_K", 4, RNG).reshape(4, -1)
+    yk = k.mul_mat(wide, "Q4_K", 256, k.quantize(np.resize(x, (3, 256)), "Q4_K"), np.empty((3, 4), np.float32))
+    assert np.isnan(yk).all()
+    only_nan = np.full((1, 256), np.nan, np.float32)                    # no finite value sets the scale
+    assert np.isnan(k.mul_mat(wide, "Q4_K", 256, k.quantize(only_nan, "Q4_K"), np.empty((1, 4), np.float32))).all()
+    x[:, :32] = 1.0
+    assert np.isfinite(k.mul_mat(raw, "Q4_0", 64, k.quantize(x, "Q4_0"), np.empty((3, 4), np.float32))).all()
 
 
 BAD = [
@@ -265,3 +272,28 @@ def test_the_delta_rules_step_in_the_kernel_is_numpys(k, h, dv, dk):
     with pytest.raises(KernelError, match="v must be"):
         k.delta_step(s, q, kk, v[:, :-1].copy(), np.exp(g), beta)
     assert k.lib.pe_delta_step(q.ctypes.data, 1, -1, 8, *[q.ctypes.data] * 7) == -2
+
+
+def test_a_model_whose_weights_are_not_finite_is_an_error_in_the_kernels_form(tmp_path):
+    """A norm weight of NaNs in a Q4_K_M file: the NaN reaches the logits through the kernel's products (a NaN
+    activation makes its block's scale NaN, not a finite code), and generation says what is wrong instead of
+    replying with noise."""
+    need_kernel()
+    from conftest import TINY
+
+    from pyengine.errors import PyEngineError
+    from pyengine.generation.sampling import Sampler, SamplerParams
+    from pyengine.gguf import open_gguf
+    from pyengine.model import load_model
+    raw = bytearray(TINY["llama-q4km"].read_bytes())
+    t = open_gguf(str(TINY["llama-q4km"])).tensors["blk.1.ffn_norm.weight"]
+    assert bytes(raw[t.offset:t.offset + t.n_bytes]) != bytes(t.n_bytes)         # the tensor's own bytes
+    raw[t.offset:t.offset + t.n_bytes] = np.full(t.n_elements, np.nan, np.float32).tobytes()
+    path = tmp_path / "nan.gguf"
+    path.write_bytes(bytes(raw))
+    model = load_model(open_gguf(str(path)), weights="blocks")
+    assert model.weights == "blocks"
+    logits = model.forward([1, 2, 3], model.new_cache(8))
+    assert np.isnan(logits).all()
+    with pytest.raises(PyEngineError, match="not all finite"):
+        Sampler(SamplerParams(temperature=0)).sample(logits, [1, 2, 3])

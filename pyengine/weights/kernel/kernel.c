@@ -144,6 +144,14 @@ static act_view act_at(int type, uint8_t *rec, ptrdiff_t n) {
 /* v within [lo, hi], and lo for a NaN: never a NaN or infinity at a float -> int conversion (a wasm trap) */
 static inline float clamp(float v, float lo, float hi) { return v >= lo ? (v <= hi ? v : hi) : lo; }
 
+/* 1 when a value of x[0..n-1] is NaN or infinite: its block's scale is then NaN, so that every product with
+   it is NaN, as a float product would be (the codes alone would hide it: a NaN rounds to a finite code) */
+static int any_not_finite(const float *x, int n) {
+    int bad = 0;
+    for (int i = 0; i < n; i++) bad |= !(__builtin_fabsf(x[i]) <= 3.40282347e38f);
+    return bad;
+}
+
 static int quantize_block_q8_0(const float *x, int16_t *q, float *d, float *d_exact) {
     float amax = 0;
     for (int i = 0; i < QK; i++) amax = __builtin_fabsf(x[i]) > amax ? __builtin_fabsf(x[i]) : amax;
@@ -153,7 +161,7 @@ static int quantize_block_q8_0(const float *x, int16_t *q, float *d, float *d_ex
         q[i] = (int16_t)clamp(__builtin_roundevenf(x[i] * id), -127.f, 127.f);
         sum += q[i];
     }
-    *d_exact = amax / 127.f;
+    *d_exact = any_not_finite(x, QK) ? __builtin_nanf("") : amax / 127.f;
     *d = fp16_to_f32(f32_to_fp16(*d_exact));
     return sum;
 }
@@ -166,15 +174,15 @@ static void quantize_block_q8_K(const float *x, int16_t *q, float *d) {
         const float ax = __builtin_fabsf(x[i]);
         if (ax > amax) { amax = ax; max = x[i]; }
     }
-    if (amax == 0) {
+    if (amax == 0) {                                      /* zeros, or NaNs only */
         for (int i = 0; i < QK_K; i++) q[i] = 0;
-        *d = 0;
+        *d = any_not_finite(x, QK_K) ? __builtin_nanf("") : 0;
         return;
     }
     const float iscale = -127.f / max;
     for (int i = 0; i < QK_K; i++)
         q[i] = (int16_t)clamp(__builtin_roundevenf(iscale * x[i]), -128.f, 127.f);
-    *d = 1 / iscale;
+    *d = any_not_finite(x, QK_K) ? __builtin_nanf("") : 1 / iscale;
 }
 
 static void quantize_row(int type, const float *x, ptrdiff_t n, uint8_t *rec) {
