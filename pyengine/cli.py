@@ -38,10 +38,11 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
                         "distribution it was drawn from (after the penalties and temperature, before top-k, top-p "
                         "and min-p; at temperature 0 the softmax of the penalized logits); 0 = off (default)")
     p.add_argument("--weights", choices=CHOICES, default="auto",
-                   help="weight form: f32 float32, the fastest here with BLAS, the most memory; quantized "
-                        "the file's own codes, a code in each lane of an int64; compact the file's codes "
-                        "packed tight, the least memory; auto: f32 when it fits this machine's memory, "
-                        "else the file's codes (default)")
+                   help="weight form: blocks the file's own blocks, multiplied in the C kernel; numpy auto's "
+                        "numpy forms, without the kernel; f32 float32, the fastest numpy form here with BLAS, "
+                        "the most memory; quantized the file's own codes, a code in each lane of an int64; "
+                        "compact the file's codes packed tight; auto: blocks where the C kernel loads, else "
+                        "f32 when it fits this machine's memory, else the file's codes (default)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -159,7 +160,7 @@ def _load(paths: list[str], weights: str = "auto"):
     template = engine.template.name if engine.template else f"none ({engine.template_error})"
     print(f"{chr(13) if tty else ''}loaded {name}: {engine.model.config.arch}, {len(engine.gguf.tensors)} tensors, "
           f"{engine.model.weights} weights, chat template {template}, in {time.perf_counter() - t0:.1f} s; "
-          f"quantized products: {kernel.status()}", file=sys.stderr)
+          f"quantized products: {kernel.products(engine.model.weights, f'--weights {weights}')}", file=sys.stderr)
     return engine
 
 

@@ -141,6 +141,8 @@ def test_generate_weights(cli, form):
     rc, out, err = cli(["generate", LLAMA, "-p", "hello the world", "-n", "6", "--weights", form, "--json"])
     got = json.loads(out)
     assert rc == 0 and got["weights"] == form and f"{form} weights" in err
+    products = "C kernel" if form == "blocks" else f"numpy (--weights {form})"    # what runs them is said
+    assert f"quantized products: {products}" in err
     engine = load(LLAMA, weights=form)
     assert engine.model.weights == form
     gen = generate(engine.model, engine.tokenizer, got["prompt_ids"], SamplerParams(temperature=0), 6)

@@ -65,7 +65,7 @@ def model_card(d: dict, chat_template: str, weights: str = "") -> dict:
         "files": d["files"],
         "chat_template": chat_template,
         "weights": weights,
-        "products": kernel.status() if weights == "blocks" or kernel.get() is None else "numpy (the Memory setting)",
+        "products": kernel.products(weights, "the Memory setting"),
     }
 
 

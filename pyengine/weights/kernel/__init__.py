@@ -301,6 +301,13 @@ def status() -> str:
     return f"numpy ({_off[0]})" if _off else _loaded[1]
 
 
+def products(weights: str, chosen_by: str) -> str:
+    """One line saying what runs the quantized products of a model held under the weight policy ``weights``
+    (``Model.weights``): :func:`status` for ``blocks`` or when the kernel is missing, else numpy, as
+    ``chosen_by`` (e.g. "--weights f32") asked."""
+    return status() if weights == "blocks" or get() is None else f"numpy ({chosen_by})"
+
+
 def _load() -> tuple:
     if os.environ.get("PYENGINE_KERNELS", "1") == "0":
         return None, "numpy (PYENGINE_KERNELS=0)"
