@@ -65,7 +65,9 @@ from pyengine.model.shard import whole
 from pyengine.weights import kernel
 from pyengine.weights.forms import add_bias
 
-UBATCH = 512                         # tokens per forward step of a long prompt (llama.cpp's n_ubatch)
+# tokens per forward step of a long prompt (llama.cpp's n_ubatch, 512 there: 128 keeps a step's arrays, and so a
+# worker's wasm heap, ~90 MiB smaller on a 0.5B model at the same prefill speed)
+UBATCH = 128
 LOGITS_MODES = ("last", "all", "none")
 
 

@@ -42,7 +42,7 @@ from pyengine.parallel.split import MAX_WORKERS
 WAIT_MS = 20            # one bounded wait; a Stop (KeyboardInterrupt) lands between two
 TIMEOUT_S = 120.0       # a worker silent this long is dead: PyEngineError
 MAX_TOKENS = 4096       # token ids a command carries (a longer forward takes several)
-REDUCE_ROWS = 512       # rows of one sum (the model's UBATCH: a prompt step)
+REDUCE_ROWS = 512       # rows of one sum (at least the model's UBATCH: a prompt step meets once a sum)
 GATHER_ROWS = 16        # rows of logits gathered at once
 
 # control words (Int32)
