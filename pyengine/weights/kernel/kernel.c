@@ -144,45 +144,46 @@ static act_view act_at(int type, uint8_t *rec, ptrdiff_t n) {
 /* v within [lo, hi], and lo for a NaN: never a NaN or infinity at a float -> int conversion (a wasm trap) */
 static inline float clamp(float v, float lo, float hi) { return v >= lo ? (v <= hi ? v : hi) : lo; }
 
-/* 1 when a value of x[0..n-1] is NaN or infinite: its block's scale is then NaN, so that every product with
-   it is NaN, as a float product would be (the codes alone would hide it: a NaN rounds to a finite code) */
-static int any_not_finite(const float *x, int n) {
-    int bad = 0;
-    for (int i = 0; i < n; i++) bad |= !(__builtin_fabsf(x[i]) <= 3.40282347e38f);
-    return bad;
-}
+/* A block holding a NaN or an infinity gets a NaN scale, so that every product with it is NaN, as a float
+   product would be (the codes alone would hide it: a NaN rounds to a finite code). `finite`: |x| of one value
+   is a finite number (false for a NaN), checked in the pass that finds the block's largest |x|. */
+static inline int finite(float ax) { return ax <= 3.40282347e38f; }
 
 static int quantize_block_q8_0(const float *x, int16_t *q, float *d, float *d_exact) {
     float amax = 0;
-    for (int i = 0; i < QK; i++) amax = __builtin_fabsf(x[i]) > amax ? __builtin_fabsf(x[i]) : amax;
+    int ok = 1;
+    for (int i = 0; i < QK; i++) {
+        const float ax = __builtin_fabsf(x[i]);
+        ok &= finite(ax);
+        amax = ax > amax ? ax : amax;
+    }
     const float id = amax != 0 ? 127.f / amax : 0.f;
     int sum = 0;
     for (int i = 0; i < QK; i++) {
         q[i] = (int16_t)clamp(__builtin_roundevenf(x[i] * id), -127.f, 127.f);
         sum += q[i];
     }
-    *d_exact = any_not_finite(x, QK) ? __builtin_nanf("") : amax / 127.f;
+    *d_exact = ok ? amax / 127.f : __builtin_nanf("");
     *d = fp16_to_f32(f32_to_fp16(*d_exact));
     return sum;
 }
-
-/* 256 floats as ggml's quantize_row_q8_K_ref: codes min(127, round(-127 / max * x)) with max the value of
-   largest magnitude (the first such), d = 1 / (-127 / max) as float; a block of zeros has d = 0 */
 static void quantize_block_q8_K(const float *x, int16_t *q, float *d) {
     float amax = 0, max = 0;
+    int ok = 1;
     for (int i = 0; i < QK_K; i++) {
         const float ax = __builtin_fabsf(x[i]);
+        ok &= finite(ax);
         if (ax > amax) { amax = ax; max = x[i]; }
     }
     if (amax == 0) {                                      /* zeros, or NaNs only */
         for (int i = 0; i < QK_K; i++) q[i] = 0;
-        *d = any_not_finite(x, QK_K) ? __builtin_nanf("") : 0;
+        *d = ok ? 0 : __builtin_nanf("");
         return;
     }
     const float iscale = -127.f / max;
     for (int i = 0; i < QK_K; i++)
         q[i] = (int16_t)clamp(__builtin_roundevenf(iscale * x[i]), -128.f, 127.f);
-    *d = any_not_finite(x, QK_K) ? __builtin_nanf("") : 1 / iscale;
+    *d = ok ? 1 / iscale : __builtin_nanf("");
 }
 
 static void quantize_row(int type, const float *x, ptrdiff_t n, uint8_t *rec) {
@@ -536,14 +537,12 @@ INLINE float dot_f32(const float *a, const float *b, int n) {
 EXPORT int pe_attn_scores(const float *q, int hkv, int m, int d, const float *k, int k_head, int s,
                           float *scores) {
     if (hkv < 0 || m < 0 || d <= 0 || s < 0 || hkv > MAX_ATTN || m > MAX_ATTN || d > MAX_ATTN || s > MAX_ATTN
-        || (hkv > 1 && k_head < s * d))
+        || (hkv > 1 && k_head < (ptrdiff_t)s * d))
         return E_SIZE;
     for (ptrdiff_t h = 0; h < hkv; h++)
         for (ptrdiff_t j = 0; j < s; j++) {
             const float *kj = k + h * k_head + j * d;
-            for (ptrdiff_t i = 0; i < m; i++) {
-                scores[(h * m + i) * s + j] = dot_f32(q + (h * m + i) * d, kj, d);
-            }
+            for (ptrdiff_t i = 0; i < m; i++) scores[(h * m + i) * s + j] = dot_f32(q + (h * m + i) * d, kj, d);
         }
     return 0;
 }
@@ -552,7 +551,7 @@ EXPORT int pe_attn_scores(const float *q, int hkv, int m, int d, const float *k,
    s values of dv floats: (hkv, m, dv) */
 EXPORT int pe_attn_values(const float *p, int hkv, int m, int s, const float *v, int v_head, int dv, float *out) {
     if (hkv < 0 || m < 0 || s < 0 || dv <= 0 || hkv > MAX_ATTN || m > MAX_ATTN || s > MAX_ATTN || dv > MAX_ATTN
-        || (hkv > 1 && v_head < s * dv))
+        || (hkv > 1 && v_head < (ptrdiff_t)s * dv))
         return E_SIZE;
     for (ptrdiff_t h = 0; h < hkv; h++)
         for (ptrdiff_t i = 0; i < m; i++) {
