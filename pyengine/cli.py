@@ -160,7 +160,7 @@ def _load(paths: list[str], weights: str = "auto"):
     template = engine.template.name if engine.template else f"none ({engine.template_error})"
     print(f"{chr(13) if tty else ''}loaded {name}: {engine.model.config.arch}, {len(engine.gguf.tensors)} tensors, "
           f"{engine.model.weights} weights, chat template {template}, in {time.perf_counter() - t0:.1f} s; "
-          f"quantized products: {kernel.products(engine.model.weights, f'--weights {weights}')}", file=sys.stderr)
+          f"quantized products: {kernel.products_line(engine.model.weights, f'--weights {weights}')}", file=sys.stderr)
     return engine
 
 

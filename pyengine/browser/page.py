@@ -65,7 +65,7 @@ def model_card(d: dict, chat_template: str, weights: str = "") -> dict:
         "files": d["files"],
         "chat_template": chat_template,
         "weights": weights,
-        "products": kernel.products(weights, "the Memory setting"),
+        "products": kernel.products_line(weights, "the Memory setting"),
     }
 
 

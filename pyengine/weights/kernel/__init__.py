@@ -301,7 +301,7 @@ def status() -> str:
     return f"numpy ({_off[0]})" if _off else _loaded[1]
 
 
-def products(weights: str, chosen_by: str) -> str:
+def products_line(weights: str, chosen_by: str) -> str:
     """One line saying what runs the quantized products of a model held under the weight policy ``weights``
     (``Model.weights``): :func:`status` for ``blocks`` or when the kernel is missing, else numpy, as
     ``chosen_by`` (e.g. "--weights f32") asked."""
