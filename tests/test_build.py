@@ -22,7 +22,7 @@ from static_build import current_static, offline, same_as_web
 sys.path.insert(0, str(ROOT / "build_scripts"))
 from build_wheels import PYENGINE_SOURCES, sources_digest  # noqa: E402
 from buildlib import install_bytes, link_file, npm_pack, prune  # noqa: E402
-from fetch_runtime import LOCK_PACKAGES, PYODIDE_FILES, lock_closure  # noqa: E402
+from fetch_runtime import ADDRESS_FIXES, LOCK_PACKAGES, PYODIDE_FILES, lock_closure, unsigned_addresses  # noqa: E402
 from fetch_vendor import VENDOR  # noqa: E402
 
 
@@ -49,6 +49,17 @@ def test_runtime_is_pyodide_0_27_7_with_lock_checked_wheels(static):
     for e in entries:
         assert sha256(static / "pyodide" / e["file_name"]) == e["sha256"], e["file_name"]
     assert lock["packages"]["numpy"]["sha256"] == "ebb61241d962b98b21597d7ce43b67668a6d5bab3acec4fbe958657320d7cd08"
+
+
+def test_the_runtimes_js_reads_heap_addresses_as_unsigned(static):
+    """static/'s pyodide.asm.js holds none of ADDRESS_FIXES' signed forms (tests/test_node_past_2gib.py shows
+    what they broke), and a runtime that lacks one is refused at build time, not patched in part."""
+    js = (static / "pyodide" / "pyodide.asm.js").read_text()
+    for pattern, _, _ in ADDRESS_FIXES:
+        assert pattern.search(js) is None, pattern.pattern
+    assert js.count("String.fromCharCode(HEAPU16[(ptr>>>1)+i>>>0])") == 1           # _python2js_ucs2
+    with pytest.raises(SystemExit, match="not 107"):
+        unsigned_addresses("HEAPU16[(ptr>>1)+i>>>0]")
 
 
 def test_wheels_match_the_manifest_and_are_pure_python(static):
