@@ -2,6 +2,7 @@
 // wheels/manifest.json (pyengine, jinja2, markupsafe), and pyengine's C kernel. worker.js (the main
 // worker) and shard_worker.js (its helpers) both start Python through this one function.
 import { loadPyodide } from "./pyodide/pyodide.mjs";
+import { registerFileRead } from "./file_read.js";
 import { registerMeeting } from "./meeting.js";
 
 // (module (func (result v128) v128.const 0)): valid where the browser runs WebAssembly SIMD128
@@ -32,6 +33,7 @@ export async function bootPython(stage = () => {}) {
   const pyodide = await loadPyodide({ indexURL: new URL("./pyodide/", import.meta.url).href, env });
   if (kernel.bytes) pyodide.FS.writeFile(KERNEL_PATH, kernel.bytes);
   registerMeeting(pyodide);
+  registerFileRead(pyodide);
   stage("loading numpy and pyengine");
   // One call: Pyodide fetches and unpacks numpy (from its lock file) and our wheels side by side.
   const { pyodide_packages: packages, wheels } = await manifest;

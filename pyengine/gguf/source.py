@@ -8,6 +8,9 @@ size. So the engine is written against this tiny interface and nothing else:
 - ``size: int``   -- the file's size in bytes,
 - ``read(offset, length) -> bytes`` -- exactly ``length`` bytes, fewer only at
   end of file,
+- ``read_into(offset, out) -> int`` -- the same into ``out`` (a contiguous uint8
+  array), returning how many bytes came: a model's weights go to their array
+  without a bytes object between,
 - ``reads: int``  -- how many ``read`` calls were made (tests and benchmarks
   count them; readers must ask for large chunks), and ``bytes_read: int``
   (progress bars).
@@ -21,6 +24,8 @@ over the browser ``File`` with the same members (it may subclass
 from __future__ import annotations
 
 import os
+
+import numpy as np
 
 
 class ByteSource:
@@ -45,8 +50,25 @@ class ByteSource:
         self.bytes_read += len(data)
         return data
 
+    def read_into(self, offset: int, out: np.ndarray) -> int:
+        """Fill ``out`` (uint8, C-contiguous) with the bytes from ``offset``; the count read (fewer than
+        ``out.size`` only at the end)."""
+        if offset < 0:
+            raise ValueError(f"read at offset {offset}: it must be >= 0")
+        if out.dtype != np.uint8 or not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError("read_into needs a writable C-contiguous uint8 array")
+        n = self._read_into(offset, out)
+        self.reads += 1
+        self.bytes_read += n
+        return n
+
     def _read(self, offset: int, length: int) -> bytes:
         raise NotImplementedError
+
+    def _read_into(self, offset: int, out: np.ndarray) -> int:
+        data = self._read(offset, out.size)
+        out[:len(data)] = np.frombuffer(data, np.uint8)
+        return len(data)
 
     def close(self) -> None:
         pass
@@ -76,6 +98,10 @@ class FileSource(ByteSource):
     def _read(self, offset: int, length: int) -> bytes:
         self._f.seek(offset)
         return self._f.read(length)
+
+    def _read_into(self, offset: int, out: np.ndarray) -> int:
+        self._f.seek(offset)
+        return self._f.readinto(memoryview(out).cast("B"))
 
     def close(self) -> None:
         self._f.close()

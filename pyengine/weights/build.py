@@ -135,7 +135,10 @@ class Builder:
         c0, c1 = cols or (0, info.shape[0])
         data = np.empty((sum(b - a for _, a, b in pieces), info.type.n_bytes(c1 - c0)), np.uint8)
         for name, a, b, r in self._chunks(pieces, cols):
-            data[r:r + b - a] = self._raw(name, a, b, cols)
+            if cols is None:
+                raw_rows(self.gf, name, a, b, out=data[r:r + b - a])     # from the file straight into place
+            else:
+                data[r:r + b - a] = self._raw(name, a, b, cols)
         return Blocks(data, info.type, c1 - c0, k)
 
     def _raw(self, name: str, a: int, b: int, cols: tuple[int, int] | None) -> np.ndarray:

@@ -17,23 +17,27 @@ from pyengine.gguf import quants
 LOAD_CHUNK_BYTES = 8 * 2**20        # float32 bytes of rows read and dequantized at once while loading
 
 
-def raw_rows(gguf_file, name: str, a: int, b: int) -> np.ndarray:
-    """The stored blocks of rows ``a..b-1`` of weight ``name``: uint8 (bytes,), one read of the file.
+def raw_rows(gguf_file, name: str, a: int, b: int, out: np.ndarray | None = None) -> np.ndarray:
+    """The stored blocks of rows ``a..b-1`` of weight ``name``: uint8 (bytes,), one read of the file, into
+    ``out`` when given (uint8, C-contiguous, that many bytes: the weights' own array).
 
     An object without ``parts`` (a test's stand-in) is sliced from its
     ``tensor_bytes``. Raises GGUFError on a short read.
     """
     info = gguf_file.tensors[name]
     row_bytes = info.type.n_bytes(info.shape[0])
+    n = (b - a) * row_bytes
+    out = np.empty(n, np.uint8) if out is None else out.reshape(n)
     if not hasattr(gguf_file, "parts"):
-        return gguf_file.tensor_bytes(name)[a * row_bytes:b * row_bytes]
+        out[:] = gguf_file.tensor_bytes(name)[a * row_bytes:b * row_bytes]
+        return out
     src = gguf_file.parts[info.part].source
-    at, n = info.offset + a * row_bytes, (b - a) * row_bytes
-    data = src.read(at, n)
-    if len(data) != n:
-        raise GGUFError(f"{src.name}: byte {at}: tensor {name!r}: read {len(data)} of {n} bytes "
+    at = info.offset + a * row_bytes
+    got = src.read_into(at, out)
+    if got != n:
+        raise GGUFError(f"{src.name}: byte {at}: tensor {name!r}: read {got} of {n} bytes "
                         f"(the file changed or was truncated)")
-    return np.frombuffer(data, dtype=np.uint8)
+    return out
 
 
 def dequantized_rows(gguf_file, name: str, a: int, b: int, out: np.ndarray | None = None) -> np.ndarray:

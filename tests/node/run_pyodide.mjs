@@ -7,7 +7,7 @@
 // 2. loadPackage of static/wheels/manifest.json's pyodide_packages (numpy: its wheel sits beside the lock file),
 // 3. loadPackage of each wheel in the manifest, in order, after checking its sha256 (no dependency resolution),
 // 4. write static/kernel/pyengine_kernel.so (pyengine's C kernel) where Python loads it, and register
-//    static/meeting.js as the module pyengine_meeting, as the page does,
+//    static/meeting.js and static/file_read.js as the modules pyengine_meeting and pyengine_file, as the page does,
 // 5. mount each host folder into Pyodide's FS with NODEFS (models are read through plain open/seek/read),
 // 6. run the snippet; the value of its last expression, through json.dumps, is the one line on stdout.
 // Python's print() goes to stderr, so stdout stays parseable. A Python error exits 1 with its traceback.
@@ -64,6 +64,8 @@ async function startPyodide(staticDir) {
   if (existsSync(kernel)) pyodide.FS.writeFile("/lib/pyengine_kernel.so", readFileSync(kernel));
   const { registerMeeting } = await import(pathToFileURL(path.join(staticDir, "meeting.js")).href);
   registerMeeting(pyodide);
+  const { registerFileRead } = await import(pathToFileURL(path.join(staticDir, "file_read.js")).href);
+  registerFileRead(pyodide);
   return pyodide;
 }
 
