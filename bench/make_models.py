@@ -1,8 +1,10 @@
 """Models of real size with random weights, for the benchmarks: the shapes of Qwen2.5-0.5B, Llama-3.2-1B,
-Qwen3.5-0.8B (the Gated DeltaNet hybrid: ``qwen35-0.8b``) and Gemma 4 E2B (``gemma4-e2b``: per-layer
-embeddings, shared KV layers, full-attention heads of 512).
+Llama-3.2-3B (``llama-3b``, made only when named: past 2 GiB of a worker's heap), Qwen3.5-0.8B (the Gated
+DeltaNet hybrid: ``qwen35-0.8b``) and Gemma 4 E2B (``gemma4-e2b``: per-layer embeddings, shared KV layers,
+full-attention heads of 512).
 
-    python bench/make_models.py [qwen2-0.5b|llama-1b|qwen35-0.8b|gemma4-e2b ...] [--out models/bench] [--type Q4_K_M]
+    python bench/make_models.py [qwen2-0.5b|llama-1b|llama-3b|qwen35-0.8b|gemma4-e2b ...] [--out models/bench]
+                                [--type Q4_K_M]
 
 Speed and memory depend on the shapes and the ggml types, not on the values, so each model is
 written with seeded random float16 weights (gguf-py's writer), then quantized by llama.cpp's own
@@ -70,10 +72,12 @@ class Gemma4:
 SHAPES = {
     "qwen2-0.5b": Shape("qwen2", 24, 896, 4864, 14, 2, 151_936, 32_768, 1e6, 1e-6, True),
     "llama-1b": Shape("llama", 16, 2048, 8192, 32, 8, 49_152, 131_072, 5e5, 1e-5, False),
+    "llama-3b": Shape("llama", 28, 3072, 8192, 24, 8, 128_256, 131_072, 5e5, 1e-5, False),
     "qwen35-0.8b": Shape("qwen35", 24, 1024, 3584, 8, 2, 248_320, 262_144, 1e7, 1e-6, False, (256, 64, 16, 16, 128)),
     "gemma4-e2b": Shape("gemma4", 35, 1536, 6144, 8, 1, 262_144, 131_072, 1e6, 1e-6, False,
                         gemma4=Gemma4(256, 512, 5, 512, 20, 256, 1e4, 0.25, 30.0)),
 }
+ON_REQUEST = ("llama-3b",)                   # made only when named (6.4 GB of float16 on the way)
 SSM_D_CONV = 4                              # qwen35's conv taps
 ROPE_SECTIONS = [11, 11, 10, 0]             # qwen35's rope pairs per section (time, height, width, extra)
 TOKENIZER_KEYS = ("tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.bos_token_id",
@@ -344,7 +348,7 @@ def make(name: str, out_dir: Path, type_name: str) -> Path:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("names", nargs="*", default=list(SHAPES), choices=list(SHAPES))
+    ap.add_argument("names", nargs="*", default=[n for n in SHAPES if n not in ON_REQUEST], choices=list(SHAPES))
     ap.add_argument("--out", default=str(ROOT / "models" / "bench"))
     ap.add_argument("--type", default="Q4_K_M")
     args = ap.parse_args()

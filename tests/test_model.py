@@ -354,8 +354,8 @@ def test_the_browser_budget_is_three_times_the_file_over_the_workers():
     assert budget.browser_budget(400 * mib, 1) == 1200 * mib - budget.RUNTIME_BYTES
     assert budget.browser_budget(mib, 1) == budget.MIN_BUDGET == 64 * mib    # a fixture keeps float32
     assert budget.browser_budget(3 * 2**30, 1) == budget.HEAP_MAX - budget.RUNTIME_BYTES  # a heap at most
-    assert budget.browser_budget(3 * 2**30, 4) == budget.HEAP_MAX - budget.RUNTIME_BYTES   # 2.25 GiB: capped
-    assert budget.browser_budget(2 * 2**30, 4) == int(3.0 * 2 * 2**30 / 4) - budget.RUNTIME_BYTES
+    assert budget.browser_budget(6 * 2**30, 4) == budget.HEAP_MAX - budget.RUNTIME_BYTES   # 4.5 GiB: capped
+    assert budget.browser_budget(3 * 2**30, 4) == int(3.0 * 3 * 2**30 / 4) - budget.RUNTIME_BYTES
 
 
 @pytest.mark.parametrize("form", [c for c in budget.CHOICES if c != "auto"])

@@ -100,7 +100,7 @@ def error_text(e: BaseException) -> str:
     if isinstance(e, PyEngineError):
         return str(e)
     if isinstance(e, MemoryError):
-        return "out of memory: the model does not fit in a browser worker's 2 GiB of usable memory: choose more workers"
+        return "out of memory: the model does not fit in a browser worker's 4 GiB of memory: choose more workers"
     traceback.print_exception(e, file=sys.stderr)  # the console keeps the traceback for a bug report
     return f"internal error: {type(e).__name__}: {e}"
 

@@ -32,10 +32,10 @@ FILE_RATIO = 3.0                     # in the browser, all workers' wasm heaps w
 RUNTIME_BYTES = 100 * 2**20          # a worker's heap besides the weights: Python, numpy, KV cache, work arrays
 MIN_BUDGET = 64 * 2**20              # the browser's budget is never less: a small model keeps float32
 RAM_SHARE = 0.6                      # in CPython, the weights within this share of the memory available
-# A wasm32 heap can reach 4 GiB, but Pyodide 0.27 hands JavaScript a heap address as a signed 32-bit number:
-# past 2 GiB a string or buffer crosses wrong or not at all (a RangeError; bench/RESULTS.md, Gemma 4 E2B). A
-# worker's heap stays under 2 GiB, with room for the KV cache and emscripten's growth steps.
-HEAP_LIMIT = 2**31
+# A wasm32 heap reaches 4 GiB. Past 2 GiB Pyodide 0.27.7's JS read addresses as signed until the build
+# patched it (build_scripts/fetch_runtime.py, ADDRESS_FIXES), and file chunks go straight to their array
+# (web/file_read.js). A worker's weights stay under the 4 GiB end, with room for the KV cache and growth.
+HEAP_LIMIT = 2**32
 HEAP_MAX = HEAP_LIMIT - 2**28
 ARRAY_MAX = 2**31 - 1                # numpy's largest array on wasm32, in bytes
 # "auto"'s cost model of a decode step in Pyodide (bench/bench_forms.py): ns a weight in each form (x SUB16 for
@@ -194,7 +194,7 @@ def check_fits(matrices: list[Matrix], forms: dict, nbytes: int, n_workers: int,
     raise PyEngineError(f"this model ({file_bytes / gib:.2f} GiB of tensors) needs "
                         f"{(nbytes + RUNTIME_BYTES) / gib:.2f} GiB in each of {n_workers} worker(s) in this "
                         f"form, largest array {biggest / gib:.2f} GiB; a browser worker holds at most "
-                        f"{HEAP_MAX / gib:.2f} GiB (the runtime passes nothing past 2 GiB of its memory): {hint}")
+                        f"{HEAP_MAX / gib:.2f} GiB (a wasm32 memory ends at 4 GiB): {hint}")
 
 
 def forms_nbytes(matrices: list[Matrix], forms: dict) -> int:
