@@ -21,6 +21,7 @@ from pyengine.browser.page import inspector
 from pyengine.errors import GGUFError, ModelError, TokenizerError
 from pyengine.gguf import open_gguf
 from pyengine.gguf.cursor import FIRST_CHUNK, OBJECT_BYTES, PROGRESS_BYTES
+from pyengine.gguf.header import KEY_BYTES as KEY_CHARGE
 from pyengine.gguf.header import MAX_METADATA_BYTES, VALUE_TYPES
 from pyengine.gguf.source import BytesSource, FileSource
 from pyengine.inspect import describe, format_text, plain
@@ -156,7 +157,7 @@ def test_inspect_of_a_240_mb_array_stays_near_its_size(tmp_path):
 # --- the cap on the metadata held ---------------------------------------------------------------
 
 CAP = 1 * MiB
-KEY_BYTES = 8 + 5 + 4         # "a.big"/"a.tok": length, text, value type
+KEY_BYTES = 8 + 5 + 4         # "a.big"/"a.tok": length, text, value type (KEY_CHARGE: what its objects are charged)
 ARRAY_HEAD = 4 + 8            # item type, count
 
 
@@ -166,18 +167,18 @@ def small_cap(monkeypatch):
 
 
 def test_numbers_just_under_the_cap_load(small_cap):
-    # held: the metadata's bytes, plus OBJECT_BYTES for the key and for the array
-    n = (CAP - KEY_BYTES - ARRAY_HEAD - 2 * OBJECT_BYTES) // 4
+    # held: the metadata's bytes, plus KEY_CHARGE for the key and OBJECT_BYTES for the array
+    n = (CAP - KEY_BYTES - ARRAY_HEAD - KEY_CHARGE - OBJECT_BYTES) // 4
     g = open_gguf(gguf_bytes([("a.big", "ARRAY[FLOAT32]", np.zeros(n, "<f4"))], []))
     assert g.metadata["a.big"].shape == (n,)
 
 
 def test_numbers_just_over_the_cap_fail_naming_file_byte_and_key(small_cap):
-    n = (CAP - KEY_BYTES - ARRAY_HEAD - 2 * OBJECT_BYTES) // 4 + 1
+    n = (CAP - KEY_BYTES - ARRAY_HEAD - KEY_CHARGE - OBJECT_BYTES) // 4 + 1
     data = gguf_bytes([("a.big", "ARRAY[FLOAT32]", np.zeros(n, "<f4"))], [])
     with pytest.raises(GGUFError) as e:
         open_gguf(BytesSource(data, "cap.gguf"))
-    held = KEY_BYTES + ARRAY_HEAD + 2 * OBJECT_BYTES + 4 * n
+    held = KEY_BYTES + ARRAY_HEAD + KEY_CHARGE + OBJECT_BYTES + 4 * n
     assert CAP < held <= CAP + 4
     assert str(e.value) == (f"cap.gguf: byte {24 + KEY_BYTES + ARRAY_HEAD}: key 'a.big': metadata would hold "
                             f"more than 1 MiB: this array of FLOAT32 would bring it to {held:,} bytes")
@@ -187,7 +188,7 @@ def test_numbers_just_over_the_cap_fail_naming_file_byte_and_key(small_cap):
 def test_strings_just_under_the_cap_load_and_one_more_fails(small_cap, extra):
     # each 10-byte string: its length (8), its bytes, OBJECT_BYTES; the list is one object more
     per = 8 + 10 + OBJECT_BYTES
-    n = (CAP - KEY_BYTES - ARRAY_HEAD - 2 * OBJECT_BYTES) // per + extra
+    n = (CAP - KEY_BYTES - ARRAY_HEAD - KEY_CHARGE - OBJECT_BYTES) // per + extra
     tokens = [f"t{i:09d}" for i in range(n)]
     data = gguf_bytes([("a.tok", "ARRAY[STRING]", tokens)], [])
     if not extra:
@@ -196,10 +197,10 @@ def test_strings_just_under_the_cap_load_and_one_more_fails(small_cap, extra):
     with pytest.raises(GGUFError) as e:
         open_gguf(BytesSource(data, "cap.gguf"))
     # every string's object is charged first: the first string whose bytes pass what is left fails
-    left = CAP - KEY_BYTES - ARRAY_HEAD - (n + 2) * OBJECT_BYTES
+    left = CAP - KEY_BYTES - ARRAY_HEAD - KEY_CHARGE - (n + 1) * OBJECT_BYTES
     k = left // (8 + 10)
     at = 24 + KEY_BYTES + ARRAY_HEAD + (8 + 10) * k + 8
-    held = at + 10 - 24 + (n + 2) * OBJECT_BYTES
+    held = at + 10 - 24 + KEY_CHARGE + (n + 1) * OBJECT_BYTES
     assert str(e.value) == (f"cap.gguf: byte {at}: key 'a.tok': metadata would hold more than 1 MiB: "
                             f"this string would bring it to {held:,} bytes")
     assert held - 18 <= CAP < held and k < n
@@ -209,7 +210,7 @@ def test_a_count_of_strings_over_the_cap_fails_before_the_list_is_made(small_cap
     n = CAP // (8 + OBJECT_BYTES) + 1   # empty strings: 8 bytes of file each, but objects all the same
     data = gguf_bytes([("a.tok", "ARRAY[STRING]", [""] * n)], [])
     assert len(data) < CAP
-    held = KEY_BYTES + ARRAY_HEAD + OBJECT_BYTES + 8 * n + (n + 1) * OBJECT_BYTES
+    held = KEY_BYTES + ARRAY_HEAD + KEY_CHARGE + 8 * n + (n + 1) * OBJECT_BYTES
     with pytest.raises(GGUFError, match=rf"byte 53: key 'a\.tok': metadata would hold more than 1 MiB: "
                                         rf"this array of {n:,} strings would bring it to {held:,} bytes$"):
         open_gguf(data)
@@ -228,7 +229,7 @@ def test_the_real_cap_is_checked_before_the_array_is_allocated(tmp_path):
     try:
         with pytest.raises(GGUFError, match=r"^sparse\.gguf: byte 53: key 'a\.big': metadata would hold more "
                                             r"than 256 MiB: this array of FLOAT32 would bring it to "
-                                            r"268,435,613 bytes$"):
+                                            r"268,435,805 bytes$"):
             open_gguf(path)
         _, peak = tracemalloc.get_traced_memory()
     finally:

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import random
 import re
+import subprocess
+import sys
 
+import numpy as np
 import pytest
+from conftest import ROOT
 from gguf_corpus import BROKEN, assemble, nested, small_file
-from gguf_write import kv, tensor_info
+from gguf_write import gstr, header, kv, tensor_info, u32, u64
 
 from pyengine.errors import GGUFError
 from pyengine.gguf import open_gguf
@@ -80,3 +84,67 @@ def test_random_corruption_is_a_gguf_error_or_a_valid_file(seed):
             continue
         for name, t in g.tensors.items():
             assert g.tensor_bytes(name).size == t.n_bytes
+
+
+# --- small files that would make the reader allocate many times their size (issue 19) ----------------------
+
+MiB = 1 << 20
+
+
+def many_inner_arrays(n: int) -> bytes:
+    """One key holding ``n`` empty arrays of UINT8 (12 bytes each in the file)."""
+    return header(0, 1) + gstr("a") + u32(9) + u32(9) + u64(n) + (u32(0) + u64(0)) * n
+
+
+def many_keys(n: int) -> bytes:
+    """``n`` keys of one UINT8 each (14 bytes each)."""
+    keys = np.char.add("k", np.char.zfill(np.arange(n).astype(str), 7)).astype("S8")
+    rows = np.zeros(n, [("len", "<u8"), ("key", "S8"), ("type", "<u4"), ("value", "u1")])
+    rows["len"], rows["key"], rows["value"] = 8, keys, 1
+    return header(0, n) + rows.tobytes()
+
+
+def many_tensor_infos(n: int) -> bytes:
+    """``n`` tensor infos of 1-D F32 tensors of no elements (36 bytes each)."""
+    names = np.char.add("t", np.char.zfill(np.arange(n).astype(str), 7)).astype("S8")
+    rows = np.zeros(n, [("len", "<u8"), ("name", "S8"), ("n_dims", "<u4"), ("ne", "<u8"), ("type", "<u4"),
+                        ("offset", "<u8")])
+    rows["len"], rows["name"], rows["n_dims"] = 8, names, 1
+    return header(n, 0) + rows.tobytes()
+
+
+# (what it holds, its bytes, the error); each is refused before the objects it counts are made
+HOSTILE_COUNTS = {
+    "inner-arrays": (lambda: many_inner_arrays(3_000_000),
+                     r"byte 49: key 'a': metadata would hold more than \d+ MiB: this array of 3,000,000 arrays"),
+    "keys": (lambda: many_keys(2_000_000),
+             r"byte 24: header: metadata would hold more than \d+ MiB: this count of 2,000,000 keys"),
+    "tensor-infos": (lambda: many_tensor_infos(2_000_000),
+                     r"byte 24: tensor infos: the header would hold more than \d+ MiB: this count of 2,000,000 "
+                     r"tensor infos"),
+}
+PEAK = """
+import resource, sys
+from pyengine.errors import GGUFError
+from pyengine.gguf import open_gguf
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    open_gguf(sys.argv[1])
+    print("opened")
+except GGUFError as e:
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before, e)
+"""
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_COUNTS))
+def test_a_small_file_of_hostile_counts_is_refused_within_twice_its_size(case, tmp_path):
+    """3 M empty inner arrays (34 MiB), 2 M keys (27 MiB), 2 M tensor infos (69 MiB): the process grows by
+    less than twice the file plus 64 MiB (it grew 13-22x the file before) and says which count."""
+    make, message = HOSTILE_COUNTS[case]
+    path = tmp_path / f"{case}.gguf"
+    path.write_bytes(make())
+    out = subprocess.run([sys.executable, "-c", PEAK, str(path)], capture_output=True, text=True, timeout=300,
+                         cwd=ROOT, check=True).stdout
+    grown_kib, text = out.split(" ", 1)
+    assert re.match(rf"{case}\.gguf: {message} would bring it to [\d,]+ bytes$", text.strip()), text
+    assert int(grown_kib) * 1024 < 2 * path.stat().st_size + 64 * MiB

@@ -26,9 +26,11 @@ room, following llama.cpp's ``gguf_init_from_file`` unless said otherwise:
 - an array of numbers or BOOL is a read-only 1-D numpy array (of its own
   bytes), an array of strings a ``list[str]``, an array of arrays a list;
 - arrays of arrays are read up to ``MAX_ARRAY_DEPTH`` (8) levels;
-- the metadata of one file may hold at most ``MAX_METADATA_BYTES`` (256 MiB:
-  its bytes, plus 64 for each string and array made), checked before each
-  string and array is allocated (ours: a bound for a 4 GiB wasm heap);
+- the header of one file may hold at most ``MAX_METADATA_BYTES`` (256 MiB),
+  and at most the file's size plus 64 MiB: its bytes, plus what Python makes
+  of them (64 for a string, 320 for an inner array, 256 for a key, 512 for a
+  tensor info), charged before it is made, so that a count of millions is
+  refused before its objects exist (ours: a bound for a 4 GiB wasm heap);
 - keys must be non-empty and unique; tensor names unique (across all parts
   of a split model too);
 - ``general.alignment`` must be a ``UINT32`` power of two (0 and 13 are not);

@@ -50,6 +50,7 @@ class Cursor:
         self.where = "header"
         self.cap = 0             # bytes the values read under the cap may hold
         self.cap_end = NEVER     # the offset the reads may reach: lowered by OBJECT_BYTES per object made
+        self.capped = "metadata"  # what the cap holds, for its error
         self.progress = progress
         self.next_report = NEVER if progress is None else PROGRESS_BYTES
         self.estimate = 0
@@ -100,12 +101,13 @@ class Cursor:
         """From here on, hold at most ``cap`` bytes (None: no cap)."""
         self.cap, self.cap_end = (0, NEVER) if cap is None else (cap, self.offset + cap)
 
-    def hold(self, n: int, objects: int, what: str) -> None:
-        """Charge ``objects`` strings or arrays about to be made of the next ``n`` bytes; past the cap, an error."""
-        end = self.cap_end - objects * OBJECT_BYTES
+    def hold(self, n: int, objects: int, what: str, each: int = OBJECT_BYTES) -> None:
+        """Charge ``objects`` objects of ``each`` bytes about to be made of the next ``n`` bytes; past the cap,
+        an error naming ``capped`` (what the cap is on)."""
+        end = self.cap_end - objects * each
         if self.offset + n > end:
             held = self.cap - (end - self.offset - n)
-            raise self.error(f"metadata would hold more than {self.cap / 2**20:g} MiB: this {what} "
+            raise self.error(f"{self.capped} would hold more than {self.cap / 2**20:.0f} MiB: this {what} "
                              f"would bring it to {held:,} bytes")
         self.cap_end = end
 
@@ -150,8 +152,8 @@ class Cursor:
         self.p += n
         return out
 
-    def string(self, what: str = "string") -> str:
-        return self.string_bytes(what).decode("utf-8", "surrogateescape")
+    def string(self, what: str = "string", objects: int = 1) -> str:
+        return self.string_bytes(what, objects).decode("utf-8", "surrogateescape")
 
     def string_bytes(self, what: str = "string", objects: int = 1) -> bytes:
         """One string's bytes, checked against the cap as ``objects`` objects (0: already charged)."""

@@ -20,7 +20,12 @@ SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
 MAX_ARRAY_DEPTH = 8        # an array of arrays of ... at most this many levels
 MAX_DIMS = 4               # ggml's GGML_MAX_DIMS
-MAX_METADATA_BYTES = 256 << 20  # what one file's metadata may hold (Cursor.hold); real vocabs take a tenth or less
+MAX_METADATA_BYTES = 256 << 20  # what one file's header may hold (Cursor.hold); real vocabs take a tenth or less
+HEADER_BASE_BYTES = 64 << 20    # ... and at most the file's own size plus this: a small file cannot hold much
+# What Python makes, charged to the cap before it is made (CPython 3.12, 64-bit; measured on 2-3 M of each):
+KEY_BYTES = 256                 # a key: its str, its entries in the values, types and offsets dicts (~190)
+ARRAY_BYTES = 320               # an array inside an array: a numpy array, its (value, type) pair, list slots (~280)
+TENSOR_INFO_BYTES = 512         # a tensor info: its name, shape tuple, TensorInfo and dict entries (~440)
 
 KEY_ALIGNMENT = "general.alignment"
 
@@ -117,7 +122,7 @@ def _read_value(cur: Cursor, tid: int, depth: int = 0) -> tuple[Any, str]:
         return cur.strings(count), f"ARRAY[{item_name}]"
     if item == T_ARRAY:
         cur.check_count(count, _MIN_ARRAY_BYTES, "array of arrays")
-        cur.hold(_MIN_ARRAY_BYTES * count, 1, f"array of {count:,} arrays")
+        cur.hold(_MIN_ARRAY_BYTES * count, count + 1, f"array of {count:,} arrays", each=ARRAY_BYTES)
         pairs = [_read_value(cur, T_ARRAY, depth + 1) for _ in range(count)]
         inner = {t for _, t in pairs}  # "ARRAY[ARRAY]" when the inner types differ or none
         return [v for v, _ in pairs], f"ARRAY[{inner.pop() if len(inner) == 1 else 'ARRAY'}]"
@@ -125,20 +130,18 @@ def _read_value(cur: Cursor, tid: int, depth: int = 0) -> tuple[Any, str]:
 
 
 def _read_metadata(cur: Cursor, n_kv: int) -> tuple[dict, dict, dict]:
-    """The ``n_kv`` key-value pairs -> (values, type names, byte offset of each value).
-
-    Together they may hold at most ``MAX_METADATA_BYTES`` (checked before each
-    string and array is made).
-    """
+    """The ``n_kv`` key-value pairs -> (values, type names, byte offset of each value), within the cap
+    :func:`read_part` set (every key charged before the first is read; each string and array before it
+    is made)."""
     cur.check_count(n_kv, _MIN_KV_BYTES, "metadata")
-    cur.limit(MAX_METADATA_BYTES)
+    cur.hold(0, n_kv, f"count of {n_kv:,} keys", each=KEY_BYTES)
     values: dict[str, Any] = {}
     types: dict[str, str] = {}
     offsets: dict[str, int] = {}
     for i in range(n_kv):
         cur.where = f"key #{i}"
         at = cur.offset
-        key = cur.string("key")
+        key = cur.string("key", objects=0)
         if not key:
             raise cur.error("empty key", at)
         if key in values:
@@ -148,7 +151,6 @@ def _read_metadata(cur: Cursor, n_kv: int) -> tuple[dict, dict, dict]:
         offsets[key] = cur.offset
         values[key], types[key] = _read_value(cur, tid)
         cur.report()
-    cur.limit(None)
     return values, types, offsets
 
 
@@ -170,7 +172,7 @@ def _alignment(cur: Cursor, values: dict, types: dict, offsets: dict) -> int:
 
 def _read_tensor_info(cur: Cursor) -> tuple[str, tuple[int, ...], GGMLType, int]:
     """One tensor info -> (name, ne, type, offset from the data section); shape checks."""
-    name = cur.string("tensor name")
+    name = cur.string("tensor name", objects=0)
     cur.where = f"tensor {name!r}"
     at = cur.offset
     n_dims = cur.u32("n_dims")
@@ -260,7 +262,9 @@ def _read_header(cur: Cursor) -> tuple[int, int, int]:
 def read_part(source: Any, index: int = 0, progress: Callable[[int, int], None] | None = None) -> GGUFPart:
     """Parse one GGUF file's header, metadata and tensor infos from ``source``.
 
-    Tensor data is not read; its placement is checked. ``progress(bytes_done,
+    Tensor data is not read; its placement is checked. What the header makes is charged to a cap
+    (``MAX_METADATA_BYTES``, and at most the file's size plus ``HEADER_BASE_BYTES``) before it is made,
+    so a hostile count is refused before its objects exist. ``progress(bytes_done,
     bytes_total)`` is called as :class:`Cursor` reports (the last call: both
     the end of the tensor infos). Raises :class:`GGUFError` naming the file,
     byte offset and key or tensor.
@@ -268,11 +272,13 @@ def read_part(source: Any, index: int = 0, progress: Callable[[int, int], None] 
     cur = Cursor(source, progress)
     version, n_tensors, n_kv = _read_header(cur)
     kv_start = cur.offset
+    cur.limit(min(MAX_METADATA_BYTES, source.size + HEADER_BASE_BYTES))
     values, types, key_offsets = _read_metadata(cur, n_kv)
     alignment = _alignment(cur, values, types, key_offsets)
     ti_start = cur.offset
-    cur.where = "tensor infos"
+    cur.where, cur.capped = "tensor infos", "the header"
     cur.check_count(n_tensors, _MIN_TENSOR_INFO_BYTES, "tensor infos")
+    cur.hold(0, n_tensors, f"count of {n_tensors:,} tensor infos", each=TENSOR_INFO_BYTES)
     raw: list[tuple[str, tuple[int, ...], GGMLType, int]] = []
     info_at: dict[str, int] = {}
     for i in range(n_tensors):
@@ -284,6 +290,7 @@ def read_part(source: Any, index: int = 0, progress: Callable[[int, int], None] 
         info_at[info[0]] = at
         raw.append(info)
         cur.report()
+    cur.limit(None)
     ti_end = cur.offset
     data_offset = -(-ti_end // alignment) * alignment
     tensors = {}
