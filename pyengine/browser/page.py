@@ -8,6 +8,7 @@ import traceback
 from typing import Any
 
 from pyengine.errors import GGUFError, PyEngineError
+from pyengine.gguf import text_value
 
 # Why a reply ended (pyengine.generation.loop.STOP_REASONS), in the words of the statistics line.
 STOP_WORDS = {"eog": "end of turn", "stop_string": "stop string", "max_tokens": "token limit",
@@ -54,9 +55,9 @@ def model_card(d: dict, chat_template: str, weights: str = "") -> dict:
     ``products``: what runs the quantized products (:func:`pyengine.weights.kernel.status`)."""
     from pyengine.weights import kernel
     meta = d["metadata"]
-    arch = str(meta.get("general.architecture", "?"))
+    arch = text_value(meta.get("general.architecture")) or "?"
     return {
-        "name": str(meta.get("general.name") or d["files"][0]),
+        "name": text_value(meta.get("general.name")) or d["files"][0],
         "architecture": arch,
         "parameters": d["n_params"],
         "quant_types": ", ".join(t["type"] for t in d["types"]),

@@ -59,6 +59,6 @@ sources), :mod:`~pyengine.gguf.cursor` (checked front-to-back reads),
 """
 
 from pyengine.gguf.file import GGUFFile, open_gguf
-from pyengine.gguf.header import GGUF_MAGIC, Section, TensorInfo
+from pyengine.gguf.header import GGUF_MAGIC, Section, TensorInfo, text_value
 
-__all__ = ["GGUFFile", "GGUF_MAGIC", "Section", "TensorInfo", "open_gguf"]
+__all__ = ["GGUFFile", "GGUF_MAGIC", "Section", "TensorInfo", "open_gguf", "text_value"]

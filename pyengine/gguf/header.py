@@ -28,6 +28,7 @@ ARRAY_BYTES = 320               # an array inside an array: a numpy array, its (
 TENSOR_INFO_BYTES = 512         # a tensor info: its name, shape tuple, TensorInfo and dict entries (~440)
 
 KEY_ALIGNMENT = "general.alignment"
+TEXT_CHARS = 200           # a name from the metadata, as the page and the CLI show and store it
 
 # The 13 GGUF value types: id -> (name, struct format of one item, numpy dtype).
 # STRING and ARRAY have no fixed size. BOOL is one byte, true when non-zero.
@@ -92,6 +93,14 @@ def n_elements(shape: Iterable[int]) -> int:
 # ---------------------------------------------------------------------------
 # Metadata values
 # ---------------------------------------------------------------------------
+
+def text_value(value: object, limit: int = TEXT_CHARS) -> str | None:
+    """A metadata value shown or stored as a name (``general.name``, ``general.architecture``): a str cut to
+    ``limit`` characters (an ellipsis marks the cut), None for any other value (an array, a number)."""
+    if not isinstance(value, str):
+        return None
+    return value if len(value) <= limit else value[:limit - 1] + "…"
+
 
 def _value_type(cur: Cursor, what: str) -> int:
     at = cur.offset

@@ -67,6 +67,7 @@ from collections.abc import Callable
 from itertools import compress
 
 from pyengine.errors import TokenizerError
+from pyengine.gguf import text_value
 from pyengine.text.bpe import LATIN1_TO_MAPPED, NO_PRE, unmap_bytes
 from pyengine.text.greedy import Plamo2, Rwkv
 from pyengine.text.pretokenize import split_words
@@ -156,7 +157,7 @@ class Tokenizer:
         for flag, key, name in ((self.add_bos, KEY_ADD_BOS, "bos"), (self.add_eos, KEY_ADD_EOS, "eos")):
             if flag and ids[name] is None:
                 raise TokenizerError(f"{key} is true, but {SPECIAL_ID_KEYS[name]} is not set")
-        name = str(meta.get(KEY_GENERAL_NAME, "")).lower()
+        name = (text_value(meta.get(KEY_GENERAL_NAME)) or "").lower()
         if "phi-3" in name or "phi3" in name:
             self._phi3_rstrip()
         self._build_special_index()

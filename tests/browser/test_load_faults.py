@@ -81,6 +81,23 @@ def test_a_load_that_fails_keeps_the_model_and_the_chat(posted, cause, source, m
     assert again == cpython_reply(TINY["llama"], ["hello", first, "again"], max_tokens=3)
 
 
+@pytest.mark.parametrize("name, shown", [
+    ("x" * 200_000_000, "x" * 199 + "…"),                       # 200 MB: cut to 200 characters
+    (("ARRAY[STRING]", ["a" * 1000] * 1000), "changed.gguf"),  # not a string: the file's name instead
+])
+def test_the_models_name_from_the_file_is_cut_or_ignored(posted, name, shown):
+    """general.name goes into every chat record and the saved model's meta.json: only a string, cut."""
+    run({"type": "load", "files": [changed(general__name=name if isinstance(name, tuple) else ("STRING", name))]})
+    assert posted[-1]["type"] == "model", posted[-1]
+    assert posted[-1]["card"]["name"] == shown
+
+
+def test_an_unknown_architecture_of_any_size_is_named_in_a_short_error(posted):
+    run({"type": "load", "files": [changed(general__architecture="phi" * 10_000_000)]})
+    message = posted[-1]["message"]
+    assert posted[-1]["type"] == "error" and "unsupported architecture 'phiphi" in message and len(message) < 1000
+
+
 def test_the_header_is_shown_as_it_is_read(posted):
     load_tiny(posted)
     header = [m for m in posted if m.get("stage") == "reading header"]
