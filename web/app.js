@@ -19,7 +19,7 @@
 //   model_view.js     the model card and the inspector
 import { el } from "./app/dom.js";
 import { addPiece, setStatsLine, showStats, useStopWords, wireChatView } from "./app/chat_view.js";
-import { checkFailed, checked, offerAgain, request, settingEdited, wireComposer } from "./app/composer.js";
+import { checkFailed, checked, offerAgain, request, sendable, settingEdited, wireComposer } from "./app/composer.js";
 import { otherTabChanged, saveChat, startNewChat, useModelName, wireChats } from "./app/chats.js";
 import { wireTabs } from "./app/tabs.js";
 import { wireLayout } from "./app/layout.js";
@@ -32,6 +32,7 @@ import { hideModel, showInspector, showModel, useCards, wireModelView } from "./
 import { drawSettings, showWorkers, useRules, wireSettings, workersWanted } from "./app/settings_form.js";
 import { hideProgress, replying, setPhase, settle, showError, showProgress, status, wireStatus } from "./app/status.js";
 import { worker } from "./app/worker_client.js";
+import { boundedName } from "./app/format.js";
 
 // What the worker posts, by type (pyengine/browser/worker.py describes each one).
 const handlers = {
@@ -57,6 +58,7 @@ const handlers = {
     hideModel();
   },
   model(msg) {
+    msg.card.name = boundedName(msg.card.name); // the file's general.name: data, of any length
     hideProgress();
     status.hasModel = true;
     showModel(msg.card, msg.inspect);
@@ -141,7 +143,7 @@ function start() {
     else freshChat();
   });
   wireChatView();
-  wireTurns(request, saveChat);
+  wireTurns(request, sendable, saveChat);
   wireChats();
   wireTabs(otherTabChanged, drawModels);
   wireModelView();

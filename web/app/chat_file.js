@@ -1,10 +1,17 @@
 // A chat as a file: exported as JSON (OpenAI-style messages: {role, content}, the system prompt as a first
 // "system" message; the settings as typed; the model's name) or as Markdown, and a JSON file read back
 // with every problem named (which message, which field, what it holds).
+import { boundedName, withCommas } from "./format.js";
+
 export const FORMAT = "pyengine-chat";
 const ROLES = ["system", "user", "assistant"];
 const MAX_BYTES = 64 * 2 ** 20;   // a chat file larger than this is not read
 const MAX_MESSAGES = 100_000;
+export const MESSAGE_CHARS = 1_000_000; // the most a message may hold (sent or imported)
+
+// Why a message of ``text`` is refused ("" when it is not): what names it, then what is wrong.
+export const tooLong = (text) => (text.length > MESSAGE_CHARS
+  ? `has ${withCommas(text.length)} chars, more than a message may hold (${withCommas(MESSAGE_CHARS)})` : "");
 
 export function chatToJSON(chat) {
   const messages = [...(chat.system ? [{ role: "system", content: chat.system }] : []),
@@ -23,6 +30,14 @@ export function chatToMarkdown(chat) {
 
 const kind = (v) => (v === null ? "null" : Array.isArray(v) ? "a list" : typeof v);
 const shown = (v) => JSON.stringify(v)?.slice(0, 40) ?? String(v);
+
+// A chat file (a File) -> what chatFromJSON makes of it; its size is checked before a byte is read.
+export async function readChatFile(file) {
+  if (file.size > MAX_BYTES) {
+    throw new Error(`${file.name}: it is larger than ${MAX_BYTES / 2 ** 20} MiB (${withCommas(file.size)} bytes)`);
+  }
+  return chatFromJSON(await file.text(), file.name);
+}
 
 // A chat file's text -> {title, model, system, settings, messages}; throws an Error whose message says
 // what is wrong: "chat.json: messages[2].role must be one of system, user, assistant (it is "robot")".
@@ -45,6 +60,7 @@ export function chatFromJSON(text, name = "the file") {
     if (!ROLES.includes(m.role)) fail(`messages[${i}].role must be one of ${ROLES.join(", ")} (it is ${shown(m.role)})`);
     if (typeof m.content !== "string") fail(`messages[${i}].content must be text (it is ${kind(m.content)})`);
     if (m.role === "system" && i > 0) fail(`messages[${i}]: a system message may only come first`);
+    if (tooLong(m.content)) fail(`messages[${i}].content ${tooLong(m.content)}`);
   });
   const settings = data.settings ?? {};
   if (kind(settings) !== "object") fail(`"settings" must be an object of name: value (it is ${kind(settings)})`);
@@ -55,7 +71,7 @@ export function chatFromJSON(text, name = "the file") {
     if (data[key] != null && typeof data[key] !== "string") fail(`"${key}" must be text (it is ${kind(data[key])})`);
   }
   const system = messages[0]?.role === "system" ? messages[0].content : "";
-  return { title: data.title || "", model: data.model || "", system,
+  return { title: boundedName(data.title), model: boundedName(data.model), system,
     settings: Object.fromEntries(Object.entries(settings).map(([k, v]) => [k, String(v)])),
     messages: messages.filter((m) => m.role !== "system").map(({ role, content }) => ({ role, content })) };
 }

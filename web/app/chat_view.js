@@ -5,6 +5,13 @@
 import { el, make } from "./dom.js";
 import { drawReply } from "./markdown.js";
 import { drawTokens, wireTokens } from "./token_view.js";
+import { withCommas } from "./format.js";
+
+// A reply longer than MARKDOWN_CHARS is drawn as plain text (markdown-it takes seconds, or minutes, on
+// some texts of a few MB: 16 M chars of "[x" took 35 s); a message shows at most SHOWN_CHARS (a chat
+// saved before messages were capped may hold more). Copy and export keep the whole text.
+const MARKDOWN_CHARS = 200_000;
+const SHOWN_CHARS = 1_000_000;
 
 // The turn under way: reply, the assistant <li> growing; asked, the user <li> it answers (marked
 // failed if the reply fails); text, the reply so far; drawn, the text drawn; frame, a drawing asked for
@@ -62,6 +69,12 @@ function setText(li, text) {
   li.dataset.text = text;
   const body = li.querySelector(".body");
   const tokens = records.get(li);
+  if (text.length > SHOWN_CHARS || (li.dataset.role === "assistant" && text.length > MARKDOWN_CHARS)) {
+    drawPlain(body, text);
+    return;
+  }
+  if (body.classList.contains("plain")) body.replaceChildren();
+  body.classList.remove("plain");
   if (li.dataset.role === "user") body.textContent = text;
   else if (probs.shown && tokens?.length) drawTokens(body, text, tokens);
   else {
@@ -69,6 +82,17 @@ function setText(li, text) {
     body.classList.remove("tokens");
     drawReply(body, text);
   }
+}
+
+// A long message as plain text (its first SHOWN_CHARS), under a line that says why.
+function drawPlain(body, text) {
+  const cut = text.length > SHOWN_CHARS
+    ? `; its first ${withCommas(SHOWN_CHARS)} are shown (Copy and export keep them all)` : "";
+  body.classList.remove("tokens");
+  body.classList.add("plain");
+  body.replaceChildren(
+    make("p", "long-note", `This message is ${withCommas(text.length)} chars long: it is shown as plain text${cut}.`),
+    make("div", "plain-text", text.slice(0, SHOWN_CHARS)));
 }
 
 function addMessage(role, text, index, tokens) {

@@ -2,7 +2,8 @@
 // export and import. The chat shown is saved whenever its messages, system prompt or settings change,
 // so a reload or a browser restart brings every chat back, each with its own system prompt and settings.
 import { el, make } from "./dom.js";
-import { chatFromJSON, chatToJSON, chatToMarkdown } from "./chat_file.js";
+import { chatToJSON, chatToMarkdown, readChatFile } from "./chat_file.js";
+import { boundedName } from "./format.js";
 import { readFields, setFields } from "./settings_form.js";
 import { status } from "./status.js";
 import { chat, useMessages } from "./turns.js";
@@ -11,6 +12,11 @@ import { announce } from "./tabs.js";
 
 const TITLE_CHARS = 48;    // a chat is named after the start of its first message, until renamed
 const LAST = "pyengine.chat"; // localStorage: the id of the chat shown last
+// localStorage: the id of the chat being drawn, set before and cleared after; found at a start, it names
+// a chat whose drawing froze the page (the tab was closed or killed first), which then goes to FROZE:
+// the ids of such chats, never opened at a start again (a chat drawn whole once more leaves it).
+const DRAWING = "pyengine.drawing";
+const FROZE = "pyengine.froze";
 
 let current = newChat();   // the chat shown (saved once it has a message)
 let stored = false;        // current is in the store
@@ -23,24 +29,27 @@ function note(text) {
   el.chatsNote.textContent = text;
 }
 
-// The chat shown, saved (once it has messages or was named); the list drawn again.
+// The chat shown, saved (once it has messages or was named); the list drawn again. Resolves to why it
+// is not saved ("" once it is).
 export async function saveChat() {
   clearTimeout(saveTimer);
   Object.assign(current, { messages: chat.messages, system: el.systemPrompt.value,
     settings: readFields().settings, updated: Date.now() });
   if (modelName && chat.messages.length) current.model = modelName;
   if (!current.title && chat.messages.length) current.title = chat.messages[0].content.trim().slice(0, TITLE_CHARS);
-  if (!current.messages.length && !stored) return;
+  if (!current.messages.length && !stored) return "";
+  let failed = "";
   try {
     await putChat(current);
     announce({ type: "chats", id: current.id });
     stored = true;
     localStorage.setItem(LAST, current.id);
-    note("");
   } catch (err) {
-    note(`This chat is not saved: ${err.message || err}`);
+    failed = `This chat is not saved: ${err.message || err}`;
   }
+  note(failed);
   await drawList();
+  return failed;
 }
 
 // A change to the system prompt or a setting: saved a moment later (typing is not a write a key).
@@ -54,8 +63,30 @@ function show(record, saved = true) {
   stored = saved;
   el.systemPrompt.value = record.system;
   setFields(record.settings);
-  useMessages(record.messages.map((m) => ({ ...m })));
+  localStorage.setItem(DRAWING, record.id);
+  useMessages(record.messages.map((m) => ({ ...m }))); // drawn and laid out (scrolled to its end)
+  localStorage.removeItem(DRAWING);
+  frozen(record.id, false);
   localStorage.setItem(LAST, record.id);
+}
+
+// The ids of the chats whose drawing froze the page.
+function frozenIds() {
+  try {
+    return new Set(JSON.parse(localStorage.getItem(FROZE) || "[]"));
+  } catch {
+    return new Set();
+  }
+}
+
+// Chat ``id`` marked as one whose drawing froze the page (froze) or not.
+function frozen(id, froze) {
+  const ids = frozenIds();
+  if (froze === ids.has(id)) return;
+  if (froze) ids.add(id);
+  else ids.delete(id);
+  if (ids.size) localStorage.setItem(FROZE, JSON.stringify([...ids]));
+  else localStorage.removeItem(FROZE);
 }
 
 // An empty chat shown, with the system prompt and settings as they are (saved once it has a message).
@@ -65,22 +96,27 @@ function showBlank() {
   useMessages([]);
 }
 
-// New chat (once no reply runs: app.js waits for the one stopped).
+// New chat (once no reply runs: app.js waits for the one stopped). The chat shown stays if it cannot be
+// saved (the note says why).
 export async function startNewChat() {
-  if (current.messages.length) await saveChat();
+  if (current.messages.length && await saveChat()) return;
   showBlank();
   await drawList();
 }
 
 async function openChat(record) {
   if (!idle() || record.id === current.id) return;
-  await saveChat();
+  if (await saveChat()) return;
   show(record);
   await drawList();
 }
 
 async function removeChat(record) {
-  await deleteChat(record.id);
+  try {
+    await deleteChat(record.id);
+  } catch (err) {
+    return void note(`The chat ${record.title} is not deleted: ${err.message || err}`);
+  }
   announce({ type: "chats", id: record.id });
   if (record.id === current.id) showBlank();
   await drawList();
@@ -95,9 +131,14 @@ function renameChat(li, record) {
   input.addEventListener("keydown", async (e) => {
     if (e.key === "Escape") return void drawList();
     if (e.key !== "Enter") return;
-    record.title = input.value.trim() || record.title;
-    record.named = true;
-    await putChat(record);
+    const renamed = { ...record, title: boundedName(input.value.trim()) || record.title, named: true };
+    try {
+      await putChat(renamed);
+    } catch (err) {
+      await drawList();
+      return void note(`The chat ${record.title} is not renamed: ${err.message || err}`);
+    }
+    Object.assign(record, renamed);
     announce({ type: "chats", id: record.id });
     if (record.id === current.id) Object.assign(current, { title: record.title, named: true });
     await drawList();
@@ -154,34 +195,41 @@ function download(name, type, text) {
 const fileName = (ext) => `${(current.title || "chat").replace(/[^\w.-]+/g, "_").slice(0, 60)}.${ext}`;
 
 async function importFile(file) {
+  let data;
   try {
-    const data = chatFromJSON(await file.text(), file.name);
-    await saveChat();
-    show(newChat({ ...data, title: data.title || file.name.replace(/\.json$/i, ""), named: true }), false);
-    await saveChat();
-    const n = data.messages.length;
-    note(`Imported ${file.name}: ${n} message${n === 1 ? "" : "s"}.`);
+    data = await readChatFile(file);
   } catch (err) {
-    note(`Not imported: ${err.message}`);
+    return void note(`Not imported: ${err.message}`);
   }
+  const before = await saveChat();
+  if (before) return void note(`Not imported (the chat shown would be lost): ${before}`);
+  const title = data.title || boundedName(file.name.replace(/\.json$/i, ""));
+  show(newChat({ ...data, title, named: true }), false);
+  const failed = await saveChat();
+  const n = data.messages.length;
+  note(`Imported ${file.name}: ${n} message${n === 1 ? "" : "s"}.${failed ? ` ${failed}` : ""}`);
 }
 
 // Another tab saved or deleted chat ``id``: the list drawn again, and the chat shown read again if it is
 // that one (unless a reply runs here: this tab's own save comes after it).
 export async function otherTabChanged(id) {
   if (id === current.id && idle()) {
-    const record = await getChat(id);
-    if (record) show(record);
-    else {
-      stored = false;
-      note("This chat was deleted in another tab: it is saved again if you go on with it.");
+    try {
+      const record = await getChat(id);
+      if (record) show(record);
+      else {
+        stored = false;
+        note("This chat was deleted in another tab: it is saved again if you go on with it.");
+      }
+    } catch (err) {
+      note(`This chat was changed in another tab and cannot be read again: ${err.message || err}`);
     }
   }
   await drawList();
 }
 
 // The model loaded: its name goes with the chats that use it.
-export const useModelName = (name) => { modelName = name; };
+export const useModelName = (name) => { modelName = boundedName(name); };
 
 // The chat shown last comes back (or the newest); then every change is saved.
 export async function wireChats() {
@@ -194,10 +242,17 @@ export async function wireChats() {
     if (el.importFile.files[0] && idle()) importFile(el.importFile.files[0]);
     el.importFile.value = "";
   });
+  const froze = localStorage.getItem(DRAWING);
+  if (froze) frozen(froze, true);
+  localStorage.removeItem(DRAWING);
   try {
     const all = await listChats();
     const last = all.find((c) => c.id === localStorage.getItem(LAST)) || all[0];
-    if (last) show(last);
+    const stuck = all.find((c) => c.id === froze) || (last && frozenIds().has(last.id) ? last : null);
+    if (stuck) {
+      note(`The chat ${boundedName(stuck.title) || "Untitled chat"} is not opened: the page stopped answering `
+        + "while it was drawn last time. It is in the list: open it, export it or delete it.");
+    } else if (last) show(last);
   } catch (err) {
     note(`The saved chats cannot be read: ${err.message || err}`);
   }

@@ -4,6 +4,7 @@
 // the check read. Otherwise the message stays in the box, the bad fields are marked, and the line under
 // the chat says why; it goes once the fields are right.
 import { el } from "./dom.js";
+import { tooLong } from "./chat_file.js";
 import { scrollToEnd } from "./chat_view.js";
 import { readFields, showCheck } from "./settings_form.js";
 import { clearError, setPhase, status } from "./status.js";
@@ -21,9 +22,19 @@ export function request(action) {
   checkSettings();
 }
 
+// Whether ``text`` may be sent; the line under the chat says why not.
+export function sendable(text) {
+  const why = tooLong(text);
+  if (why) {
+    el.sendError.textContent = `Not sent: the message ${why}.`;
+    el.sendError.hidden = false;
+  }
+  return !why;
+}
+
 function send() {
   const text = el.prompt.value;
-  if (!text.trim() || el.send.disabled) return;
+  if (!text.trim() || el.send.disabled || !sendable(text)) return;
   request((settings) => {
     el.prompt.value = "";
     sendText(text, settings);

@@ -14,3 +14,9 @@ export function formatCount(n) {
 }
 
 export const withCommas = (n) => Number(n).toLocaleString("en-US");
+
+// A name from a model's file or a chat file (general.name, a title) as the page keeps and shows it: text,
+// at most NAME_CHARS chars (a file may hold a name of 200 MB), never a half of a surrogate pair.
+export const NAME_CHARS = 200;
+export const boundedName = (name) => (typeof name === "string" ? name : "").slice(0, NAME_CHARS)
+  .replace(/[\uD800-\uDBFF]$/, "");

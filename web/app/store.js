@@ -6,17 +6,30 @@ const DB = "pyengine";
 const VERSION = 1;
 const CHATS = "chats";
 
-let opened = null;
+let opened = null; // the connection's promise; dropped when it fails or closes, so the next call opens again
 
 function open() {
-  opened ??= new Promise((resolve, reject) => {
+  if (opened) return opened;
+  const promise = new Promise((resolve, reject) => {
     const req = indexedDB.open(DB, VERSION);
     req.onupgradeneeded = () => req.result.createObjectStore(CHATS, { keyPath: "id" });
-    req.onsuccess = () => resolve(req.result);
+    req.onsuccess = () => {
+      const db = req.result;
+      // a newer page upgrades the database in another tab: this connection gives way, the next call opens anew
+      db.onversionchange = () => { db.close(); forget(promise); };
+      db.onclose = () => forget(promise); // the browser closed it (the site's data cleared)
+      resolve(db);
+    };
     req.onerror = () => reject(req.error);
     req.onblocked = () => reject(new Error("another tab holds an older version of the saved chats open"));
   });
-  return opened;
+  promise.catch(() => forget(promise));
+  opened = promise;
+  return promise;
+}
+
+function forget(promise) {
+  if (opened === promise) opened = null;
 }
 
 // Run fn(store) in a transaction; resolves to the value of the request fn returns, once committed.

@@ -18,7 +18,7 @@ import { worker } from "./worker_client.js";
 export const chat = { messages: [] };
 // The reply running: kind ("send", "regenerate", "edit") and the messages it answers.
 let pending = null;
-let hooks = { request: null, changed: () => {} };
+let hooks = { request: null, sendable: () => true, changed: () => {} };
 const PROBS_KEY = "pyengine.probs"; // localStorage: the probabilities toggle
 // From Python once it is up (pyengine.browser.page): the stop reasons of a reply Continue goes on with
 // (CONTINUED), and what the probabilities view shows (PROBS_NOTE).
@@ -120,7 +120,7 @@ function onAction(button) {
   else if (action === "regenerate") hooks.request((s) => regenerate(s));
   else if (action === "continue") hooks.request((s) => continueReply(s));
   else if (action === "edit") {
-    editMessage(li, (text) => text.trim() && hooks.request((s) => resend(index, text, s)),
+    editMessage(li, (text) => text.trim() && hooks.sendable(text) && hooks.request((s) => resend(index, text, s)),
       () => drawMessages(chat.messages, status.hasModel));
   }
 }
@@ -132,10 +132,10 @@ export function usePageWords(page) {
   if (el.showProbs.checked) el.probsNote.textContent = words.probsNote;
 }
 
-// request(action): run action(settings) once the settings are checked (composer.js);
-// changed(): the conversation changed (it is saved).
-export function wireTurns(request, changed) {
-  hooks = { request, changed };
+// request(action): run action(settings) once the settings are checked (composer.js); sendable(text):
+// whether a message may be sent (composer.js says why not); changed(): the conversation changed (it is saved).
+export function wireTurns(request, sendable, changed) {
+  hooks = { request, sendable, changed };
   el.showProbs.checked = localStorage.getItem(PROBS_KEY) === "1";
   const useProbs = () => {
     showTokens(el.showProbs.checked);
