@@ -1,7 +1,8 @@
 """Replies as Markdown (web/app/markdown.js): highlighted code with a Copy button that copies, links that
-are live only for http(s), model text that never becomes live HTML, a reply drawn as it streams without
-replacing the blocks above, and hostile replies (scripts, event attributes, a 10,000-row table, lists
-nested 1,000 deep) drawn within 2 s with the page still answering.
+are live only for http(s) and show their host beside a text that names another, model text that never
+becomes live HTML, a reply drawn as it streams without replacing the blocks above, and hostile replies
+(scripts, event attributes, a 7,000-row table, lists nested 1,000 deep, 200 k chars of "[x" as Markdown,
+16 M as plain text) drawn within 2 s with the page still answering.
 
 The replies are put through the chat view's own functions (the module the page runs), as the worker's
 pieces would be: no model is needed.
@@ -77,6 +78,18 @@ def test_headings_lists_tables_links_and_inline_code(app):
     assert body.locator("ul a").get_attribute("href") == "https://example.org/"
 
 
+def test_a_link_shows_its_host_beside_a_text_that_names_another(app):
+    stream(app, "[https://bank.example/login](https://elsewhere.example/?chat=secret) "
+                "[bank.example](https://bank.example/a) https://plain.example/x [docs](https://docs.example/)")
+    links = reply_body(app).locator("a")
+    assert [links.nth(i).get_attribute("title") for i in range(4)] == [
+        "https://elsewhere.example/?chat=secret", "https://bank.example/a", "https://plain.example/x",
+        "https://docs.example/"]
+    assert reply_body(app).locator(".link-host").all_text_contents() == [" (elsewhere.example)"]
+    assert reply_body(app).text_content().strip() == ("https://bank.example/login (elsewhere.example) bank.example "
+                                              "https://plain.example/x docs")
+
+
 def test_a_streamed_reply_keeps_the_blocks_above_and_the_reader_in_place(app):
     """While a reply grows, the paragraphs already drawn stay the same nodes; a reader who scrolled up is
     not pulled down."""
@@ -141,9 +154,12 @@ def nested_list(depth: int) -> str:
     return "".join("  " * i + f"- level {i}\n" for i in range(depth))
 
 
-@pytest.mark.parametrize("name, text", [("a 10,000-row table", big_table(10_000)),
+# (a table of 7,000 rows: 189 k chars, under the bound past which a reply is drawn as plain text)
+@pytest.mark.parametrize("name, text", [("a 7,000-row table", big_table(7_000)),
                                         ("lists nested 1,000 deep", nested_list(1_000)),
-                                        ("quotes nested 1,000 deep", ">" * 1_000 + " deep")])
+                                        ("quotes nested 1,000 deep", ">" * 1_000 + " deep"),
+                                        ("200,000 chars of [x (Markdown)", "[x" * 100_000),
+                                        ("16 M chars of [x (plain text)", "[x" * 8_000_000)])
 def test_huge_replies_draw_within_2_s_and_the_page_answers(app, name, text):
     ms = stream(app, text)
     assert ms < 2_000, f"{name}: {ms:.0f} ms"
@@ -155,6 +171,8 @@ def test_huge_replies_draw_within_2_s_and_the_page_answers(app, name, text):
     if "table" in name:  # the first 500 rows shown, the reply's text whole
         assert reply_body(app).locator("tbody tr").count() == 500
         assert reply_body(app).locator("tbody tr").last.locator("td").all_text_contents() == ["499", "249001", "w499"]
-        assert reply_body(app).locator(".table-note").text_content() == "(9500 more rows not shown)"
+        assert reply_body(app).locator(".table-note").text_content() == "(6500 more rows not shown)"
+    if "plain" in name:
+        assert reply_body(app).locator(".long-note").text_content().startswith("This message is 16,000,000 chars")
     assert app.locator("[data-testid=message][data-role=assistant]").last.get_attribute("data-text") == text
     app.evaluate("import('./app/chat_view.js').then((v) => v.clearMessages(false))")

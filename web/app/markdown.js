@@ -74,11 +74,34 @@ DOMPurify.addHook("afterSanitizeAttributes", (node) => {
   node.setAttribute("target", "_blank");
 });
 
-// Markdown text -> a DocumentFragment of clean nodes, code blocks with their bar.
+// Markdown text -> a DocumentFragment of clean nodes, code blocks with their bar, links with their host.
 export function renderMarkdown(text) {
   const frag = DOMPurify.sanitize(md.render(text), PURIFY);
   for (const pre of frag.querySelectorAll("pre")) decorateCode(pre);
+  for (const a of frag.querySelectorAll("a[href]")) showHost(a);
   return frag;
+}
+
+// The host an address names ("" if the text is not an address): "https://a.example/x", "a.example/x".
+const WITH_SCHEME = /^[a-z][\w+.-]*:\/\/\S+$/i;
+const BARE = /^[^\s/?#@:]+\.[^\s/?#@:]+([:/?#]\S*)?$/;
+function hostOf(text) {
+  if (!WITH_SCHEME.test(text) && !BARE.test(text)) return "";
+  try {
+    return new URL(WITH_SCHEME.test(text) ? text : `http://${text}`).hostname;
+  } catch {
+    return "";
+  }
+}
+
+// A link goes where its href says: shown on hover (its title), and beside a text that names another host
+// ("[bank.example](https://elsewhere.example/?chat=...)" reads "bank.example (elsewhere.example)").
+function showHost(a) {
+  const href = a.getAttribute("href");
+  a.title = href;
+  const host = hostOf(href);
+  const named = hostOf(a.textContent.trim());
+  if (named && host && named !== host) a.after(make("span", "link-host", ` (${host})`));
 }
 
 function decorateCode(pre) {
