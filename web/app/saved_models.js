@@ -6,13 +6,15 @@ import { formatBytes } from "./format.js";
 import { lastLoad, loadFiles } from "./loading.js";
 import { canLoad } from "./status.js";
 import { announce } from "./tabs.js";
-import { available, forgetModel, listModels, modelFiles, saveModel, storageState } from "./opfs.js";
+import { available, forgetModel, listModels, modelFiles, saveModel, savedAs, storageState } from "./opfs.js";
 
 let saving = false;
 
 function note(text) {
   el.storageNote.textContent = text;
 }
+
+const why = (err) => String(err.message || err).replace(/\.$/, "");
 
 async function storageLine() {
   const { usage, quota, persisted } = await storageState();
@@ -37,17 +39,19 @@ function modelItem(entry) {
   return li;
 }
 
+// The list drawn again; resolves to the saved models, or null when they cannot be read (the note says why).
 export async function drawModels() {
   if (!available()) return void note("This browser cannot keep models (no Origin Private File System).");
   try {
-    const all = await listModels();
-    el.savedModelList.replaceChildren(...all.map(modelItem));
-    el.savedModels.hidden = !all.length && !saving;
-    if (!saving) note(await storageLine());
-    return all;
+    const { models, failed } = await listModels();
+    el.savedModelList.replaceChildren(...models.map(modelItem));
+    el.savedModels.hidden = !models.length && !saving;
+    if (!saving) note(`${await storageLine()}${failed ? ` But ${failed}.` : ""}`);
+    return models;
   } catch (err) {
-    note(`The saved models cannot be read: ${err.message || err}`);
-    return [];
+    el.savedModels.hidden = false;
+    note(`The saved models cannot be read: ${why(err)}.`);
+    return null;
   }
 }
 
@@ -56,18 +60,20 @@ async function loadSaved(entry) {
   try {
     loadFiles(await modelFiles(entry), true);
   } catch (err) {
-    note(`${entry.name} cannot be read: ${err.message || err}`);
+    note(`${entry.name} cannot be read: ${why(err)}.`);
   }
 }
 
 async function forgetSaved(entry) {
+  let failed = "";
   try {
     await forgetModel(entry);
     announce({ type: "models" });
   } catch (err) {
-    note(`${entry.name} could not be forgotten: ${err.message || err}`);
+    failed = `${entry.name} could not be forgotten: ${why(err)}.`;
   }
   await drawModels();
+  if (failed) note(failed);
 }
 
 // The model asked last has loaded (name: its card's): its files are saved unless they came from here or
@@ -76,8 +82,7 @@ export async function modelLoaded(name) {
   const { files, saved } = lastLoad();
   if (saved || saving || !available() || !files.length) return;
   const all = await drawModels();
-  const size = files.reduce((n, f) => n + f.size, 0);
-  if (all.some((m) => m.files[0] === files[0].name && m.size === size)) return;
+  if (!all || savedAs(all, files)) return;
   saving = true;
   el.savedModels.hidden = false;
   try {
@@ -91,7 +96,7 @@ export async function modelLoaded(name) {
   } catch (err) {
     saving = false;
     await drawModels();
-    note(`${name} is not saved: ${err.message || err}`);
+    note(`${name} is not saved: ${why(err)}. The model stays loaded; the models saved before are kept.`);
   }
 }
 
