@@ -71,3 +71,62 @@ def test_a_last_message_that_cannot_fit_is_said_plainly(engine):
     with pytest.raises(PyEngineError, match="no longer fits the context of 64 tokens: send a shorter one"):
         chat.send("word " * 100, GREEDY, max_tokens=4)
     assert chat.messages == long_talk(2)
+
+
+def linear_fit(chat: ChatSession, conversation: list[dict], room: int) -> int:
+    """Messages left out as the first long-chat code found them: render, drop the oldest turn, again."""
+    from pyengine.generation.chat import chat_prompt
+    head, dropped = 1, 0
+    while True:
+        kept = conversation[:head] + conversation[head + dropped:]
+        _, ids = chat_prompt(chat.engine.template, chat.engine.tokenizer, kept)
+        if len(ids) + room <= chat.cache.n_ctx or head + dropped >= len(conversation) - 1:
+            return dropped
+        dropped += 2 if conversation[head + dropped + 1]["role"] == "assistant" else 1
+
+
+@pytest.mark.parametrize("n_ctx", [128, 200, 256, 400, 1024])
+def test_the_turns_left_out_are_as_few_as_rendering_each_would_find(engine, n_ctx):
+    chat = ChatSession(engine, system="SYSTEM RULES", n_ctx=n_ctx)
+    chat.messages = long_talk(40)
+    conversation = chat.conversation() + [{"role": "user", "content": "the last question"}]
+    expected = linear_fit(chat, conversation, min(8, n_ctx // 4))
+    turn = chat.send("the last question", GREEDY, max_tokens=8)
+    assert turn.stats.dropped_messages == expected
+    turn.close()
+
+
+def test_a_long_chat_renders_a_few_times_and_counts_each_message_once(engine, monkeypatch):
+    """401 turns against 512 tokens: the old code rendered and tokenized the whole chat once per turn left
+    out (~200 passes); now a few renders of what the context keeps, and each message is tokenized alone
+    once, at its first send."""
+    from pyengine.generation import chat as chat_module
+    renders, counted = [], []
+    render, encode = chat_module.chat_prompt, engine.tokenizer.encode
+    monkeypatch.setattr(chat_module, "chat_prompt", lambda t, tok, kept, **o: renders.append(len(kept)) or
+                        render(t, tok, kept, **o))
+    monkeypatch.setattr(engine.tokenizer, "encode", lambda text, **k: counted.append(text) or encode(text, **k))
+    chat = ChatSession(engine, n_ctx=512)
+    chat.messages = long_talk(400)
+    chat.send("the last question", GREEDY, max_tokens=4).close()
+    contents = [m["content"] for m in chat.messages[:-1]]                        # all but the reply
+    assert len(renders) <= 6 and max(renders) < 60, renders
+    assert sorted(t for t in counted if t in contents) == sorted(contents)     # each message alone, once
+    renders.clear(), counted.clear()
+    chat.send("one more", GREEDY, max_tokens=4).close()
+    assert len(renders) <= 6, renders
+    assert [t for t in counted if t in contents or t == "one more"] == ["one more"]   # only the new messages
+
+
+@pytest.mark.real_model
+def test_a_conversation_past_what_a_template_may_be_given_is_answered(smollm2_path):
+    """199 messages of 5,000 chars (~1 M chars: past the sandbox's bound on what a template is given) with
+    SmolLM2's Jinja template: the oldest turns are left out before the template sees them."""
+    engine = load([str(smollm2_path)], weights="f32")
+    chat = ChatSession(engine, n_ctx=2048)
+    chat.messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} " + "x" * 4990}
+                     for i in range(199)]
+    turn = chat.send("the last question", GREEDY, max_tokens=4)
+    reply(turn)
+    assert turn.stats.stop_reason in ("max_tokens", "eog") and turn.stats.dropped_messages >= 190
+    assert "turn 198 " in chat.prompt and engine.template.name != "chatml"

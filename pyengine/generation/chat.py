@@ -26,6 +26,10 @@ from pyengine.generation.lookup import LOOKUP_DEFAULT
 from pyengine.generation.loop import Generation
 from pyengine.generation.sampling import Sampler, SamplerParams
 from pyengine.text.chat_template import ChatTemplate, check_messages
+from pyengine.text.template_bounds import MAX_TEXT
+
+KEY_CHARS = 16                        # what a message weighs in a template's bound besides its text
+MAX_MESSAGES_CHARS = MAX_TEXT * 9 // 10   # the kept messages' chars, within what a template may be given
 
 
 def chat_prompt(template: ChatTemplate, tokenizer: Any, messages: list[dict], **options: Any) -> tuple[str, list[int]]:
@@ -102,6 +106,7 @@ class ChatSession:
         self.tokens: list[int] = []      # the ids whose keys and values the cache holds
         self.turn: Generation | None = None
         self.prompt = ""                 # the last rendered prompt text
+        self._counts: dict[str, int] = {}   # the messages' tokens (:meth:`_count`), by content
 
     @property
     def template_name(self) -> str:
@@ -181,25 +186,59 @@ class ChatSession:
         while it leaves the reply fewer than ``min(max_tokens, n_ctx // 4)`` tokens, the oldest turn
         after the system prompt goes (a message and the reply to it); the last user message always
         stays, and a ``tail`` too long for what is left keeps its end. Returns (text, ids, messages left
-        out). Raises PyEngineError when the system prompt and the last message alone do not fit."""
+        out). Raises PyEngineError when the system prompt and the last message alone do not fit.
+
+        Each message's tokens are counted once (:meth:`_count`, kept from send to send), which says how
+        many turns must go at least; the prompt is then rendered for that many, then more (a galloping
+        search: leaving fewer turns out never makes a prompt shorter), so a send renders and tokenizes what
+        the context keeps a few times, not the whole chat once per turn left out."""
         engine, n_ctx = self.engine, self.cache.n_ctx
         room = min(max_tokens, n_ctx // 4)
         tail_ids = engine.tokenizer.encode(tail, add_special=False) if tail else []
         head = 1 if conversation and conversation[0]["role"] == "system" else 0
         last = max((i for i, m in enumerate(conversation) if m["role"] == "user"), default=len(conversation) - 1)
-        dropped = 0
-        while True:
-            kept = conversation[:head] + conversation[head + dropped:]
-            prompt, ids = chat_prompt(engine.template, engine.tokenizer, kept, **self.options)
-            if len(ids) + len(tail_ids) + room <= n_ctx or head + dropped >= last:
-                break
-            dropped += 2 if conversation[head + dropped + 1]["role"] == "assistant" else 1
+        cuts = [0]                                   # the numbers of messages that may be left out, in order
+        while head + cuts[-1] < last:
+            cuts.append(cuts[-1] + (2 if conversation[head + cuts[-1] + 1]["role"] == "assistant" else 1))
+        self._counts = {m["content"]: self._count(m["content"]) for m in conversation}    # forget the rest
+        kept_tokens = [sum(self._counts[m["content"]] for m in conversation[head + d:]) for d in cuts]
+        kept_chars = [sum(len(m["content"]) + KEY_CHARS for m in conversation[head + d:]) for d in cuts]
+        fixed = sum(self._counts[m["content"]] for m in conversation[:head]) + len(tail_ids) + room
+        least = next((j for j, (t, c) in enumerate(zip(kept_tokens, kept_chars))
+                      if t + fixed <= n_ctx and c <= MAX_MESSAGES_CHARS), len(cuts) - 1)
+        rendered: dict[int, tuple[str, list[int]]] = {}
+
+        def fits(j: int) -> bool:
+            kept = conversation[:head] + conversation[head + cuts[j]:]
+            rendered[j] = chat_prompt(engine.template, engine.tokenizer, kept, **self.options)
+            return len(rendered[j][1]) + len(tail_ids) + room <= n_ctx
+
+        lo, hi, step = least, len(cuts) - 1, 1      # the first cut that fits lies in lo..hi (hi: the last)
+        j = least
+        while j < hi and not fits(j):               # gallop from the counts' guess, then halve
+            lo, j, step = j + 1, min(hi, j + step), 2 * step
+        hi = j
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if fits(mid) else (mid + 1, hi)
+        while lo == least > 0 and fits(lo - 1):     # the counts said too much (a template that leaves text out)
+            lo = least = lo - 1
+        if lo not in rendered:
+            fits(lo)
+        prompt, ids = rendered[lo]
         if len(ids) + room > n_ctx:
             raise PyEngineError(f"the last message is {len(ids)} tokens long with the system prompt and no longer "
                                 f"fits the context of {n_ctx} tokens: send a shorter one")
         tail_ids = tail_ids[max(0, len(ids) + len(tail_ids) + room - n_ctx):]
         text = prompt + (engine.tokenizer.decode(tail_ids) if tail_ids else "")
-        return text, ids + tail_ids, dropped
+        return text, ids + tail_ids, cuts[lo]
+
+    def _count(self, content: str) -> int:
+        """Tokens of a message's ``content`` on its own, less what its two ends may merge with the template's
+        text around it: at most what the content costs in a prompt. Counted once per text."""
+        if content not in self._counts:
+            return max(0, len(self.engine.tokenizer.encode(content, add_special=False)) - 2)
+        return self._counts[content]
 
     def _finished(self, turn: Generation) -> None:
         self.messages.append({"role": "assistant", "content": turn.text})
