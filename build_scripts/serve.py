@@ -13,9 +13,11 @@ Only a request for this server by name is answered: its Host header must be 127.
 An idle connection is closed after IDLE_SECONDS. Only regular files under the root are served: a path
 with ``..``, ``.``, a backslash or a NUL after percent-decoding, or one that resolves (through a
 symlink) outside the root, is a 404; directories serve their ``index.html`` and are never listed.
-GET and HEAD. Ranges as RFC 9110 has them: one satisfiable ``bytes=a-b`` / ``a-`` / ``-n`` gets a 206
-(models are large), an unsatisfiable one a 416, an invalid one (``bytes=5-3``, another unit) or several
-are ignored (the whole file, 200).
+GET and HEAD, without a body (one gets a 400 and the connection closed: it would be read as the next
+request). At most MAX_CONNECTIONS connections are served at once; one more gets a 503. Ranges as
+RFC 9110 has them: one satisfiable ``bytes=a-b`` / ``a-`` / ``-n`` gets a 206 (models are large), an
+unsatisfiable one a 416, an invalid one (``bytes=5-3``, another unit) or several are ignored (the whole
+file, 200).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import argparse
 import os
 import re
 import sys
+import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -63,8 +66,14 @@ HEADERS = {
 }
 CHUNK = 1 << 20  # bytes per write when sending a file
 IDLE_SECONDS = float(os.environ.get("SERVE_IDLE_SECONDS") or 20)  # an idle connection is closed after this
+MAX_CONNECTIONS = int(os.environ.get("SERVE_MAX_CONNECTIONS") or 64)  # served at once; one more gets a 503
 RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
+BUSY = ("HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 24\r\n"
+        "Connection: close\r\n" + "".join(f"{k}: {v}\r\n" for k, v in HEADERS.items()) +
+        "\r\n503 Service Unavailable\n").encode()
 
 
 def resolve(root: Path, url_path: str) -> Path | None:
@@ -136,6 +145,9 @@ class Handler(BaseHTTPRequestHandler):
         self.send_file(body=False)
 
     def send_file(self, body: bool) -> None:
+        if self.headers.get("Content-Length", "0").strip() != "0" or "Transfer-Encoding" in self.headers:
+            self.close_connection = True       # its body would be read as the next request: refuse, and close
+            return self.send_status(HTTPStatus.BAD_REQUEST, {"Connection": "close"})
         if not host_allowed(self.headers.get("Host"), self.server.server_address[1]):
             return self.send_status(HTTPStatus.MISDIRECTED_REQUEST)
         try:
@@ -199,7 +211,29 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class Server(ThreadingHTTPServer):
+    """One thread a connection, at most ``MAX_CONNECTIONS`` at once: one more is answered 503 and closed
+    at once (a page opens a few; a flood of idle ones cannot hold a thread each)."""
     daemon_threads = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request, client_address) -> None:
+        if not self.slots.acquire(blocking=False):
+            try:
+                request.sendall(BUSY)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
     def handle_error(self, request, client_address) -> None:
         """A client that went away mid-file (reload, stop, aborted fetch) is normal: say nothing."""

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SECRET = b"outside the root\n"
 BIG = 16 << 20  # bytes: more than the socket buffers hold, so an abort lands mid-file
 IDLE = 2        # seconds: the idle timeout the server runs with here (20 by default)
+MAX_CONNECTIONS = 8  # served at once here (64 by default)
 CSP = ("default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; img-src 'self' data:; object-src 'none'; "
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 FILES = {  # path under the root -> (bytes, expected Content-Type)
@@ -52,7 +53,8 @@ def server(tmp_path_factory):
     (root / "dir-out").symlink_to(base)
     (root / "link-in.css").symlink_to(root / "style.css")
     proc = subprocess.Popen([sys.executable, str(ROOT / "build_scripts" / "serve.py"), "--root", str(root)],
-                            env={**os.environ, "PORT": "0", "SERVE_QUIET": "1", "SERVE_IDLE_SECONDS": str(IDLE)},
+                            env={**os.environ, "PORT": "0", "SERVE_QUIET": "1", "SERVE_IDLE_SECONDS": str(IDLE),
+                                 "SERVE_MAX_CONNECTIONS": str(MAX_CONNECTIONS)},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     m = re.search(r"http://([\d.]+):(\d+)/", line)
@@ -252,6 +254,36 @@ def test_an_idle_connection_is_closed(server, sent):
         t0 = time.monotonic()
         assert sock.recv(4096) == b""                  # closed by the server, with nothing sent
         assert IDLE - 0.5 < time.monotonic() - t0 < IDLE + 5
+
+
+@pytest.mark.parametrize("framing", [b"Content-Length: {n}\r\n", b"Transfer-Encoding: chunked\r\n"])
+def test_a_request_with_a_body_gets_400_and_its_body_is_never_read_as_a_request(server, framing):
+    hidden = b"GET /index.html HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % server[1]
+    body = hidden if b"Length" in framing else b"%x\r\n%s\r\n0\r\n\r\n" % (len(hidden), hidden)
+    head = b"GET /index.html HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n" % server[1] + framing.replace(
+        b"{n}", str(len(body)).encode()) + b"\r\n"
+    answer = raw(server, head + body)
+    assert answer.startswith(b"HTTP/1.1 400 ") and answer.count(b"HTTP/1.1") == 1, answer[:300]
+    assert FILES["index.html"][0] not in answer and b"Connection: close" in answer
+
+
+def test_connections_past_the_bound_get_503_at_once_and_the_server_recovers(server):
+    held = [socket.create_connection(server, timeout=10) for _ in range(MAX_CONNECTIONS)]
+    try:
+        time.sleep(0.3)                                           # each has its thread
+        t0 = time.monotonic()
+        with socket.create_connection(server, timeout=10) as extra:
+            answer = b""
+            while chunk := extra.recv(4096):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 503 ") and f"Content-Security-Policy: {CSP}".encode() in answer
+        assert time.monotonic() - t0 < 1.5
+    finally:
+        for sock in held:
+            sock.close()
+    time.sleep(0.3)
+    resp, body = get(server, "/index.html")
+    assert resp.status == 200 and body == FILES["index.html"][0]
 
 
 def test_the_page_carries_the_same_policy_in_a_meta_tag():
