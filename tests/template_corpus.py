@@ -87,8 +87,11 @@ HOSTILE = [
                    "{% endfor %}{{ ns.l|sort|length }}", r"'\+' gives more than"),
     ("groupby-chars", "{{ ('x' * 999990)|groupby('k') }}", "took more than"),
     ("source", "{{ 1 }}" * 30000, "more than the 131,072 a template may have"),
-    ("parse-depth", "{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}", "does not parse"),
-    ("filter-chain", "{{ 1" + "|string" * 5000 + " }}", "does not parse|recursion too deep"),
+    ("parse-depth", "{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}", "brackets nested more than 64 deep"),
+    ("filter-chain", "{{ 1" + "|string" * 5000 + " }}", "one tag holds more than 100 operators"),
+    ("block-depth", "{% if a %}" * 4000 + "x" + "{% endif %}" * 4000, "blocks and brackets nested more than 64"),
+    ("set-blocks", "{% set x %}" * 70 + "{% endset %}" * 70, "blocks and brackets nested more than 64"),
+    ("unary-chain", "{{ " + "not " * 25000 + "a }}", "one tag holds more than 100 operators"),
 ]
 
 # What random_template draws from: values (some just under the cap), unary and binary steps.

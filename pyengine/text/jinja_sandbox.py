@@ -268,11 +268,50 @@ def _compile(source: str):
         raise TemplateError(f"the chat template is {len(source):,} chars long: more than the {MAX_SOURCE:,} "
                             "a template may have")
     try:
+        check_nesting(env, source)
         with warnings.catch_warnings():               # Python's own remarks on the code jinja wrote
             warnings.simplefilter("ignore")
             return env.from_string(source)
+    except TemplateError:
+        raise
     except Exception as e:  # TemplateSyntaxError, RecursionError, anything else a hostile text provokes
         raise TemplateError(f"chat template does not parse: {e} (line {getattr(e, 'lineno', '?')})") from None
+
+
+BLOCKS = frozenset("if for macro call filter with block autoescape trans raw".split())   # closed by end...
+_NESTING_OPERATORS = frozenset("([{")
+_FLAT_OPERATORS = frozenset("([{)]},:=~")         # what builds no nested node of its own
+_WORD_OPERATORS = frozenset("not and or is in".split())
+
+
+def check_nesting(env, source: str) -> None:
+    """Refuse a template whose blocks and brackets nest deeper than ``MAX_SOURCE_NESTING``, or with a tag of
+    more than ``MAX_TAG_OPERATORS`` operators, from jinja's lexer (a loop, not a recursion), before the parser
+    recurses into it. Raises TemplateError naming the line; a lexing error is jinja's own."""
+    depth = ops = 0
+    first, assigns = False, None                   # at a tag's first word; a set tag: saw its '=' yet
+    for line, kind, value in env.lex(source):
+        if kind in ("block_begin", "variable_begin"):
+            first, ops = kind == "block_begin", 0
+        elif kind in ("block_end", "variable_end"):
+            depth += assigns is False              # {% set x %}...{% endset %} opens a block
+            first, assigns = False, None
+        elif kind != "whitespace":
+            if first and kind == "name":
+                depth += (value in BLOCKS) - value.startswith("end")
+                assigns = False if value == "set" else None
+            first = False
+            if kind == "operator":
+                depth += (value in _NESTING_OPERATORS) - (value in ")]}")
+                assigns = True if value == "=" and assigns is False else assigns
+                ops += value not in _FLAT_OPERATORS
+            ops += kind == "name" and value in _WORD_OPERATORS
+            if depth > tb.MAX_SOURCE_NESTING:
+                raise TemplateError(f"chat template: line {line}: blocks and brackets nested more than "
+                                    f"{tb.MAX_SOURCE_NESTING} deep")
+            if ops > tb.MAX_TAG_OPERATORS:
+                raise TemplateError(f"chat template: line {line}: one tag holds more than {tb.MAX_TAG_OPERATORS} "
+                                    "operators")
 
 
 def check_template(source: str) -> None:

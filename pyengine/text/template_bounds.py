@@ -40,6 +40,11 @@ MAX_BUILT = 64 << 20        # bytes of values one render may make (all of them h
 MAX_STEPS = 2_000_000       # template source lines executed per render
 MAX_SECONDS = 10.0          # wall time per render
 MAX_DEPTH = 40              # template frames (the template, its macros and call blocks) active at once
+# Jinja parses and compiles by recursion: a source nested deep enough overflows the stack (under Pyodide,
+# the worker's). Refused before it is parsed: blocks and brackets open at once, and operators in one tag
+# (a chain of them parses as nested nodes). The 71 templates of llama.cpp's tests reach 12 and 26.
+MAX_SOURCE_NESTING = 64
+MAX_TAG_OPERATORS = 100
 
 # The str methods a template may call (others, such as encode, translate or Markup's striptags, are
 # refused by the sandbox); of them, the scans that compare every char with every char at worst.
