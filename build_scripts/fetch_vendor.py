@@ -4,10 +4,16 @@ Replies are Markdown: markdown-it parses them (raw HTML in them stays text), DOM
 renders, highlight.js colours the fenced code. Each package is fetched with ``npm pack`` (the tarball only,
 checked against its sha256), and the few files the page loads are copied out of it with their licence.
 Nothing is fetched by the page from anywhere but static/.
+
+The tests have one package of their own, axe-core (the accessibility rules the browser tests run on every
+state of the page, tests/browser/axe.py). It is fetched and checked the same way, kept in the download cache
+and read from there by the tests; it is never copied into static/, so the page never serves it.
+``python build_scripts/fetch_vendor.py --tests`` fetches it (``make test-deps`` does).
 """
 
 from __future__ import annotations
 
+import sys
 import tarfile
 from pathlib import Path
 
@@ -40,3 +46,27 @@ def build_vendor(dest: Path) -> dict[Path, str]:
                     raise SystemExit(f"error: {tarball} has no package/{member}")
                 done[dest / name] = install_bytes(data.read(), dest / name)
     return done
+
+
+# The tests' own packages (never served): (npm spec, tarball, sha256 of the tarball, the file the tests read).
+TEST_VENDOR: dict[str, tuple[str, str, str, str]] = {
+    "axe-core": ("axe-core@4.10.3", "axe-core-4.10.3.tgz",
+                 "0f2b4d7dcdf7d1219df8d1959ad68e565f51d14c3f0d88bb71cd59abeb956292", "axe.min.js"),
+}
+
+
+def tests_package_source(name: str) -> str:
+    """The text of a test package's file (``TEST_VENDOR[name]``), fetched into the cache the first time."""
+    spec, tarball, sha256, member = TEST_VENDOR[name]
+    with tarfile.open(npm_pack(spec, tarball, sha256), "r:gz") as tar:
+        data = tar.extractfile(f"package/{member}")
+        if data is None:
+            raise SystemExit(f"error: {tarball} has no package/{member}")
+        return data.read().decode()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--tests"]:
+        raise SystemExit("usage: fetch_vendor.py --tests   (the page's packages are fetched by build_static.py)")
+    for name in TEST_VENDOR:
+        print(f"{name}: {len(tests_package_source(name)):,} chars, sha256-checked")

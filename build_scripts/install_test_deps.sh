@@ -24,5 +24,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
+# axe-core, the browser tests' accessibility rules: npm pack, sha256-checked, into .cache/ (never static/)
+$PYTHON build_scripts/fetch_vendor.py --tests
 echo "test dependencies ready: $(/usr/bin/chromium --version 2>/dev/null | head -1), node $(node --version)," \
      "playwright $($PYTHON -c 'import importlib.metadata as m; print(m.version("playwright"))')"
