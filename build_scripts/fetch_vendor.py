@@ -30,8 +30,8 @@ VENDOR: tuple[tuple[str, str, str, dict[str, str]], ...] = (
     # highlight.js's own npm package ships CommonJS; its prebuilt ES module (the common languages) is this one.
     ("@highlightjs/cdn-assets@11.12.0", "highlightjs-cdn-assets-11.12.0.tgz",
      "b8a006d30f45afe783072569f3d69c5b60c0e7b9ca28cd474e12f2584e2a3bd9",
-     {"es/highlight.min.js": "highlight.mjs", "styles/github.min.css": "highlight.css",
-      "LICENSE": "highlight.js.LICENSE"}),
+     # (its colours are styles.css's own, a pair a class for the light and the dark theme)
+     {"es/highlight.min.js": "highlight.mjs", "LICENSE": "highlight.js.LICENSE"}),
 )
 
 

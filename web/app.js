@@ -10,6 +10,7 @@
 //   settings_form.js  the sampling fields (drawn from Python's rules), Memory and Workers
 //   composer.js       the message box: Send, Stop, New chat, and the settings' check before every reply
 //   layout.js         the phone layout: the settings fold away, the chat first
+//   theme.js          the Theme setting: the system's colour scheme, light or dark
 //   tabs.js           another tab open: said plainly, the saved chats and models kept in step
 //   chats.js          the saved chats (store.js: IndexedDB): the list, New chat, export and import
 //   turns.js          the conversation the page keeps: send, regenerate, edit and resend, delete, copy
@@ -23,6 +24,7 @@ import { checkFailed, checked, offerAgain, request, sendable, settingEdited, wir
 import { otherTabChanged, saveChat, startNewChat, useModelName, wireChats } from "./app/chats.js";
 import { wireTabs } from "./app/tabs.js";
 import { wireLayout } from "./app/layout.js";
+import { wireTheme } from "./app/theme.js";
 import {
   chat, replyDone, replyFailed, useMessages, usePageWords, useThinkingSwitch, wireTurns,
 } from "./app/turns.js";
@@ -134,6 +136,7 @@ function workerFailed(message) {
 
 function start() {
   setPhase("starting");
+  wireTheme();
   wireLayout();
   wireStatus();
   wireLoading();

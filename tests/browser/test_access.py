@@ -53,7 +53,7 @@ def test_the_chat_by_keyboard_alone(tiny):
     tiny.wait_for_function("() => document.querySelectorAll('[data-testid=message]').length === 2")
     reply = wait_reply(tiny)
     assert tiny.get_by_test_id("announce").text_content() == f"The model replied: {reply}"
-    tab_to(tiny, "e.getAttribute('aria-label') === 'Write this reply again'")
+    tab_to(tiny, "e.getAttribute('aria-label') === 'Regenerate: write this reply again'")
     assert focus_ring(tiny) == "solid"
     old = tiny.get_by_test_id("stats").get_attribute("data-stats")
     tiny.keyboard.press("Enter")

@@ -174,10 +174,10 @@ def test_a_chat_that_froze_the_page_is_not_opened_at_the_next_start(playwright, 
     try:
         import_chat(page, "keep.json", chat_file("keep", "kept"))
         import_chat(page, "freeze.json", chat_file("frozen", "FREEZE"))
-        page.get_by_role("button", name="Open the chat keep").click()
+        page.get_by_role("button", name="keep: open this chat").click()
         page.wait_for_function("() => document.querySelector('.chat-open[aria-current=true]').textContent === 'keep'")
         page.evaluate("() => { window.freeze = true; }")
-        page.get_by_role("button", name="Open the chat frozen").click()   # the page freezes drawing it
+        page.get_by_role("button", name="frozen: open this chat").click()   # the page freezes drawing it
         time.sleep(2)
     finally:
         context.close()                                                  # as a person ends a frozen browser
@@ -190,10 +190,10 @@ def test_a_chat_that_froze_the_page_is_not_opened_at_the_next_start(playwright, 
             "list: open it, export it or delete it.")
         assert messages(page) == []                                     # a blank chat
         assert sorted(titles(page)) == ["frozen", "keep"]
-        page.get_by_role("button", name="Open the chat keep").click()    # the others open as before
+        page.get_by_role("button", name="keep: open this chat").click()    # the others open as before
         page.wait_for_function("() => document.querySelectorAll('[data-testid=message]').length === 2")
         assert messages(page) == [("user", "about keep"), ("assistant", "kept")]
-        page.get_by_role("button", name="Open the chat frozen").click()  # by hand: drawn whole, so no longer marked
+        page.get_by_role("button", name="frozen: open this chat").click()  # by hand: drawn whole, so no longer marked
         page.wait_for_function("() => document.querySelector('[data-testid=message]')?.dataset.text === 'about frozen'")
         assert page.evaluate("localStorage.getItem('pyengine.froze')") is None
     finally:
@@ -222,7 +222,7 @@ def test_failed_chat_writes_are_said_and_lose_nothing(page):
     assert note == "Not imported (the chat shown would be lost): This chat is not saved: the disk is full"
     assert messages(page) == [("user", "about new"), ("assistant", "fresh")]
     # another chat is not opened over one that cannot be saved
-    page.get_by_role("button", name="Open the chat keep").click()
+    page.get_by_role("button", name="keep: open this chat").click()
     page.wait_for_function("() => document.querySelector('[data-testid=chats-note]').textContent"
                            ".startsWith('This chat is not saved')")
     assert messages(page) == [("user", "about new"), ("assistant", "fresh")]
@@ -240,7 +240,7 @@ def test_failed_chat_writes_are_said_and_lose_nothing(page):
                            " === 'The chat keep is not deleted: the disk is full'")
     assert titles(page) == ["keep"]
     page.evaluate("() => window.undo()")
-    page.get_by_role("button", name="Open the chat keep").click()       # the chat shown is saved first, now
+    page.get_by_role("button", name="keep: open this chat").click()       # the chat shown is saved first, now
     page.wait_for_function("() => document.querySelector('.chat-open[aria-current=true]')?.textContent === 'keep'")
     assert sorted(titles(page)) == ["keep", "new"]
 

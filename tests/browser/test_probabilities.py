@@ -71,3 +71,22 @@ def test_turning_it_off_shows_the_markdown_again(smollm):
     assert smollm.locator(".message.assistant .tok").count() == 0
     smollm.get_by_test_id("show-probs").check()
     assert smollm.locator(".message.assistant:last-child .tok").count() == N
+
+
+def test_a_token_is_named_by_its_text_and_the_keys_open_and_close_it(smollm):
+    first = smollm.locator(".message.assistant:last-child .tok").first
+    text = first.evaluate("(s) => [...s.childNodes].filter((n) => n.nodeType === 3).map((n) => n.textContent).join('')")
+    assert first.get_attribute("role") == "button"
+    assert first.get_attribute("aria-label").startswith(f"{text.strip()}: ")   # the name begins with what it shows
+    first.focus()
+    box = first.locator(".alts")
+    assert box.is_visible() and first.get_attribute("aria-expanded") == "true"
+    assert first.get_attribute("aria-describedby") == box.get_attribute("id")   # read as its description
+    first.press("Escape")
+    assert box.is_hidden() and first.get_attribute("aria-expanded") == "false"
+    first.press("Enter")
+    assert box.is_visible()
+    first.press("End")
+    assert smollm.evaluate("document.activeElement.dataset.index") == str(N - 1)
+    smollm.keyboard.press("Home")
+    assert smollm.evaluate("document.activeElement.dataset.index") == "0"

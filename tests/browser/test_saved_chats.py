@@ -130,7 +130,7 @@ def test_chats_and_the_model_are_back_after_the_browser_restarts_offline(playwri
         assert current_title(page) == "Colours" and messages(page) == second   # the chat shown last
         assert page.get_by_test_id("max-tokens").input_value() == "6"
         assert page.get_by_test_id("system-prompt").input_value() == ""
-        page.get_by_role("button", name=f"Open the chat {FIRST}").click()
+        page.get_by_role("button", name=f"{FIRST}: open this chat").click()
         wait_current(page, "Colours", same=False)
         assert messages(page) == first and len(first) == 2
         assert page.get_by_test_id("system-prompt").input_value() == SYSTEM

@@ -39,7 +39,7 @@ def test_a_second_tab_says_so_and_the_tabs_keep_in_step(browser, server):
         first.get_by_test_id("import-file").set_input_files(
             files=[{"name": "c.json", "mimeType": "application/json", "buffer": json.dumps(CHAT).encode()}])
         wait_titles(second, ["Shared"])
-        second.get_by_role("button", name="Open the chat Shared").click()
+        second.get_by_role("button", name="Shared: open this chat").click()
         second.wait_for_function("() => document.querySelectorAll('[data-testid=message]').length === 2")
         first.get_by_role("button", name="Rename the chat Shared").click()
         box = first.get_by_role("textbox", name="New name for the chat Shared")

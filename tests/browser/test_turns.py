@@ -43,7 +43,7 @@ def two_turns(page) -> list[tuple[str, str]]:
 def test_regenerate_at_temperature_0_gives_the_same_reply(smollm, smollm2_path):
     before = two_turns(smollm)
     old = smollm.get_by_test_id("stats").get_attribute("data-stats")
-    action(smollm, 3, "Write this reply again").click()
+    action(smollm, 3, "Regenerate: write this reply again").click()
     smollm.wait_for_function("""old => document.querySelector('[data-testid=stats]').dataset.stats !== old
       && document.querySelector('[data-testid=status]').textContent === 'ready'""", arg=old, timeout=REPLY_MS)
     after = messages(smollm)[-1][1]
@@ -52,7 +52,7 @@ def test_regenerate_at_temperature_0_gives_the_same_reply(smollm, smollm2_path):
     s = stats(smollm)
     assert s["cached_tokens"] == s["prompt_tokens"] - 1  # only the last prompt token ran again
     # only the last reply can be regenerated
-    assert action(smollm, 1, "Write this reply again").is_hidden()
+    assert action(smollm, 1, "Regenerate: write this reply again").is_hidden()
 
 
 def test_edit_and_resend_equals_the_cli_reply_to_the_edited_conversation(smollm, smollm2_path):

@@ -32,11 +32,12 @@ export const useStopWords = (words) => { stopWords = words; };
 const atEnd = () => el.messages.scrollHeight - el.messages.scrollTop - el.messages.clientHeight < 48;
 export const scrollToEnd = () => { el.messages.scrollTop = el.messages.scrollHeight; };
 
-// The buttons of a message: [action, label, accessible name].
+// The buttons of a message: [action, label, accessible name]. Each name begins with its label (WCAG
+// 2.5.3: a voice-control user says what is written, "click Regenerate").
 const ACTIONS = {
   user: [["copy", "Copy", "Copy this message"], ["edit", "Edit", "Edit this message and send it again"],
     ["delete", "Delete", "Delete this message and its reply"]],
-  assistant: [["copy", "Copy", "Copy this reply"], ["regenerate", "Regenerate", "Write this reply again"],
+  assistant: [["copy", "Copy", "Copy this reply"], ["regenerate", "Regenerate", "Regenerate: write this reply again"],
     ["continue", "Continue", "Continue this reply"]],
 };
 

@@ -166,8 +166,8 @@ function deleteButton(record) {
 
 function chatItem(record) {
   const li = make("li", "chat-item");
-  const open = button(record.title || "Untitled chat", `Open the chat ${record.title}`, () => openChat(record),
-    "chat-open");
+  const title = record.title || "Untitled chat";
+  const open = button(title, `${title}: open this chat`, () => openChat(record), "chat-open");
   if (record.id === current.id) open.setAttribute("aria-current", "true");
   li.append(open, button("Rename", `Rename the chat ${record.title}`, () => renameChat(li, record)),
     deleteButton(record));

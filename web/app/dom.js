@@ -36,6 +36,7 @@ export const el = {
   workersNote: byId("workers-note"),
   weights: byId("weights"),
   weightsNote: byId("weights-note"),
+  theme: byId("theme"),
   messages: byClass("messages"),
   showProbs: byId("show-probs"),
   probsNote: byId("probs-note"),

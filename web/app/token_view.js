@@ -1,5 +1,7 @@
 // A reply as its tokens, each shaded by its probability, with the likeliest alternatives on hover or
-// keyboard focus (arrow keys move between tokens). The probabilities are those the token was drawn
+// keyboard focus. By keyboard the tokens are one stop: the arrow keys (and Home, End) move between them,
+// Enter opens or closes a token's alternatives and Escape closes them. A token is a button whose name
+// begins with its text ("Paris: 87.1%") and is described by its alternatives once they are open. The probabilities are those the token was drawn
 // from: after the repetition penalty and the temperature, before top-k, top-p and min-p cut the list
 // (pyengine.generation.sampling.Sampler.probabilities; at temperature 0, the softmax of the penalized
 // logits). The shade is a class, p-0 (under 10%) to p-9 (90% or more): no style attribute.
@@ -18,7 +20,10 @@ export function drawTokens(body, text, tokens) {
     span.tabIndex = i === 0 ? 0 : -1;
     span.dataset.index = i;
     span.dataset.p = t.p;
-    span.setAttribute("aria-label", `${visible(t.token)}: ${percent(t.p)}`);
+    span.setAttribute("role", "button");
+    span.setAttribute("aria-roledescription", "token");
+    span.setAttribute("aria-label", `${t.text.trim() || visible(t.text)}: ${percent(t.p)}`);
+    span.setAttribute("aria-expanded", "false");
     return span;
   });
   const joined = tokens.map((t) => t.text).join("");
@@ -27,11 +32,18 @@ export function drawTokens(body, text, tokens) {
   body.classList.add("tokens");
 }
 
-// The alternatives of one token, under it (made when it is hovered or focused).
+let boxes = 0; // the ids of the alternatives' boxes
+
+// The alternatives of one token, under it (made when it is hovered or focused the first time).
 function showAlternatives(span, record) {
+  span.classList.remove("shut");
+  span.setAttribute("aria-expanded", "true");
   if (span.querySelector(".alts")) return;
   const box = make("span", "alts");
-  box.setAttribute("role", "tooltip");
+  box.id = `alts-${++boxes}`;
+  // Out of the token's own text (its name begins with what it shows), read as its description instead.
+  box.setAttribute("aria-hidden", "true");
+  span.setAttribute("aria-describedby", box.id);
   box.append(make("span", "alts-head", `${visible(record.token)} ${percent(record.p)}`));
   for (const alt of record.top) {
     const row = make("span", `alt${alt.id === record.id ? " chosen" : ""}`);
@@ -43,20 +55,51 @@ function showAlternatives(span, record) {
   span.append(box);
 }
 
+// Escape (or Enter on an open token): the alternatives hidden until the token is opened again.
+function hideAlternatives(span) {
+  span.classList.add("shut");
+  span.setAttribute("aria-expanded", "false");
+}
+
+// The token the keys move to from ``span``: key -> its neighbour, the first or the last; null for another key.
+function moveTo(span, key) {
+  const all = () => span.parentElement.querySelectorAll(":scope > .tok");
+  if (key === "ArrowRight" || key === "ArrowDown") return span.nextElementSibling;
+  if (key === "ArrowLeft" || key === "ArrowUp") return span.previousElementSibling;
+  if (key === "Home") return all()[0];
+  if (key === "End") return [...all()].pop();
+  return null;
+}
+
 // recordsOf(li): the token records of a message. Hover and focus show a token's alternatives; the
-// arrow keys move the focus to the next or previous token.
+// keys move the focus between tokens, open and close the alternatives.
 export function wireTokens(list, recordsOf) {
-  const open = (e) => {
-    const span = e.target.closest?.(".tok");
-    const records = span && recordsOf(span.closest("[data-testid=message]"));
+  const open = (span) => {
+    const records = recordsOf(span.closest("[data-testid=message]"));
     if (records?.[span.dataset.index]) showAlternatives(span, records[span.dataset.index]);
   };
-  list.addEventListener("mouseover", open);
-  list.addEventListener("focusin", open);
+  const opened = (e) => {
+    const span = e.target.closest?.(".tok");
+    if (span) open(span);
+  };
+  list.addEventListener("mouseover", opened);
+  list.addEventListener("focusin", opened);
+  list.addEventListener("focusout", (e) => {
+    const span = e.target.closest?.(".tok");
+    if (span) span.setAttribute("aria-expanded", "false");
+  });
   list.addEventListener("keydown", (e) => {
     const span = e.target.closest?.(".tok");
-    if (!span || (e.key !== "ArrowRight" && e.key !== "ArrowLeft")) return;
-    const next = e.key === "ArrowRight" ? span.nextElementSibling : span.previousElementSibling;
+    if (!span) return;
+    if (e.key === "Escape" || (e.key === "Enter" && span.getAttribute("aria-expanded") === "true")) {
+      e.preventDefault();
+      return void hideAlternatives(span);
+    }
+    if (e.key === "Enter" || e.key === " ") {
+      e.preventDefault();
+      return void open(span);
+    }
+    const next = moveTo(span, e.key);
     if (!next?.classList.contains("tok")) return;
     e.preventDefault();
     span.tabIndex = -1;
