@@ -3,6 +3,8 @@
     docs/screenshot.png     a chat whose reply has highlighted code, 1280 px wide
     docs/probabilities.png  a short reply as its tokens shaded by probability, one token's alternatives open
     docs/phone.png          the chat at a phone's width (390 px), the settings folded away
+    docs/dark.png           the chat with code in the dark theme (the system's scheme emulated as dark)
+    docs/dark-probabilities.png  the probabilities in the dark theme
 
     python tests/browser/screenshot.py        (needs static/ built and the models fetched)
 
@@ -57,6 +59,9 @@ def main() -> None:
             page.locator(".message.assistant:last-child pre").first.scroll_into_view_if_needed()
             page.evaluate("document.querySelector('.side').scrollTop = 0")
             shoot(page, "screenshot.png")
+            page.emulate_media(color_scheme="dark")   # the Theme setting on System follows it
+            shoot(page, "dark.png")
+            page.emulate_media(color_scheme="light")
 
             page.set_viewport_size(PHONE)
             page.evaluate("document.querySelector('.messages').scrollTop = 0")
@@ -69,6 +74,10 @@ def main() -> None:
             print(ask(page, SHORT))
             show_alternatives(page, 5)  # " Paris"
             shoot(page, "probabilities.png")
+            page.emulate_media(color_scheme="dark")
+            show_alternatives(page, 5)
+            shoot(page, "dark-probabilities.png")
+            page.emulate_media(color_scheme="light")
             page.get_by_test_id("show-probs").uncheck()  # the toggle is kept in localStorage
             browser.close()
     finally:
