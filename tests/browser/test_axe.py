@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from conftest import TINY
 
-from browser.axe import check
+from browser.axe import check, violations
 from browser.conftest import ROOT
 from browser.pages import BOOT_MS, drop_files, load_model, send, set_settings, wait_loaded, wait_reply, wait_status
 from browser.test_markdown import STREAM
@@ -76,6 +76,12 @@ def test_a_markdown_reply_with_code(page):
     page.evaluate(STREAM, [MARKDOWN])
     assert page.locator(".hljs-keyword").count() > 0
     assert_clean(page, "a Markdown reply")
+    copy = page.locator(".copy-code").first
+    copy.click()                                   # for 1.5 s it says whether the code went to the clipboard
+    page.wait_for_function("() => document.querySelector('.copy-code').textContent !== 'Copy'")
+    assert copy.text_content() in ("Copied", "Copy failed")
+    assert copy.get_attribute("aria-label") == f"{copy.text_content()}: Copy the python code"
+    assert violations(page) == []
 
 
 def test_a_think_block(page):
@@ -130,6 +136,16 @@ def test_no_horizontal_scrolling(page, width):
         assert page.evaluate("() => document.documentElement.scrollWidth") <= width   # wide code scrolls inside
     finally:
         page.set_viewport_size({"width": 1280, "height": 860})
+
+
+def test_an_inline_script_is_refused_so_axe_goes_in_by_evaluate(page):
+    # why tests/browser/axe.py evaluates axe's source: the CSP (script-src 'self') refuses a <script> with text
+    try:
+        page.add_script_tag(content="window.inlineRan = true;")
+    except Exception:   # Playwright reports the refused script as an error
+        pass
+    assert page.evaluate("() => window.inlineRan === undefined")
+    assert page.evaluate("() => typeof axe.run") == "function"
 
 
 BACKGROUND = "() => getComputedStyle(document.documentElement).backgroundColor"

@@ -161,9 +161,11 @@ export function copyCode(button) {
   copyAndSay(button, button.closest(".code-block")?.querySelector("pre")?.textContent ?? "");
 }
 
-// ``text`` to the clipboard; the button says for a moment whether it went.
+// ``text`` to the clipboard; the button says for a moment whether it went, its name beginning with what
+// it says ("Copied: Copy this reply").
 export async function copyAndSay(button, text) {
   const label = (button.dataset.label ??= button.textContent);
+  const name = (button.dataset.name ??= button.getAttribute("aria-label") ?? label);
   let ok = true;
   try {
     await navigator.clipboard.writeText(text);
@@ -171,5 +173,9 @@ export async function copyAndSay(button, text) {
     ok = false;
   }
   button.textContent = ok ? "Copied" : "Copy failed";
-  setTimeout(() => { button.textContent = label; }, 1500);
+  button.setAttribute("aria-label", `${button.textContent}: ${name}`);
+  setTimeout(() => {
+    button.textContent = label;
+    button.setAttribute("aria-label", name);
+  }, 1500);
 }
