@@ -92,6 +92,10 @@ HOSTILE = [
     ("block-depth", "{% if a %}" * 4000 + "x" + "{% endif %}" * 4000, "blocks and brackets nested more than 64"),
     ("set-blocks", "{% set x %}" * 70 + "{% endset %}" * 70, "blocks and brackets nested more than 64"),
     ("unary-chain", "{{ " + "not " * 25000 + "a }}", "one tag holds more than 100 operators"),
+    ("inline-ifs", "{{ " + "1 if 1 else " * 5000 + "1 }}", "one tag holds more than 100 operators"),
+    ("item-chain", "{{ messages" + "[0]" * 3000 + " }}", "one tag holds more than 100 operators"),
+    ("call-chain", "{{ range" + "()" * 3000 + " }}", "one tag holds more than 100 operators"),
+    ("elif-chain", "{% if a %}" + "{% elif 0 %}" * 8000 + "{% endif %}", "blocks and brackets nested more than 64"),
 ]
 
 # What random_template draws from: values (some just under the cap), unary and binary steps.

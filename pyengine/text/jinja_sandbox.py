@@ -279,34 +279,42 @@ def _compile(source: str):
 
 
 BLOCKS = frozenset("if for macro call filter with block autoescape trans raw".split())   # closed by end...
-_NESTING_OPERATORS = frozenset("([{")
-_FLAT_OPERATORS = frozenset("([{)]},:=~")         # what builds no nested node of its own
-_WORD_OPERATORS = frozenset("not and or is in".split())
+_OPENING = frozenset("([{")
+_FLAT_OPERATORS = frozenset("{)]},:=~")           # what builds no nested node of its own ('(' '[': a call, an item)
+_WORD_OPERATORS = frozenset("not and or is in if else".split())
 
 
 def check_nesting(env, source: str) -> None:
-    """Refuse a template whose blocks and brackets nest deeper than ``MAX_SOURCE_NESTING``, or with a tag of
-    more than ``MAX_TAG_OPERATORS`` operators, from jinja's lexer (a loop, not a recursion), before the parser
-    recurses into it. Raises TemplateError naming the line; a lexing error is jinja's own."""
-    depth = ops = 0
+    """Refuse a template whose blocks (an ``elif`` nests one more ``if``) and brackets nest deeper than
+    ``MAX_SOURCE_NESTING``, or with a tag of more than ``MAX_TAG_OPERATORS`` operators (calls, items and
+    inline ``if``s included), from jinja's lexer (a loop, not a recursion), before the parser recurses
+    into it. Raises TemplateError naming the line; a lexing error is jinja's own."""
+    blocks: list[int] = []                         # an entry per open block: its elifs
+    brackets = ops = 0
     first, assigns = False, None                   # at a tag's first word; a set tag: saw its '=' yet
     for line, kind, value in env.lex(source):
         if kind in ("block_begin", "variable_begin"):
             first, ops = kind == "block_begin", 0
         elif kind in ("block_end", "variable_end"):
-            depth += assigns is False              # {% set x %}...{% endset %} opens a block
+            if assigns is False:                   # {% set x %}...{% endset %} opens a block
+                blocks.append(0)
             first, assigns = False, None
         elif kind != "whitespace":
             if first and kind == "name":
-                depth += (value in BLOCKS) - value.startswith("end")
+                if value in BLOCKS:
+                    blocks.append(0)
+                elif value == "elif" and blocks:
+                    blocks[-1] += 1
+                elif value.startswith("end") and blocks:
+                    blocks.pop()
                 assigns = False if value == "set" else None
             first = False
             if kind == "operator":
-                depth += (value in _NESTING_OPERATORS) - (value in ")]}")
+                brackets += (value in _OPENING) - (value in ")]}")
                 assigns = True if value == "=" and assigns is False else assigns
                 ops += value not in _FLAT_OPERATORS
             ops += kind == "name" and value in _WORD_OPERATORS
-            if depth > tb.MAX_SOURCE_NESTING:
+            if len(blocks) + sum(blocks) + brackets > tb.MAX_SOURCE_NESTING:
                 raise TemplateError(f"chat template: line {line}: blocks and brackets nested more than "
                                     f"{tb.MAX_SOURCE_NESTING} deep")
             if ops > tb.MAX_TAG_OPERATORS:
