@@ -90,6 +90,27 @@ def test_a_think_block(page):
     assert_clean(page, "a think block")
 
 
+def test_a_failed_and_a_stopped_reply_and_another_tab_open(page):
+    page.evaluate("""async () => {
+      const view = await import('./app/chat_view.js');
+      view.clearMessages(true);
+      view.startTurn('first question');
+      view.addPiece('a reply cut short');
+      await new Promise((r) => requestAnimationFrame(r));
+      view.endTurn(true);
+      view.startTurn('second question');
+      view.addPiece('half a reply');
+      await new Promise((r) => requestAnimationFrame(r));
+      view.failTurn('the worker stopped');
+      const note = document.querySelector('[data-testid=tab-note]');
+      note.textContent = 'This page is open in another tab too: the chats and saved models are shared.';
+      note.hidden = false;
+    }""")
+    assert page.locator(".message[data-note=failed]").count() == 2
+    assert_clean(page, "a failed and a stopped reply, another tab open")
+    page.evaluate("() => { document.querySelector('[data-testid=tab-note]').hidden = true; }")
+
+
 def test_token_probabilities_with_the_alternatives_open(page):
     set_settings(page, temperature=0, max_tokens=6, seed=None)
     page.get_by_test_id("show-probs").check()
@@ -101,6 +122,20 @@ def test_token_probabilities_with_the_alternatives_open(page):
         p.locator(".message.assistant:last-child .tok .alts").first.wait_for()
 
     assert_clean(page, "token probabilities", open_alternatives)
+    page.evaluate("""async () => {   // every shade, p-0 to p-9, under the text in both themes
+      const { drawTokens } = await import('./app/token_view.js');
+      const li = document.createElement('li');
+      li.className = 'message assistant';
+      const body = document.createElement('div');
+      body.className = 'body';
+      li.append(body);
+      const tokens = [...Array(10).keys()].map((i) => ({id: i, token: `t${i}`, text: ` shade${i}`, p: i / 10 + 0.05,
+        top: []}));
+      drawTokens(body, tokens.map((t) => t.text).join(''), tokens);
+      document.querySelector('.messages').append(li);
+    }""")
+    assert all(page.locator(f".messages > li:last-child .tok.p-{i}").count() == 1 for i in range(10))
+    assert_clean(page, "every probability shade")
     page.get_by_test_id("show-probs").uncheck()
 
 
