@@ -63,6 +63,8 @@ def test_the_chat_by_keyboard_alone(app, tmp_path):
     walk.step("message-box")
     page.keyboard.insert_text("hello")
     page.keyboard.press("Enter")
+    # the message shows once the worker has checked the settings, and the reply starts with it
+    page.wait_for_function("() => document.querySelectorAll('[data-testid=message]').length === 2")
     wait_reply(page)
 
     press_until(page, "e.classList.contains('tok')")
@@ -84,10 +86,12 @@ def test_the_chat_by_keyboard_alone(app, tmp_path):
     press_until(page, "e.dataset.action === 'edit'", key="Shift+Tab")
     walk.step("edit")
     page.keyboard.press("Enter")
+    page.wait_for_function("() => document.activeElement.classList.contains('edit-box')")
     walk.step("editing")
     page.keyboard.press("ControlOrMeta+a")
     page.keyboard.insert_text("hello again")
     page.keyboard.press("Enter")
+    page.wait_for_function("() => document.querySelector('[data-testid=message]').dataset.text === 'hello again'")
     wait_reply(page)
     assert page.locator(".message.user .body").first.text_content() == "hello again"
 
