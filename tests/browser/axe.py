@@ -20,11 +20,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent / "build_scripts"))
 from fetch_vendor import tests_package_source  # noqa: E402
 
-# What axe checks: every WCAG 2.x A and AA rule, the best practices, and the label-in-name rule (WCAG 2.5.3,
-# which axe tags experimental and leaves off unless asked).
+# What axe checks: every WCAG 2.x A and AA rule, the best practices, and two rules axe tags experimental and
+# leaves off unless asked: label-in-name (WCAG 2.5.3) and focus-order-semantics (a focusable element has a role).
 RUN_OPTIONS = {
     "runOnly": {"type": "tag", "values": ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa", "best-practice"]},
-    "rules": {"label-content-name-mismatch": {"enabled": True}},
+    "rules": {"label-content-name-mismatch": {"enabled": True}, "focus-order-semantics": {"enabled": True}},
     "resultTypes": ["violations"],
 }
 
