@@ -104,6 +104,28 @@ def test_a_long_reply_is_drawn_as_plain_text_with_a_note(page):
     assert reply.locator("a, p:not(.long-note)").count() == 0
 
 
+def test_a_chat_of_many_long_replies_draws_its_newest_as_markdown_and_the_rest_plain(page):
+    """Found by a fresh user: 40 replies of 199,990 chars of "```" (each under the reply bound) drew 6 M
+    elements in 112 s. The newest replies are drawn as Markdown up to 300,000 chars in all, the older ones
+    as plain text with a note, and once the newer ones show 1,000,000 chars the older show their first
+    2,000; a reply whose Markdown makes more than 20,000 tokens (these fences: 25,000 code blocks, 7 s) is
+    plain text too. Every reply is kept whole."""
+    fences = "```\n" * 49_997 + "xx"
+    turns = [m for i in range(40) for m in ({"role": "user", "content": f"turn {i}"},
+                                            {"role": "assistant", "content": fences})]
+    data = json.dumps({"title": "fences", "messages": turns}).encode()
+    assert import_chat(page, "fences.json", data) == "Imported fences.json: 80 messages."
+    assert page.import_ms < 2000
+    answers_within(page, 2)
+    notes = page.locator(".message.assistant .long-note").all_text_contents()
+    assert len(notes) == 40
+    assert notes[0] == ("The messages after this one hold more than 1,000,000 chars: it is shown as plain text; "
+                        "its first 2,000 are shown (Copy and export keep them all).")
+    assert notes[-2] == "The replies after this one hold more than 300,000 chars: it is shown as plain text."
+    assert notes[-1] == "This text makes 24,999 Markdown parts, more than 20,000: it is shown as plain text."
+    assert messages(page)[1] == ("assistant", fences) and len(messages(page)) == 80
+
+
 def test_a_message_over_the_cap_is_not_sent(page):
     page.evaluate("""() => {  // a model is loaded, as far as the composer can tell
       const prompt = document.querySelector('[data-testid=prompt]');
@@ -151,7 +173,8 @@ def test_a_huge_chat_saved_before_the_cap_opens_as_plain_text(page):
 
 
 # Put in chat_view.js: drawing the text "FREEZE" while window.freeze is set never ends (the page froze).
-FREEZES = 'function setText(li, text) {\n  if (self.freeze && text === "FREEZE") for (;;);\n'
+SET_TEXT = "function setText(li, text, { plain = false, shown = SHOWN_CHARS } = {}) {\n"
+FREEZES = SET_TEXT + '  if (self.freeze && text === "FREEZE") for (;;);\n'
 
 
 @pytest.fixture
@@ -161,9 +184,9 @@ def freezing_server(built, tmp_path):
     shutil.copytree(STATIC, root, copy_function=os.link)
     path = root / "app" / "chat_view.js"
     text = path.read_text()
-    assert text.count("function setText(li, text) {\n") == 1
+    assert text.count(SET_TEXT) == 1
     path.unlink()
-    path.write_text(text.replace("function setText(li, text) {\n", FREEZES))
+    path.write_text(text.replace(SET_TEXT, FREEZES))
     proc, url = start_server(root)
     yield url
     stop_server(proc)

@@ -90,6 +90,14 @@ def test_a_link_shows_its_host_beside_a_text_that_names_another(app):
                                               "https://plain.example/x docs")
 
 
+def test_a_link_whose_text_names_a_host_among_other_words_shows_where_it_goes(app):
+    """Found by a fresh user: a host named inside a sentence or after an '@' was not checked; a final dot
+    on the real host is the same host."""
+    stream(app, "[Visit bank.example now](https://evil.example/) [me@bank.example](https://evil.example/m) "
+                "[a.example](https://a.example./) [Read the docs](https://docs.example/)")
+    assert reply_body(app).locator(".link-host").all_text_contents() == [" (evil.example)", " (evil.example)"]
+
+
 def test_a_streamed_reply_keeps_the_blocks_above_and_the_reader_in_place(app):
     """While a reply grows, the paragraphs already drawn stay the same nodes; a reader who scrolled up is
     not pulled down."""

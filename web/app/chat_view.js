@@ -8,10 +8,16 @@ import { drawTokens, wireTokens } from "./token_view.js";
 import { withCommas } from "./format.js";
 
 // A reply longer than MARKDOWN_CHARS is drawn as plain text (markdown-it takes seconds, or minutes, on
-// some texts of a few MB: 16 M chars of "[x" took 35 s); a message shows at most SHOWN_CHARS (a chat
-// saved before messages were capped may hold more). Copy and export keep the whole text.
+// some texts of a few MB: 16 M chars of "[x" took 35 s), and so are the older replies of a chat once its
+// newer ones hold CHAT_MARKDOWN_CHARS. A message shows at most SHOWN_CHARS (a chat saved before messages
+// were capped may hold more), and the older messages of a chat whose newer ones hold CHAT_SHOWN_CHARS only
+// their first PREVIEW_CHARS (40 replies of 200,000 chars of "```" drew 6 M elements in 112 s, and 8 M
+// chars of 2 M lines take seconds to lay out). Copy and export keep the whole text.
 const MARKDOWN_CHARS = 200_000;
+const CHAT_MARKDOWN_CHARS = 300_000;
 const SHOWN_CHARS = 1_000_000;
+const CHAT_SHOWN_CHARS = 1_000_000;
+const PREVIEW_CHARS = 2_000;
 
 // The turn under way: reply, the assistant <li> growing; asked, the user <li> it answers (marked
 // failed if the reply fails); text, the reply so far; drawn, the text drawn; frame, a drawing asked for
@@ -54,29 +60,38 @@ function actionBar(role) {
 }
 
 // A message's <li>: index, its place in the conversation (undefined: not part of it yet); tokens: a
-// reply's token records, if it has them.
-function messageItem(role, text, index, tokens) {
+// reply's token records, if it has them; how: {plain, shown} as drawMessages budgets them (plain: a reply
+// drawn as plain text whatever its length; shown: the chars it may show).
+function messageItem(role, text, index, tokens, how = {}) {
   const li = make("li", `message ${role}`);
   li.dataset.testid = "message";
   li.dataset.role = role;
   if (index !== undefined) li.dataset.index = index;
   li.append(make("div", "who", role === "user" ? "You" : "Model"), make("div", "body"), actionBar(role));
   if (tokens?.length) records.set(li, tokens);
-  setText(li, text);
+  setText(li, text, how);
   return li;
 }
 
-function setText(li, text) {
+function setText(li, text, { plain = false, shown = SHOWN_CHARS } = {}) {
   li.dataset.text = text;
   const body = li.querySelector(".body");
   const tokens = records.get(li);
-  if (text.length > SHOWN_CHARS || (li.dataset.role === "assistant" && text.length > MARKDOWN_CHARS)) {
-    drawPlain(body, text);
-    return;
+  const reply = li.dataset.role === "assistant";
+  if (text.length > SHOWN_CHARS || (reply && text.length > MARKDOWN_CHARS)) {
+    return drawPlain(body, text, `This message is ${withCommas(text.length)} chars long`, shown);
+  }
+  if (text.length > shown) {
+    return drawPlain(body, text, `The messages after this one hold more than ${withCommas(CHAT_SHOWN_CHARS)} chars`,
+      shown);
+  }
+  if (plain && reply) {
+    return drawPlain(body, text, `The replies after this one hold more than ${withCommas(CHAT_MARKDOWN_CHARS)} chars`,
+      shown);
   }
   if (body.classList.contains("plain")) body.replaceChildren();
   body.classList.remove("plain");
-  if (li.dataset.role === "user") body.textContent = text;
+  if (!reply) body.textContent = text;
   else if (probs.shown && tokens?.length) drawTokens(body, text, tokens);
   else {
     if (body.classList.contains("tokens")) body.replaceChildren();
@@ -85,20 +100,21 @@ function setText(li, text) {
   }
 }
 
-// A long message as plain text (its first SHOWN_CHARS), under a line that says why.
-function drawPlain(body, text) {
-  const cut = text.length > SHOWN_CHARS
-    ? `; its first ${withCommas(SHOWN_CHARS)} are shown (Copy and export keep them all)` : "";
+// A message as plain text (its first ``shown`` chars, at most SHOWN_CHARS), under a line that says why
+// (``why``: its start).
+function drawPlain(body, text, why, shown = SHOWN_CHARS) {
+  const n = Math.min(shown, SHOWN_CHARS);
+  const cut = text.length > n ? `; its first ${withCommas(n)} are shown (Copy and export keep them all)` : "";
   body.classList.remove("tokens");
   body.classList.add("plain");
   body.replaceChildren(
-    make("p", "long-note", `This message is ${withCommas(text.length)} chars long: it is shown as plain text${cut}.`),
-    make("div", "plain-text", text.slice(0, SHOWN_CHARS)));
+    make("p", "long-note", `${why}: it is shown as plain text${cut}.`),
+    make("div", "plain-text", text.slice(0, n)));
 }
 
-function addMessage(role, text, index, tokens) {
+function addMessage(role, text, index, tokens, how = {}) {
   el.messages.querySelector(".empty")?.remove();
-  const li = messageItem(role, text, index, tokens);
+  const li = messageItem(role, text, index, tokens, how);
   el.messages.append(li);
   scrollToEnd();
   return li;
@@ -110,12 +126,27 @@ function addNote(li, note, text) {
   li.insertBefore(make("span", "note", text), li.querySelector(".actions"));
 }
 
+// How each of ``messages`` is drawn, the newest first: {plain: the replies after it hold CHAT_MARKDOWN_CHARS
+// of Markdown, shown: the chars it may show once the messages after it show CHAT_SHOWN_CHARS}.
+function budgets(messages) {
+  let markdown = 0;
+  let shown = 0;
+  return [...messages].reverse().map((m) => {
+    const n = m.content.length;
+    const plain = m.role === "assistant" && n <= MARKDOWN_CHARS && (markdown += n) > CHAT_MARKDOWN_CHARS;
+    const room = Math.max(PREVIEW_CHARS, CHAT_SHOWN_CHARS - shown);
+    shown += Math.min(n, room, SHOWN_CHARS);
+    return { plain, shown: room };
+  }).reverse();
+}
+
 // The whole conversation drawn again: messages [{role, content, note}], in order.
 export function drawMessages(messages, hasModel) {
   clearMessages(hasModel);
   if (messages.length) el.messages.replaceChildren();
+  const how = budgets(messages);
   messages.forEach((m, i) => {
-    const li = addMessage(m.role, m.content, i, m.tokens);
+    const li = addMessage(m.role, m.content, i, m.tokens, how[i]);
     if (m.note === "stopped") addNote(li, "stopped", "stopped");
     showContext(li, m);
   });

@@ -204,10 +204,18 @@ async function importFile(file) {
   const before = await saveChat();
   if (before) return void note(`Not imported (the chat shown would be lost): ${before}`);
   const title = data.title || boundedName(file.name.replace(/\.json$/i, ""));
-  show(newChat({ ...data, title, named: true }), false);
-  const failed = await saveChat();
+  const record = newChat({ ...data, title, named: true });
+  let failed = "";
+  try {
+    await putChat(record);   // saved before it is drawn: a page closed while a long chat draws keeps it
+    announce({ type: "chats", id: record.id });
+  } catch (err) {
+    failed = ` This chat is not saved: ${err.message || err}`;
+  }
+  show(record, !failed);
+  await drawList();
   const n = data.messages.length;
-  note(`Imported ${file.name}: ${n} message${n === 1 ? "" : "s"}.${failed ? ` ${failed}` : ""}`);
+  note(`Imported ${file.name}: ${n} message${n === 1 ? "" : "s"}.${failed}`);
 }
 
 // Another tab saved or deleted chat ``id``: the list drawn again, and the chat shown read again if it is

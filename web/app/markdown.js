@@ -74,9 +74,23 @@ DOMPurify.addHook("afterSanitizeAttributes", (node) => {
   node.setAttribute("target", "_blank");
 });
 
+// A reply whose Markdown parses into more than MAX_TOKENS tokens is shown as plain text: each token is an
+// element or more to build and lay out (200,000 chars of "```" fences made 25,000 code blocks, 7 s).
+const MAX_TOKENS = 20_000;
+const countTokens = (tokens) => tokens.reduce((n, t) => n + 1 + (t.children?.length ?? 0), 0);
+
 // Markdown text -> a DocumentFragment of clean nodes, code blocks with their bar, links with their host.
 export function renderMarkdown(text) {
-  const frag = DOMPurify.sanitize(md.render(text), PURIFY);
+  const env = {};
+  const tokens = md.parse(text, env);
+  const n = countTokens(tokens);
+  if (n > MAX_TOKENS) {
+    const frag = document.createDocumentFragment();
+    frag.append(make("p", "long-note", `This text makes ${n.toLocaleString("en-US")} Markdown parts, more than `
+      + `${MAX_TOKENS.toLocaleString("en-US")}: it is shown as plain text.`), make("div", "plain-text", text));
+    return frag;
+  }
+  const frag = DOMPurify.sanitize(md.renderer.render(tokens, md.options, env), PURIFY);
   for (const pre of frag.querySelectorAll("pre")) decorateCode(pre);
   for (const a of frag.querySelectorAll("a[href]")) showHost(a);
   return frag;
@@ -94,14 +108,21 @@ function hostOf(text) {
   }
 }
 
+// The hosts a link's text names, one per word that reads as an address ("Visit bank.example now",
+// "me@bank.example"), without a final dot.
+const bareHost = (host) => host.replace(/\.$/, "");
+const namedHosts = (text) => text.split(/[\s@<>()[\]"'`,;]+/).map(hostOf).filter(Boolean).map(bareHost);
+
 // A link goes where its href says: shown on hover (its title), and beside a text that names another host
-// ("[bank.example](https://elsewhere.example/?chat=...)" reads "bank.example (elsewhere.example)").
+// ("[bank.example](https://elsewhere.example/?chat=...)" reads "bank.example (elsewhere.example)", and so
+// does "[Visit bank.example now](...)").
 function showHost(a) {
   const href = a.getAttribute("href");
   a.title = href;
-  const host = hostOf(href);
-  const named = hostOf(a.textContent.trim());
-  if (named && host && named !== host) a.after(make("span", "link-host", ` (${host})`));
+  const host = bareHost(hostOf(href));
+  if (host && namedHosts(a.textContent).some((named) => named !== host)) {
+    a.after(make("span", "link-host", ` (${host})`));
+  }
 }
 
 function decorateCode(pre) {
