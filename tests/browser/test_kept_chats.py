@@ -279,3 +279,27 @@ def test_the_model_name_is_kept_at_200_chars(page):
       return all.find((c) => c.messages[0]?.content === 'named');
     }""")
     assert record["model"] == "N" * 200
+
+
+def test_a_newer_version_of_the_chats_store_is_not_blocked_and_a_failed_open_is_tried_again(page):
+    """onversionchange: a newer page opening the database at a higher version in another tab gets it at once
+    (this tab's connection gives way; without it the upgrade waits, blocked). A failed open is not kept: the
+    next write opens again."""
+    assert import_chat(page, "keep.json", chat_file("keep", "kept")) == "Imported keep.json: 2 messages."
+    upgraded = page.evaluate("""() => new Promise((resolve) => {
+      const req = indexedDB.open('pyengine', 2);
+      req.onblocked = () => resolve('blocked');
+      req.onsuccess = () => { req.result.close(); resolve('upgraded'); };
+      req.onerror = () => resolve(String(req.error));
+    })""")
+    assert upgraded == "upgraded"
+    note = import_chat(page, "after.json", chat_file("after", "x"))    # this page's version is now too old
+    assert note == ("Not imported (the chat shown would be lost): This chat is not saved: The requested version "
+                    "(1) is less than the existing version (2).")
+    page.evaluate("""() => new Promise((resolve) => {           // the newer page's data gone: version 1 again
+      const req = indexedDB.deleteDatabase('pyengine');
+      req.onsuccess = req.onerror = req.onblocked = () => resolve();
+    })""")
+    note = import_chat(page, "again.json", chat_file("again", "y"))  # the failed open was not kept
+    assert note == "Imported again.json: 2 messages."
+    assert sorted(titles(page)) == ["again", "keep"]                 # the chat shown was saved again first
