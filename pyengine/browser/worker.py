@@ -53,7 +53,7 @@ interrupt always lands in :meth:`WorkerSession.reply`. Otherwise the reply yield
 to the JS event loop after every token (``await asyncio.sleep(0)``, ~0.06 ms),
 which lets the ``stop`` message in to set the flag ``should_stop()`` reads: the
 stop comes after the token being computed. Either way the reply keeps the text
-shown so far, and :class:`pyengine.generate.ChatSession` keeps its KV cache
+shown so far, and :class:`pyengine.generation.ChatSession` keeps its KV cache
 consistent (the next turn reuses the common prefix).
 
 Several workers: when ``worker.js`` has helper workers (``setup``'s ``pool``: the page
@@ -184,7 +184,7 @@ class WorkerSession:
                  interruptible: bool = False, pool: Any = None, heap: Callable[[], int] | None = None):
         self.post, self.should_stop, self.interruptible = post, should_stop, interruptible
         self.pool, self.heap = pool, heap   # helper workers (worker.js's pool), this worker's wasm bytes
-        self.chat = None     # pyengine.generate.ChatSession
+        self.chat = None     # pyengine.generation.ChatSession
         self.rules = setting_rules()  # the settings' ranges for the model loaded (setting_rules)
         self.model = None    # the model (a parallel.driver.SplitModel when helpers hold shards of it)
 

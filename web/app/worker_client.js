@@ -15,7 +15,7 @@ const post = (msg) => thread.postMessage(msg);
 
 export const worker = {
   // handlers: message type -> function(msg); onFailure(text): the worker itself could not run.
-  // workers: how many workers compute the model (1, 2 or 4).
+  // workers: how many workers compute the model (the Workers setting: one of its options).
   start(handlers, onFailure, workers) {
     started = { handlers, onFailure, workers };
     thread = new Worker("./worker.js", { type: "module" });
