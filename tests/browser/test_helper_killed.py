@@ -19,15 +19,18 @@ from browser.test_workers import worker_count
 
 pytestmark = pytest.mark.browser
 
-# Put in the helper after its Python starts: on the third FORWARD command it waits in (ctl[CMD] == 1, a new
-# ctl[SEQ]), its Python is interrupted; server.py's loop catches no KeyboardInterrupt, so serve_helper throws.
+# Put in the helper after its Python starts: once it reads the third FORWARD command (server.py's serve loads
+# ctl[CMD] once a command; ctl[SEQ] numbers them), its Python is interrupted; server.py's loop catches no
+# KeyboardInterrupt, so serve_helper throws. (Hooked on that read, not on Atomics.wait: a helper that finds
+# its next command at once, or while meeting.js spins, never calls Atomics.wait, and then it never died.)
 DIES = """  pyodide = py;
   const stop = new Int32Array(new SharedArrayBuffer(4));
   py.setInterruptBuffer(stop);
-  const wait = Atomics.wait, forwards = new Set();
-  Atomics.wait = (ta, i, v, ms) => {
-    if (ta.length > 1000 && Atomics.load(ta, 1) === 1 && forwards.add(Atomics.load(ta, 0)).size >= 3) stop[0] = 2;
-    return wait(ta, i, v, ms);
+  const load = Atomics.load, forwards = new Set();
+  Atomics.load = (ta, i) => {
+    const v = load(ta, i);
+    if (i === 1 && v === 1 && ta.length > 1000 && forwards.add(load(ta, 0)).size >= 3) stop[0] = 2;
+    return v;
   };
 """
 
