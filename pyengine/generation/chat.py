@@ -18,6 +18,7 @@ import re
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 from pyengine.errors import PyEngineError, TemplateError
@@ -30,6 +31,11 @@ from pyengine.text.template_bounds import MAX_TEXT
 
 KEY_CHARS = 16                        # what a message weighs in a template's bound besides its text
 MAX_MESSAGES_CHARS = MAX_TEXT * 9 // 10   # the kept messages' chars, within what a template may be given
+
+
+def suffix_sums(values: list[int]) -> list[int]:
+    """``out[i] = sum(values[i:])`` for i in 0..len(values) (the last: 0), in one pass."""
+    return list(accumulate(reversed(values), initial=0))[::-1]
 
 
 def chat_prompt(template: ChatTemplate, tokenizer: Any, messages: list[dict], **options: Any) -> tuple[str, list[int]]:
@@ -201,11 +207,11 @@ class ChatSession:
         while head + cuts[-1] < last:
             cuts.append(cuts[-1] + (2 if conversation[head + cuts[-1] + 1]["role"] == "assistant" else 1))
         self._counts = {m["content"]: self._count(m["content"]) for m in conversation}    # forget the rest
-        kept_tokens = [sum(self._counts[m["content"]] for m in conversation[head + d:]) for d in cuts]
-        kept_chars = [sum(len(m["content"]) + KEY_CHARS for m in conversation[head + d:]) for d in cuts]
-        fixed = sum(self._counts[m["content"]] for m in conversation[:head]) + len(tail_ids) + room
-        least = next((j for j, (t, c) in enumerate(zip(kept_tokens, kept_chars))
-                      if t + fixed <= n_ctx and c <= MAX_MESSAGES_CHARS), len(cuts) - 1)
+        tokens = suffix_sums([self._counts[m["content"]] for m in conversation])   # [i]: messages i.. together
+        chars = suffix_sums([len(m["content"]) + KEY_CHARS for m in conversation])
+        fixed = tokens[0] - tokens[head] + len(tail_ids) + room
+        least = next((j for j, d in enumerate(cuts)
+                      if tokens[head + d] + fixed <= n_ctx and chars[head + d] <= MAX_MESSAGES_CHARS), len(cuts) - 1)
         rendered: dict[int, tuple[str, list[int]]] = {}
 
         def fits(j: int) -> bool:
