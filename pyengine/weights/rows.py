@@ -27,6 +27,8 @@ def raw_rows(gguf_file, name: str, a: int, b: int, out: np.ndarray | None = None
     info = gguf_file.tensors[name]
     row_bytes = info.type.n_bytes(info.shape[0])
     n = (b - a) * row_bytes
+    if out is not None and not out.flags.c_contiguous:
+        raise ValueError("raw_rows: out must be C-contiguous (a reshape would read into a copy)")
     out = np.empty(n, np.uint8) if out is None else out.reshape(n)
     if not hasattr(gguf_file, "parts"):
         out[:] = gguf_file.tensor_bytes(name)[a * row_bytes:b * row_bytes]
