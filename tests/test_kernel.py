@@ -44,11 +44,13 @@ def k():
 def act_fields(k, act: np.ndarray, type_name: str, n: int) -> dict:
     """A token's record from pe_quantize, field by field (kernel.c's act_layout)."""
     block = 256 if kernel.TYPES[type_name] == "Q8_K" else 32
-    at = [2 * n, 4 * (n // block), 2 * (n // 16), 4 * (n // 32) if kernel.TYPES[type_name] == "Q8_1" else 0]
+    q8_1 = kernel.TYPES[type_name] == "Q8_1"
+    at = [k.code_bytes * n, 4 * (n // block), 2 * (n // 16), 4 * (n // 32) if q8_1 else 0]
     edges = np.cumsum([0] + at)
     assert act.shape[-1] == k.act_bytes(type_name, n) >= edges[-1]
     q, d, bsum, s = (act[..., a:b] for a, b in zip(edges[:-1], edges[1:]))
-    return {"q": q.view(np.int16), "d": d.view(np.float32), "bsum": bsum.view(np.int16), "s": s.view(np.float32)}
+    codes = np.int8 if k.code_bytes == 1 else np.int16                  # x86 int8, wasm int16
+    return {"q": q.view(codes), "d": d.view(np.float32), "bsum": bsum.view(np.int16), "s": s.view(np.float32)}
 
 
 @pytest.mark.parametrize("type_name", TYPES)
@@ -59,7 +61,7 @@ def test_the_activations_are_rounded_as_numpy_rounds_them(k, type_name):
     x[2, 7] = 40                                                        # one large value
     f = act_fields(k, k.quantize(x, type_name), type_name, n)
     q, d, _ = quantize_activations(x, kernel.TYPES[type_name])
-    assert np.array_equal(f["q"], q.astype(np.int16)) and np.array_equal(f["d"], d)
+    assert np.array_equal(f["q"], q) and np.array_equal(f["d"], d)
     assert np.array_equal(f["bsum"], q.reshape(3, -1, 16).sum(-1).astype(np.int16))
     if kernel.TYPES[type_name] == "Q8_1":
         s = absmax(x.reshape(3, -1, 32)) / np.float32(127) * q.reshape(3, -1, 32).sum(-1).astype(np.float32)

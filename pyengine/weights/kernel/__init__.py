@@ -38,7 +38,7 @@ from pyengine.gguf.ggml_types import GGML_TYPES_BY_NAME, GGMLType
 # The weight types kernel.c multiplies, and the activations' type each is rounded to (ggml's vec_dot_type)
 TYPES = {"Q4_0": "Q8_0", "Q4_1": "Q8_1", "Q5_0": "Q8_0", "Q5_1": "Q8_1", "Q8_0": "Q8_0", "IQ4_NL": "Q8_0",
          "Q2_K": "Q8_K", "Q3_K": "Q8_K", "Q4_K": "Q8_K", "Q5_K": "Q8_K", "Q6_K": "Q8_K", "IQ4_XS": "Q8_K"}
-VERSION = 4                                  # kernel.c's pe_version(): a library of another version is not used
+VERSION = 5                                  # kernel.c's pe_version(): a library of another version is not used
 MAX_N = 1 << 26                              # kernel.c's MAX_N: weights a row
 HERE = Path(__file__).resolve().parent
 WASM_PATH = "/lib/pyengine_kernel.so"        # where the page's boot writes the side module (Pyodide's FS)
@@ -80,7 +80,8 @@ class Kernel:
             raise KernelError(f"{path}: kernel version {lib.pe_version()}, expected {VERSION}: rebuild it")
         i32, ptr = ctypes.c_int, ctypes.c_void_p
         self.wasm = sys.platform == "emscripten"
-        for fn, args in ((lib.pe_act_bytes, [i32, i32]), (lib.pe_quantize, [i32, ptr, i32, i32, ptr]),
+        for fn, args in ((lib.pe_code_bytes, []), (lib.pe_act_bytes, [i32, i32]),
+                         (lib.pe_quantize, [i32, ptr, i32, i32, ptr]),
                          (lib.pe_mul_mat, [i32, ptr, i32, i32, ptr, i32, ptr, i32]),
                          (lib.pe_block_sums, [i32, ptr, i32, ptr, ptr]),
                          (lib.pe_attn_scores, [ptr, i32, i32, i32, ptr, i32, i32, ptr]),
@@ -90,6 +91,7 @@ class Kernel:
             if not self.wasm:
                 fn.argtypes = args
         self.lib = lib
+        self.code_bytes = lib.pe_code_bytes()   # an activation code's bytes in a record: 1 (x86) or 2 (wasm)
         self._act_bytes: dict[tuple[str, int], int] = {}
         self._local = threading.local()        # its .buffers: (kind, shape) -> (array, address), a thread's own
 

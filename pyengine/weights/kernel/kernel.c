@@ -12,13 +12,21 @@
  *   (the types with 32-weight blocks have no sub-block scales: sc = 1; Q4_1 and Q5_1 add m_w * s_x).
  *
  * Each type is two small functions that follow ggml's dequantize_row_<type>: head_<type> reads a
- * block's scales, sub_<type> the 16 integer codes of one of its sub-blocks. One dot product
+ * block's scales, sub_<type> the 16 codes of one of its sub-blocks as bytes. One dot product
  * (block_dot) and one loop over rows and tokens (mul_mat_type) then serve every type. A prompt runs
  * tokens four at a time over each block, so a sub-block's codes are read once for four tokens.
  *
+ * The products (simd.h's pair_products) take two sub-blocks' codes at once. On x86 they are bytes times
+ * bytes summed in pairs into int16 (pmaddubsw, as ggml's AVX2 vec_dots), then scaled by the sub-blocks'
+ * scales into int32 (pmaddwd); in wasm the codes are widened to int16 and scaled, then multiplied by int16
+ * activation codes (i32x4.dot_i16x8_s). pmaddubsw takes unsigned weight codes, so the K types whose codes
+ * are offset (Q6_K's q - 32, Q3_K's q - 4) multiply the unsigned q and take off the offset times the
+ * activations' sums once a block, as ggml's AVX2 Q6_K does: sum (q - o) * xq = sum q * xq - o * sum xq,
+ * the same integer; signed codes go through pmaddubsw as |q| times xq with q's sign (mul_sum_i8_pairs).
+ *
  * Activations are not held as ggml's block_q8 structs but as one record per token (act_layout): the
- * codes widened to int16 (the products are int16 x int16 pairs, pmaddwd / i32x4.dot_i16x8_s), the block
- * scales, the sums of each 16 codes (ggml's bsums) and Q8_1's s. The integers are ggml's exactly.
+ * codes (int8 on x86, int16 in wasm), the block scales, the sums of each 16 codes (ggml's bsums) and Q8_1's s. The integers are
+ * ggml's exactly.
  *
  * At the end: attention's two float32 products over the KV cache and one step of the gated delta rule,
  * the loops numpy runs slowest without SIMD (their float sums in one order on every target).
@@ -118,23 +126,23 @@ static inline half f32_to_fp16(float f) {
 }
 
 /* ---- activations: one record a token ----
- * int16 q[n]; float d[n / block]; int16 bsum[n / 16]; Q8_1 only: float s[n / 32] (ggml's s: fp16(d * sum q)).
+ * code q[n] (int8 on x86, int16 on wasm: simd.h's CODE_BYTES); float d[n / block]; int16 bsum[n / 16]; Q8_1 only: float s[n / 32] (ggml's s: fp16(d * sum q)).
  * block is 32 (Q8_0, Q8_1) or 256 (Q8_K). Records follow each other every act_bytes(type, n) bytes. */
 
-typedef struct { int16_t *q; float *d; int16_t *bsum; float *s; } act_view;
+typedef struct { code *q; float *d; int16_t *bsum; float *s; } act_view;
 
 static int act_block(int type) { return type == Q8_K ? QK_K : type == Q8_0 || type == Q8_1 ? QK : 0; }
 
 static ptrdiff_t act_bytes(int type, ptrdiff_t n) {
-    const ptrdiff_t bytes = 2 * n + 4 * (n / act_block(type)) + 2 * (n / 16) + (type == Q8_1 ? 4 * (n / QK) : 0);
+    const ptrdiff_t bytes = CODE_BYTES * n + 4 * (n / act_block(type)) + 2 * (n / 16) + (type == Q8_1 ? 4 * (n / QK) : 0);
     return (bytes + 31) & ~(ptrdiff_t)31;
 }
 
 static act_view act_at(int type, uint8_t *rec, ptrdiff_t n) {
     act_view a;
-    a.q = (int16_t *)rec;
-    a.d = (float *)(rec + 2 * n);
-    a.bsum = (int16_t *)(rec + 2 * n + 4 * (n / act_block(type)));
+    a.q = (code *)rec;
+    a.d = (float *)(rec + CODE_BYTES * n);
+    a.bsum = (int16_t *)(rec + CODE_BYTES * n + 4 * (n / act_block(type)));
     a.s = type == Q8_1 ? (float *)((uint8_t *)a.bsum + 2 * (n / 16)) : 0;
     return a;
 }
@@ -149,7 +157,7 @@ static inline float clamp(float v, float lo, float hi) { return v >= lo ? (v <= 
    is a finite number (false for a NaN), checked in the pass that finds the block's largest |x|. */
 static inline int finite(float ax) { return ax <= 3.40282347e38f; }
 
-static int quantize_block_q8_0(const float *x, int16_t *q, float *d, float *d_exact) {
+static int quantize_block_q8_0(const float *x, code *q, float *d, float *d_exact) {
     float amax = 0;
     int ok = 1;
     for (int i = 0; i < QK; i++) {
@@ -160,14 +168,14 @@ static int quantize_block_q8_0(const float *x, int16_t *q, float *d, float *d_ex
     const float id = amax != 0 ? 127.f / amax : 0.f;
     int sum = 0;
     for (int i = 0; i < QK; i++) {
-        q[i] = (int16_t)clamp(__builtin_roundevenf(x[i] * id), -127.f, 127.f);
+        q[i] = (code)clamp(__builtin_roundevenf(x[i] * id), -127.f, 127.f);
         sum += q[i];
     }
     *d_exact = ok ? amax / 127.f : __builtin_nanf("");
     *d = fp16_to_f32(f32_to_fp16(*d_exact));
     return sum;
 }
-static void quantize_block_q8_K(const float *x, int16_t *q, float *d) {
+static void quantize_block_q8_K(const float *x, code *q, float *d) {
     float amax = 0, max = 0;
     int ok = 1;
     for (int i = 0; i < QK_K; i++) {
@@ -182,7 +190,7 @@ static void quantize_block_q8_K(const float *x, int16_t *q, float *d) {
     }
     const float iscale = -127.f / max;
     for (int i = 0; i < QK_K; i++)
-        q[i] = (int16_t)clamp(__builtin_roundevenf(iscale * x[i]), -128.f, 127.f);
+        q[i] = (code)clamp(__builtin_roundevenf(iscale * x[i]), -128.f, 127.f);
     *d = ok ? 1 / iscale : __builtin_nanf("");
 }
 
@@ -206,9 +214,10 @@ static void quantize_row(int type, const float *x, ptrdiff_t n, uint8_t *rec) {
 
 /* ---- weights: each type's blocks read as codes and scales ----
  * For each type, head_<type> reads a block's scales (the float d and m, the integer scale and min of each
- * sub-block of 16 weights) and sub_<type>(block, j) the 16 codes of sub-block j, as ggml's vec_dot sums
- * them (offsets such as Q4_0's -8 already taken off). sub_ is called with a constant j in an unrolled
- * loop, so the bytes sub-blocks share are loaded once. */
+ * sub-block of 16 weights) and sub_<type>(block, j) the 16 codes of sub-block j as bytes: the type's
+ * signed codes (the OFF column of WEIGHT_TYPES says SIGNED), or unsigned codes q of weights whose integer
+ * is q - OFF (Q6_K's q - 32; 0 for the types with mins). sub_ is called with a
+ * constant j in an unrolled loop, so the bytes sub-blocks share are loaded once. */
 
 typedef struct {
     i16x16 sc;               /* lane j: sub-block j's integer scale (K types) */
@@ -229,9 +238,7 @@ INLINE u8x16 shift_mask(u8x16 v, int by, uint8_t mask) {
 
 /* ggml dequantize_row_q4_0: w = d * (q - 8), q the low nibbles of qs then the high ones */
 INLINE void head_q4_0(const void *p, head *h) { h->d = fp16(((const block_q4_0 *)p)->d); }
-INLINE i16x16 sub_q4_0(const void *p, int j) {
-    return i8_to_i16((i8x16)(nibbles(((const block_q4_0 *)p)->qs, j) - 8));   /* centred as bytes: one op */
-}
+INLINE u8x16 sub_q4_0(const void *p, int j) { return nibbles(((const block_q4_0 *)p)->qs, j) - 8; }
 
 /* dequantize_row_q4_1: w = d * q + m */
 INLINE void head_q4_1(const void *p, head *h) {
@@ -239,7 +246,7 @@ INLINE void head_q4_1(const void *p, head *h) {
     h->d = fp16(b->d);
     h->m = fp16(b->m);
 }
-INLINE i16x16 sub_q4_1(const void *p, int j) { return u8_to_i16(nibbles(((const block_q4_1 *)p)->qs, j)); }
+INLINE u8x16 sub_q4_1(const void *p, int j) { return nibbles(((const block_q4_1 *)p)->qs, j); }
 
 /* dequantize_row_q5_0 / q5_1: a nibble, and bit j of qh as the fifth bit of weight j */
 INLINE u8x16 q5_codes(const uint8_t *qs, const uint8_t *qh, int j) {
@@ -247,28 +254,28 @@ INLINE u8x16 q5_codes(const uint8_t *qs, const uint8_t *qh, int j) {
     return nibbles(qs, j) | load_u8x16(bits);   /* (16 bytes from qh: within the block) */
 }
 INLINE void head_q5_0(const void *p, head *h) { h->d = fp16(((const block_q5_0 *)p)->d); }
-INLINE i16x16 sub_q5_0(const void *p, int j) {
+INLINE u8x16 sub_q5_0(const void *p, int j) {
     const block_q5_0 *b = p;
-    return i8_to_i16((i8x16)(q5_codes(b->qs, b->qh, j) - 16));
+    return q5_codes(b->qs, b->qh, j) - 16;
 }
 INLINE void head_q5_1(const void *p, head *h) {
     const block_q5_1 *b = p;
     h->d = fp16(b->d);
     h->m = fp16(b->m);
 }
-INLINE i16x16 sub_q5_1(const void *p, int j) {
+INLINE u8x16 sub_q5_1(const void *p, int j) {
     const block_q5_1 *b = p;
-    return u8_to_i16(q5_codes(b->qs, b->qh, j));
+    return q5_codes(b->qs, b->qh, j);
 }
 
 /* dequantize_row_q8_0: w = d * q, q int8 */
 INLINE void head_q8_0(const void *p, head *h) { h->d = fp16(((const block_q8_0 *)p)->d); }
-INLINE i16x16 sub_q8_0(const void *p, int j) { return i8_to_i16((i8x16)load_u8x16(((const block_q8_0 *)p)->qs + 16 * j)); }
+INLINE u8x16 sub_q8_0(const void *p, int j) { return load_u8x16(((const block_q8_0 *)p)->qs + 16 * j); }
 
 /* dequantize_row_iq4_nl: codes looked up in kvalues_iq4nl */
 INLINE void head_iq4_nl(const void *p, head *h) { h->d = fp16(((const block_iq4_nl *)p)->d); }
-INLINE i16x16 sub_iq4_nl(const void *p, int j) {
-    return i8_to_i16(lookup16(KVALUES_IQ4NL, nibbles(((const block_iq4_nl *)p)->qs, j)));
+INLINE u8x16 sub_iq4_nl(const void *p, int j) {
+    return (u8x16)lookup16(KVALUES_IQ4NL, nibbles(((const block_iq4_nl *)p)->qs, j));
 }
 
 /* dequantize_row_q2_K: 2-bit codes; scales[j] holds sub-block j's scale (low nibble) and min (high) */
@@ -281,12 +288,13 @@ INLINE void head_q2_K(const void *p, head *h) {
     h->m = fp16(b->dmin);
 }
 /* sub-block j: half j / 8 of 128 weights, bits 2k..2k+1 (k = j % 8 / 2) of 16 bytes (j % 2) of its 32 */
-INLINE i16x16 sub_q2_K(const void *p, int j) {
+INLINE u8x16 sub_q2_K(const void *p, int j) {
     const u8x16 v = load_u8x16(((const block_q2_K *)p)->qs + 32 * (j / 8) + 16 * (j % 2));
-    return u8_to_i16((v >> (2 * (j % 8 / 2))) & 3);
+    return shift_mask(v, -2 * (j % 8 / 2), 3);
 }
 
-/* dequantize_row_q3_K: 2 low bits as Q2_K's, a high bit in hmask (clear: -4); 6-bit scales - 32 */
+/* dequantize_row_q3_K: 2 low bits as Q2_K's, a high bit in hmask (clear: -4, so q - 4 with the bit as 4);
+   6-bit scales - 32 */
 INLINE void head_q3_K(const void *p, head *h) {
     const block_q3_K *b = p;
     uint32_t a[4];
@@ -299,12 +307,12 @@ INLINE void head_q3_K(const void *p, head *h) {
     h->sc = i8_to_i16((i8x16)load_u8x16(a)) - 32;
     h->d = fp16(b->d);
 }
-INLINE i16x16 sub_q3_K(const void *p, int j) {
+INLINE u8x16 sub_q3_K(const void *p, int j) {
     const block_q3_K *b = p;
     const int k = j % 8 / 2;
     const u8x16 v = load_u8x16(b->qs + 32 * (j / 8) + 16 * (j % 2));
     const u8x16 high = shift_mask(load_u8x16(b->hmask + 16 * (j % 2)), 2 - (4 * (j / 8) + k), 4);
-    return i8_to_i16((i8x16)(shift_mask(v, -2 * k, 3) | high) - 4);
+    return shift_mask(v, -2 * k, 3) | high;
 }
 
 /* get_scale_min_k4: Q4_K's and Q5_K's 8 6-bit scales and mins, one for 32 weights (two sub-blocks) */
@@ -330,8 +338,8 @@ INLINE void head_q4_K(const void *p, head *h) {
     h->d = fp16(b->d);
     h->m = fp16(b->dmin);
 }
-INLINE i16x16 sub_q4_K(const void *p, int j) {
-    return u8_to_i16(nibbles(((const block_q4_K *)p)->qs + 32 * (j / 4) + 16 * (j % 2), j % 4 / 2));
+INLINE u8x16 sub_q4_K(const void *p, int j) {
+    return nibbles(((const block_q4_K *)p)->qs + 32 * (j / 4) + 16 * (j % 2), j % 4 / 2);
 }
 
 /* dequantize_row_q5_K: Q4_K's codes plus 16 where bit 2g (low nibbles) or 2g+1 (high) of qh is set */
@@ -341,10 +349,10 @@ INLINE void head_q5_K(const void *p, head *h) {
     h->d = fp16(b->d);
     h->m = fp16(b->dmin);
 }
-INLINE i16x16 sub_q5_K(const void *p, int j) {
+INLINE u8x16 sub_q5_K(const void *p, int j) {
     const block_q5_K *b = p;
     const u8x16 high = shift_mask(load_u8x16(b->qh + 16 * (j % 2)), 4 - (2 * (j / 4) + j % 4 / 2), 16);
-    return u8_to_i16(nibbles(b->qs + 32 * (j / 4) + 16 * (j % 2), j % 4 / 2) | high);
+    return nibbles(b->qs + 32 * (j / 4) + 16 * (j % 2), j % 4 / 2) | high;
 }
 
 /* dequantize_row_q6_K: 4 low bits in ql, 2 high bits in qh, minus 32; an int8 scale for 16 weights.
@@ -355,12 +363,12 @@ INLINE void head_q6_K(const void *p, head *h) {
     h->sc = i8_to_i16((i8x16)load_u8x16(b->scales));
     h->d = fp16(b->d);
 }
-INLINE i16x16 sub_q6_K(const void *p, int j) {
+INLINE u8x16 sub_q6_K(const void *p, int j) {
     const block_q6_K *b = p;
     const int c = j % 2, k = j % 8 / 2;
     const u8x16 lo = nibbles(b->ql + 64 * (j / 8) + 32 * (k % 2) + 16 * c, k / 2);
     const u8x16 hi = shift_mask(load_u8x16(b->qh + 32 * (j / 8) + 16 * c), 4 - 2 * k, 0x30);   /* bits 2k, 2k+1 */
-    return i8_to_i16((i8x16)(lo | hi) - 32);
+    return lo | hi;
 }
 
 /* dequantize_row_iq4_xs: kvalues_iq4nl codes, a 6-bit scale - 32 for 32 weights */
@@ -372,34 +380,37 @@ INLINE void head_iq4_xs(const void *p, head *h) {
     }
     h->d = fp16(b->d);
 }
-INLINE i16x16 sub_iq4_xs(const void *p, int j) {
-    return i8_to_i16(lookup16(KVALUES_IQ4NL, nibbles(((const block_iq4_xs *)p)->qs + 16 * (j / 2), j % 2)));
+INLINE u8x16 sub_iq4_xs(const void *p, int j) {
+    return (u8x16)lookup16(KVALUES_IQ4NL, nibbles(((const block_iq4_xs *)p)->qs + 16 * (j / 2), j % 2));
 }
 
 /* ---- the product ---- */
 
-/* every weight type: its name, ggml number, weights a block, block struct, activations' type, has mins */
-#define WEIGHT_TYPES(X)                              \
-    X(q4_0, Q4_0, QK, block_q4_0, Q8_0, 0)           \
-    X(q4_1, Q4_1, QK, block_q4_1, Q8_1, 1)           \
-    X(q5_0, Q5_0, QK, block_q5_0, Q8_0, 0)           \
-    X(q5_1, Q5_1, QK, block_q5_1, Q8_1, 1)           \
-    X(q8_0, Q8_0, QK, block_q8_0, Q8_0, 0)           \
-    X(iq4_nl, IQ4_NL, QK, block_iq4_nl, Q8_0, 0)     \
-    X(q2_K, Q2_K, QK_K, block_q2_K, Q8_K, 1)         \
-    X(q3_K, Q3_K, QK_K, block_q3_K, Q8_K, 0)         \
-    X(q4_K, Q4_K, QK_K, block_q4_K, Q8_K, 1)         \
-    X(q5_K, Q5_K, QK_K, block_q5_K, Q8_K, 1)         \
-    X(q6_K, Q6_K, QK_K, block_q6_K, Q8_K, 0)         \
-    X(iq4_xs, IQ4_XS, QK_K, block_iq4_xs, Q8_K, 0)
+#define SIGNED (-1)          /* OFF of the types whose sub_ gives signed codes */
+
+/* every weight type: its name, ggml number, weights a block, block struct, activations' type, has mins,
+   the offset its unsigned codes carry (or SIGNED) */
+#define WEIGHT_TYPES(X)                                      \
+    X(q4_0, Q4_0, QK, block_q4_0, Q8_0, 0, SIGNED)           \
+    X(q4_1, Q4_1, QK, block_q4_1, Q8_1, 1, 0)                \
+    X(q5_0, Q5_0, QK, block_q5_0, Q8_0, 0, SIGNED)           \
+    X(q5_1, Q5_1, QK, block_q5_1, Q8_1, 1, 0)                \
+    X(q8_0, Q8_0, QK, block_q8_0, Q8_0, 0, SIGNED)           \
+    X(iq4_nl, IQ4_NL, QK, block_iq4_nl, Q8_0, 0, SIGNED)     \
+    X(q2_K, Q2_K, QK_K, block_q2_K, Q8_K, 1, 0)              \
+    X(q3_K, Q3_K, QK_K, block_q3_K, Q8_K, 0, 4)              \
+    X(q4_K, Q4_K, QK_K, block_q4_K, Q8_K, 1, 0)              \
+    X(q5_K, Q5_K, QK_K, block_q5_K, Q8_K, 1, 0)              \
+    X(q6_K, Q6_K, QK_K, block_q6_K, Q8_K, 0, 32)             \
+    X(iq4_xs, IQ4_XS, QK_K, block_iq4_xs, Q8_K, 0, SIGNED)
 
 typedef struct {
-    int type, qk, bytes, act, mins;
+    int type, qk, bytes, act, mins, off;
     void (*head)(const void *, head *);
-    i16x16 (*sub)(const void *, int);
+    u8x16 (*sub)(const void *, int);
 } type_info;
 
-#define TYPE_INFO(name, T, qk, block, act, mins) {T, qk, sizeof(block), act, mins, head_##name, sub_##name},
+#define TYPE_INFO(name, T, qk, block, act, mins, off) {T, qk, sizeof(block), act, mins, off, head_##name, sub_##name},
 static const type_info TYPES[] = {WEIGHT_TYPES(TYPE_INFO)};
 
 static const type_info *type_of(int type) {
@@ -410,22 +421,26 @@ static const type_info *type_of(int type) {
 
 /* One block times nt tokens' codes (act records acts[0..nt-1], block b of each), added to acc[i]:
    ggml_vec_dot_<type>_q8_<x> for one block, its generic form: the block's exact integer sum, then one
-   float product, added to the row's running sum in block order. A sub-block's 16 codes are read once for
-   the nt tokens. */
+   float product, added to the row's running sum in block order. Two sub-blocks' 32 codes are read once
+   for the nt tokens. Unsigned codes of weights q - off (K types): sum sc_j (q - off) xq = sum sc_j q xq -
+   off sum sc_j bsum_j. */
 INLINE void block_dot(const type_info *t, const uint8_t *blk, const act_view *acts, int nt, ptrdiff_t b,
                       float *acc) {
     head h;
     t->head(blk, &h);
     i32x8 s[TILE];
     UNROLL for (int i = 0; i < nt; i++) s[i] = (i32x8){0};
-    UNROLL for (int j = 0; j < t->qk / 16; j++) {
-        i16x16 q = t->sub(blk, j);
-        if (t->qk == QK_K) q *= h.sc[j];                  /* exact in int16: |sc * q| <= 64 * 127 */
-        UNROLL for (int i = 0; i < nt; i++) s[i] += madd(q, load_i16x16(acts[i].q + b * t->qk + 16 * j));
+    UNROLL for (int p = 0; p < t->qk / 32; p++) {
+        const u8x32 w = cat16(t->sub(blk, 2 * p), t->sub(blk, 2 * p + 1));
+        const int16_t sc0 = t->qk == QK_K ? h.sc[2 * p] : 1, sc1 = t->qk == QK_K ? h.sc[2 * p + 1] : 1;
+        UNROLL for (int i = 0; i < nt; i++)
+            s[i] += pair_products(w, t->off == SIGNED, acts[i].q + b * t->qk + 32 * p, sc0, sc1);
     }
     UNROLL for (int i = 0; i < nt; i++) {
         const float dx = acts[i].d[b];
-        float y = (h.d * dx) * (float)hsum_i32(s[i]);
+        int32_t sum = hsum_i32(s[i]);
+        if (t->off > 0) sum -= t->off * hsum_i32(madd(h.sc, load_i16x16(acts[i].bsum + b * (QK_K / 16))));
+        float y = (h.d * dx) * (float)sum;
         if (t->mins && t->qk == QK) {                     /* Q4_1, Q5_1: + m * s */
             y += h.m * acts[i].s[b];
         } else if (t->mins) {                             /* K types: - dmin * d_x * sum_j min_j bsum_j */
@@ -468,10 +483,10 @@ INLINE void mul_mat_type(const type_info *t, const uint8_t *w, ptrdiff_t rows, p
 }
 
 /* one copy of the loops a type, its head_ and sub_ inlined */
-#define MUL_MAT(name, T, qk, block, act, mins)                                                           \
+#define MUL_MAT(name, T, qk, block, act, mins, off)                                                      \
     static void mul_mat_##name(const uint8_t *w, ptrdiff_t rows, ptrdiff_t n, uint8_t *x, ptrdiff_t tokens,   \
                                float *y, ptrdiff_t ldy) {                                                  \
-        static const type_info t = {T, qk, sizeof(block), act, mins, head_##name, sub_##name};           \
+        static const type_info t = {T, qk, sizeof(block), act, mins, off, head_##name, sub_##name};      \
         mul_mat_type(&t, w, rows, n, x, tokens, y, ldy);                                                 \
     }
 WEIGHT_TYPES(MUL_MAT)
@@ -483,7 +498,10 @@ WEIGHT_TYPES(MUL_MAT)
 #define EXPORT __attribute__((visibility("default")))
 #define MAX_N (1 << 26)      /* weights in a row: more than any model has, and 2n bytes fit an int */
 
-EXPORT int pe_version(void) { return 4; }
+EXPORT int pe_version(void) { return 5; }
+
+/* bytes of one activation code in a record: 1 (x86) or 2 (wasm, and the portable scalar build) */
+EXPORT int pe_code_bytes(void) { return CODE_BYTES; }
 
 /* bytes of one token's activation record for rows of n weights of the weight type `type`, or an error */
 EXPORT int pe_act_bytes(int type, int n) {
@@ -510,7 +528,7 @@ EXPORT int pe_mul_mat(int type, const uint8_t *w, int rows, int n, uint8_t *act,
     if (rec < 0) return rec;
     if (rows < 0 || tokens < 0 || (tokens > 1 && ldy < rows)) return E_SIZE;
     if (!fp16_filled) fill_fp16();
-#define CASE(name, T, qk_, block_, act_, mins_) \
+#define CASE(name, T, qk_, block_, act_, mins_, off_) \
     case T: mul_mat_##name(w, rows, n, act, tokens, y, ldy); return 0;
     switch (type) { WEIGHT_TYPES(CASE) }
     return E_TYPE;
@@ -611,9 +629,16 @@ EXPORT int pe_block_sums(int type, const uint8_t *row, int n, uint8_t *act, int3
     const type_info *t = type_of(type);
     const act_view a = act_at(t->act, act, n);
     if (!fp16_filled) fill_fp16();
-    for (ptrdiff_t b = 0; b < n / t->qk; b++)
-        for (int j = 0; j < t->qk / 16; j++)
-            out[b * (t->qk / 16) + j] =
-                hsum_i32(madd(t->sub(row + b * t->bytes, j), load_i16x16(a.q + b * t->qk + 16 * j)));
+    const u8x16 zero = {0};
+    for (ptrdiff_t b = 0; b < n / t->qk; b++) {
+        const uint8_t *blk = row + b * t->bytes;
+        for (int j = 0; j < t->qk / 16; j++) {
+            code xq[32] = {0};                                   /* sub-block j's codes, then 16 zeros */
+            __builtin_memcpy(xq, a.q + b * t->qk + 16 * j, 16 * sizeof(code));
+            const int32_t s = hsum_i32(pair_products(cat16(t->sub(blk, j), zero), t->off == SIGNED, xq, 1, 0));
+            const int16_t off = t->off > 0 ? (int16_t)t->off : 0;
+            out[b * (t->qk / 16) + j] = s - off * a.bsum[b * (t->qk / 16) + j];
+        }
+    }
     return 0;
 }

@@ -1,9 +1,10 @@
 /* The few vector operations kernel.c needs, on 256-bit vectors of clang's vector extensions.
  *
- * A vector of 16 int16 is one sub-block of 16 weights. Clang lowers each operation to one AVX2
+ * A vector of 32 bytes is two sub-blocks of 16 weights' codes. Clang lowers each operation to one AVX2
  * instruction, to two of SSE or wasm SIMD128 (a 256-bit vector is two 128-bit registers there), or to
- * plain scalar code on any other target. Only madd (ggml's mul_sum_i8_pairs, pmaddwd) and lookup16
- * (pshufb) need the target's own intrinsic; everything else is portable C.
+ * plain scalar code on any other target. Only the products (pair_products: pmaddubsw and pmaddwd on x86,
+ * i32x4.dot_i16x8_s on wasm) and lookup16 (pshufb) need the target's own intrinsic; everything else is
+ * portable C.
  */
 #ifndef PYENGINE_SIMD_H
 #define PYENGINE_SIMD_H
@@ -18,6 +19,7 @@
 
 typedef uint8_t  u8x16  __attribute__((vector_size(16)));
 typedef int8_t   i8x16  __attribute__((vector_size(16)));
+typedef uint8_t  u8x32  __attribute__((vector_size(32)));
 typedef int16_t  i16x8  __attribute__((vector_size(16)));
 typedef uint16_t u16x8  __attribute__((vector_size(16)));
 typedef int32_t  i32x4  __attribute__((vector_size(16)));
@@ -40,6 +42,12 @@ INLINE i16x16 load_i16x16(const int16_t *p) {
     i16x16 v;
     __builtin_memcpy(&v, p, sizeof v);
     return v;
+}
+
+/* a then b: 32 bytes */
+INLINE u8x32 cat16(u8x16 a, u8x16 b) {
+    return __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,
+                                   21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31);
 }
 
 /* bytes as int16: zero-extended (u8_to_i16) or sign-extended (i8_to_i16) */
@@ -71,6 +79,57 @@ INLINE i32x8 madd(i16x16 a, i16x16 b) {
     return __builtin_shufflevector(r0, r1, 0, 1, 2, 3, 4, 5, 6, 7);
 #endif
 }
+
+/* ---- the products of weight codes and activation codes ----
+ * x86 multiplies bytes by bytes (pmaddubsw, as ggml's AVX2 vec_dots), so its activation codes are int8.
+ * wasm has no such product that V8 runs in one instruction (i16x8.extmul is three or more), so the page
+ * widens a sub-block's codes to int16 once, scales them there, and multiplies pairs of int16
+ * (i32x4.dot_i16x8_s, one pmaddwd): its activation codes are int16, widened when they are rounded. */
+#if defined(__SSSE3__) && !defined(__wasm_simd128__)
+#define CODE_BYTES 1
+typedef int8_t code;
+#else
+#define CODE_BYTES 2
+typedef int16_t code;
+#endif
+
+/* Two sub-blocks of codes w (bytes 0-15: the first, 16-31: the second; unsigned < 128, or signed when
+ * `sign`) times 32 activation codes a, scaled by sc0 and sc1: 8 int32 lanes whose sum is
+ * sc0 * sum_{i<16} w[i] a[i] + sc1 * sum_{i>=16} w[i] a[i] (how it is spread over the lanes is the target's).
+ * Exact for |w|, |a| <= 127 (an activation code of -128 only comes with a NaN scale) and |sc * w| < 2^15. */
+#if CODE_BYTES == 1
+INLINE i32x8 pair_products(u8x32 w, int sign, const code *a, int16_t sc0, int16_t sc1) {
+    __m256i x;
+    __builtin_memcpy(&x, a, 32);
+    /* int16 lane m: the products of bytes 2m and 2m + 1 (ggml's mul_sum_i8_pairs: |w| times x with w's sign) */
+    __m256i d;
+#if defined(__AVX2__)
+    d = sign ? _mm256_maddubs_epi16(_mm256_sign_epi8((__m256i)w, (__m256i)w), _mm256_sign_epi8(x, (__m256i)w))
+             : _mm256_maddubs_epi16((__m256i)w, x);
+#else
+    __m128i d2[2];
+    for (int h = 0; h < 2; h++) {
+        __m128i wh, xh;
+        __builtin_memcpy(&wh, (const uint8_t *)&w + 16 * h, 16);
+        __builtin_memcpy(&xh, (const uint8_t *)&x + 16 * h, 16);
+        d2[h] = sign ? _mm_maddubs_epi16(_mm_sign_epi8(wh, wh), _mm_sign_epi8(xh, wh)) : _mm_maddubs_epi16(wh, xh);
+    }
+    __builtin_memcpy(&d, d2, 32);
+#endif
+    return madd((i16x16)d, (i16x16){sc0, sc0, sc0, sc0, sc0, sc0, sc0, sc0, sc1, sc1, sc1, sc1, sc1, sc1, sc1, sc1});
+}
+#else
+/* 16 codes widened to int16 and scaled */
+INLINE i16x16 widen(u8x16 w, int sign, int16_t sc) {
+    const i16x16 q = sign ? i8_to_i16((i8x16)w) : u8_to_i16(w);
+    return q * sc;
+}
+INLINE i32x8 pair_products(u8x32 w, int sign, const code *a, int16_t sc0, int16_t sc1) {
+    const u8x16 w0 = __builtin_shufflevector(w, w, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const u8x16 w1 = __builtin_shufflevector(w, w, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31);
+    return madd(widen(w0, sign, sc0), load_i16x16(a)) + madd(widen(w1, sign, sc1), load_i16x16(a + 16));
+}
+#endif
 
 /* the 16 bytes table[idx[i]], each idx[i] < 16 (pshufb, i8x16.swizzle) */
 INLINE i8x16 lookup16(i8x16 table, u8x16 idx) {
