@@ -16,13 +16,14 @@
  * (block_dot) and one loop over rows and tokens (mul_mat_type) then serve every type. A prompt runs
  * tokens four at a time over each block, so a sub-block's codes are read once for four tokens.
  *
- * The products (simd.h's pair_products) take two sub-blocks' codes at once. On x86 they are bytes times
- * bytes summed in pairs into int16 (pmaddubsw, as ggml's AVX2 vec_dots), then scaled by the sub-blocks'
- * scales into int32 (pmaddwd); in wasm the codes are widened to int16 and scaled, then multiplied by int16
- * activation codes (i32x4.dot_i16x8_s). pmaddubsw takes unsigned weight codes, so the K types whose codes
- * are offset (Q6_K's q - 32, Q3_K's q - 4) multiply the unsigned q and take off the offset times the
- * activations' sums once a block, as ggml's AVX2 Q6_K does: sum (q - o) * xq = sum q * xq - o * sum xq,
- * the same integer; signed codes go through pmaddubsw as |q| times xq with q's sign (mul_sum_i8_pairs).
+ * The products (the product step, codes_at and products) differ by target. On x86 two sub-blocks' codes
+ * are multiplied as bytes by the activations' int8 codes and summed in pairs into int16 (pmaddubsw, as
+ * ggml's AVX2 vec_dots), then scaled by the sub-blocks' scales into int32 (pmaddwd). pmaddubsw takes
+ * unsigned weight codes, so the K types whose codes are offset (Q6_K's q - 32, Q3_K's q - 4) multiply the
+ * unsigned q and take off the offset times the activations' sums once a block, as ggml's AVX2 Q6_K does:
+ * sum (q - o) * xq = sum q * xq - o * sum xq, the same integer; signed codes go through pmaddubsw as |q|
+ * times xq with q's sign (mul_sum_i8_pairs). In wasm a sub-block's codes are widened to int16, centred and
+ * scaled once, then multiplied by int16 activation codes (i32x4.dot_i16x8_s).
  *
  * Activations are not held as ggml's block_q8 structs but as one record per token (act_layout): the
  * codes (int8 on x86, int16 in wasm), the block scales, the sums of each 16 codes (ggml's bsums) and Q8_1's s. The integers are
@@ -419,27 +420,57 @@ static const type_info *type_of(int type) {
     return 0;
 }
 
+/* ---- a product step: SUBS sub-blocks' codes (read once) times each token's codes ----
+ * x86: two sub-blocks' 32 bytes, unsigned (the offset, if any, taken off later with the activations' sums)
+ * or signed, through pmaddubsw, then scaled by pmaddwd. wasm: one sub-block's codes widened to int16,
+ * centred (q - off) and scaled, then pmaddwd with the int16 activation codes. Either way 8 int32 lanes whose
+ * sum is the step's exact integer sum sc_j * sum (q - off) * xq, less off * sc_j * bsum_j on x86. */
+#if CODE_BYTES == 1
+#define SUBS 2
+#define OFFSET_BY_SUMS 1
+typedef struct { u8x32 q; i16x16 sc; } wcodes;
+INLINE wcodes codes_at(const type_info *t, const uint8_t *blk, int j, const int16_t *sc) {
+    const int16_t s0 = sc[0], s1 = sc[1];
+    return (wcodes){cat16(t->sub(blk, j), t->sub(blk, j + 1)),
+                    {s0, s0, s0, s0, s0, s0, s0, s0, s1, s1, s1, s1, s1, s1, s1, s1}};
+}
+INLINE i32x8 products(const type_info *t, wcodes w, const code *a) {
+    return madd(byte_products(w.q, t->off == SIGNED, a), w.sc);
+}
+#else
+#define SUBS 1
+#define OFFSET_BY_SUMS 0
+typedef i16x16 wcodes;
+INLINE wcodes codes_at(const type_info *t, const uint8_t *blk, int j, const int16_t *sc) {
+    const u8x16 c = t->sub(blk, j) - (uint8_t)(t->off > 0 ? t->off : 0);     /* centred as bytes: one op */
+    return (t->off ? i8_to_i16((i8x16)c) : u8_to_i16(c)) * sc[0];
+}
+INLINE i32x8 products(const type_info *t, wcodes w, const code *a) { (void)t; return madd(w, load_i16x16(a)); }
+#endif
+
+static const int16_t ONES[2] = {1, 1};
+
 /* One block times nt tokens' codes (act records acts[0..nt-1], block b of each), added to acc[i]:
    ggml_vec_dot_<type>_q8_<x> for one block, its generic form: the block's exact integer sum, then one
    float product, added to the row's running sum in block order. Two sub-blocks' 32 codes are read once
-   for the nt tokens. Unsigned codes of weights q - off (K types): sum sc_j (q - off) xq = sum sc_j q xq -
-   off sum sc_j bsum_j. */
+   for the nt tokens. On x86, unsigned codes of weights q - off (K types): sum sc_j (q - off) xq =
+   sum sc_j q xq - off sum sc_j bsum_j. */
 INLINE void block_dot(const type_info *t, const uint8_t *blk, const act_view *acts, int nt, ptrdiff_t b,
                       float *acc) {
     head h;
     t->head(blk, &h);
     i32x8 s[TILE];
     UNROLL for (int i = 0; i < nt; i++) s[i] = (i32x8){0};
-    UNROLL for (int p = 0; p < t->qk / 32; p++) {
-        const u8x32 w = cat16(t->sub(blk, 2 * p), t->sub(blk, 2 * p + 1));
-        const int16_t sc0 = t->qk == QK_K ? h.sc[2 * p] : 1, sc1 = t->qk == QK_K ? h.sc[2 * p + 1] : 1;
-        UNROLL for (int i = 0; i < nt; i++)
-            s[i] += pair_products(w, t->off == SIGNED, acts[i].q + b * t->qk + 32 * p, sc0, sc1);
+    int16_t sc[QK_K / 16];
+    UNROLL for (int j = 0; j < t->qk / 16; j++) sc[j] = t->qk == QK_K ? h.sc[j] : 1;
+    UNROLL for (int j = 0; j < t->qk / 16; j += SUBS) {
+        const wcodes w = codes_at(t, blk, j, sc + j);
+        UNROLL for (int i = 0; i < nt; i++) s[i] += products(t, w, acts[i].q + b * t->qk + 16 * j);
     }
     UNROLL for (int i = 0; i < nt; i++) {
         const float dx = acts[i].d[b];
         int32_t sum = hsum_i32(s[i]);
-        if (t->off > 0) sum -= t->off * hsum_i32(madd(h.sc, load_i16x16(acts[i].bsum + b * (QK_K / 16))));
+        if (OFFSET_BY_SUMS && t->off > 0) sum -= t->off * hsum_i32(madd(h.sc, load_i16x16(acts[i].bsum + b * (QK_K / 16))));
         float y = (h.d * dx) * (float)sum;
         if (t->mins && t->qk == QK) {                     /* Q4_1, Q5_1: + m * s */
             y += h.m * acts[i].s[b];
@@ -449,6 +480,60 @@ INLINE void block_dot(const type_info *t, const uint8_t *blk, const act_view *ac
         }
         acc[i] += y;
     }
+}
+
+/* The 32-weight types, four sums at once: rows r..r+3 times one token (decode: the token's codes loaded
+   once for the four rows), or one row times TILE tokens (a prompt). Each lane is one row's or token's
+   running sum, added to as block_dot adds to it: (d_w * d_x) * sum, + m_w * s_x (Q4_1, Q5_1), in block
+   order; the lanes' float products are the scalar ones, so the bits are block_dot's. */
+INLINE f32x4 scaled4(i32x8 s[4], f32x4 dw, f32x4 dx) {
+    return (dw * dx) * __builtin_convertvector(hsum4_i32(s[0], s[1], s[2], s[3]), f32x4);
+}
+
+INLINE void rows4_dot_32(const type_info *t, const uint8_t *w, ptrdiff_t row_bytes, ptrdiff_t nb, const act_view *a,
+                         float *y) {
+    f32x4 acc = {0};
+    for (ptrdiff_t b = 0; b < nb; b++) {
+        i32x8 s[4];
+        f32x4 dw, mw = {0};
+        UNROLL for (int r = 0; r < 4; r++) {
+            const uint8_t *blk = w + r * row_bytes + b * t->bytes;
+            head h;
+            t->head(blk, &h);
+            dw[r] = h.d;
+            if (t->mins) mw[r] = h.m;
+            s[r] = (i32x8){0};
+            UNROLL for (int j = 0; j < 2; j += SUBS) s[r] += products(t, codes_at(t, blk, j, ONES), a->q + b * QK + 16 * j);
+        }
+        f32x4 v = scaled4(s, dw, (f32x4){0} + a->d[b]);
+        if (t->mins) v += mw * a->s[b];
+        acc += v;
+    }
+    __builtin_memcpy(y, &acc, sizeof acc);
+}
+
+INLINE void row_dot_32_tile(const type_info *t, const uint8_t *row, ptrdiff_t nb, const act_view *acts, float *y,
+                            ptrdiff_t ldy) {
+    f32x4 acc = {0};
+    for (ptrdiff_t b = 0; b < nb; b++) {
+        const uint8_t *blk = row + b * t->bytes;
+        head h;
+        t->head(blk, &h);
+        wcodes w[2 / SUBS];
+        UNROLL for (int j = 0; j < 2; j += SUBS) w[j / SUBS] = codes_at(t, blk, j, ONES);
+        i32x8 s[TILE];
+        f32x4 dx, sx;
+        UNROLL for (int i = 0; i < TILE; i++) {
+            s[i] = (i32x8){0};
+            UNROLL for (int j = 0; j < 2; j += SUBS) s[i] += products(t, w[j / SUBS], acts[i].q + b * QK + 16 * j);
+            dx[i] = acts[i].d[b];
+            if (t->mins) sx[i] = acts[i].s[b];
+        }
+        f32x4 v = scaled4(s, (f32x4){0} + h.d, dx);
+        if (t->mins) v += h.m * sx;
+        acc += v;
+    }
+    UNROLL for (int i = 0; i < TILE; i++) y[i * ldy] = acc[i];
 }
 
 /* row r times nt tokens into y[i * ldy + r] */
@@ -473,11 +558,17 @@ INLINE void mul_mat_type(const type_info *t, const uint8_t *w, ptrdiff_t rows, p
         for (; i + TILE <= t1; i += TILE) {
             act_view a[TILE];
             UNROLL for (int k = 0; k < TILE; k++) a[k] = act_at(t->act, act + (i + k) * rec, n);
-            for (ptrdiff_t r = 0; r < rows; r++) row_dot(t, w + r * row_bytes, nb, a, TILE, y + i * ldy + r, ldy);
+            for (ptrdiff_t r = 0; r < rows; r++) {
+                if (t->qk == QK) row_dot_32_tile(t, w + r * row_bytes, nb, a, y + i * ldy + r, ldy);
+                else row_dot(t, w + r * row_bytes, nb, a, TILE, y + i * ldy + r, ldy);
+            }
         }
         for (; i < t1; i++) {
             const act_view a = act_at(t->act, act + i * rec, n);
-            for (ptrdiff_t r = 0; r < rows; r++) row_dot(t, w + r * row_bytes, nb, &a, 1, y + i * ldy + r, ldy);
+            ptrdiff_t r = 0;
+            if (t->qk == QK)
+                for (; r + 4 <= rows; r += 4) rows4_dot_32(t, w + r * row_bytes, row_bytes, nb, &a, y + i * ldy + r);
+            for (; r < rows; r++) row_dot(t, w + r * row_bytes, nb, &a, 1, y + i * ldy + r, ldy);
         }
     }
 }
@@ -629,14 +720,15 @@ EXPORT int pe_block_sums(int type, const uint8_t *row, int n, uint8_t *act, int3
     const type_info *t = type_of(type);
     const act_view a = act_at(t->act, act, n);
     if (!fp16_filled) fill_fp16();
-    const u8x16 zero = {0};
     for (ptrdiff_t b = 0; b < n / t->qk; b++) {
         const uint8_t *blk = row + b * t->bytes;
         for (int j = 0; j < t->qk / 16; j++) {
-            code xq[32] = {0};                                   /* sub-block j's codes, then 16 zeros */
-            __builtin_memcpy(xq, a.q + b * t->qk + 16 * j, 16 * sizeof(code));
-            const int32_t s = hsum_i32(pair_products(cat16(t->sub(blk, j), zero), t->off == SIGNED, xq, 1, 0));
-            const int16_t off = t->off > 0 ? (int16_t)t->off : 0;
+            /* the step that holds sub-block j (x86: j and its neighbour), times sub-block j's codes at their
+               place in it and zeros elsewhere */
+            code xq[48] = {0};
+            __builtin_memcpy(xq + 16, a.q + b * t->qk + 16 * j, 16 * sizeof(code));
+            const int32_t s = hsum_i32(products(t, codes_at(t, blk, j - j % SUBS, ONES), xq + 16 - 16 * (j % SUBS)));
+            const int16_t off = OFFSET_BY_SUMS && t->off > 0 ? (int16_t)t->off : 0;
             out[b * (t->qk / 16) + j] = s - off * a.bsum[b * (t->qk / 16) + j];
         }
     }

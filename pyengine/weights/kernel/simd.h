@@ -2,9 +2,8 @@
  *
  * A vector of 32 bytes is two sub-blocks of 16 weights' codes. Clang lowers each operation to one AVX2
  * instruction, to two of SSE or wasm SIMD128 (a 256-bit vector is two 128-bit registers there), or to
- * plain scalar code on any other target. Only the products (pair_products: pmaddubsw and pmaddwd on x86,
- * i32x4.dot_i16x8_s on wasm) and lookup16 (pshufb) need the target's own intrinsic; everything else is
- * portable C.
+ * plain scalar code on any other target. Only the products (byte_products: pmaddubsw; madd: pmaddwd,
+ * i32x4.dot_i16x8_s) and lookup16 (pshufb) need the target's own intrinsic; everything else is portable C.
  */
 #ifndef PYENGINE_SIMD_H
 #define PYENGINE_SIMD_H
@@ -88,47 +87,32 @@ INLINE i32x8 madd(i16x16 a, i16x16 b) {
 #if defined(__SSSE3__) && !defined(__wasm_simd128__)
 #define CODE_BYTES 1
 typedef int8_t code;
-#else
-#define CODE_BYTES 2
-typedef int16_t code;
-#endif
 
-/* Two sub-blocks of codes w (bytes 0-15: the first, 16-31: the second; unsigned < 128, or signed when
- * `sign`) times 32 activation codes a, scaled by sc0 and sc1: 8 int32 lanes whose sum is
- * sc0 * sum_{i<16} w[i] a[i] + sc1 * sum_{i>=16} w[i] a[i] (how it is spread over the lanes is the target's).
- * Exact for |w|, |a| <= 127 (an activation code of -128 only comes with a NaN scale) and |sc * w| < 2^15. */
-#if CODE_BYTES == 1
-INLINE i32x8 pair_products(u8x32 w, int sign, const code *a, int16_t sc0, int16_t sc1) {
+/* 32 weight codes w (unsigned < 128, or signed when `sign`) times 32 activation codes a: 16 int16 sums of
+   adjacent products (lane m: bytes 2m and 2m + 1), exact for |w|, |a| <= 127 (an activation code of -128
+   only comes with a NaN scale). Signed w: |w| times a with w's sign (ggml's mul_sum_i8_pairs). */
+INLINE i16x16 byte_products(u8x32 w, int sign, const code *a) {
     __m256i x;
     __builtin_memcpy(&x, a, 32);
-    /* int16 lane m: the products of bytes 2m and 2m + 1 (ggml's mul_sum_i8_pairs: |w| times x with w's sign) */
-    __m256i d;
 #if defined(__AVX2__)
-    d = sign ? _mm256_maddubs_epi16(_mm256_sign_epi8((__m256i)w, (__m256i)w), _mm256_sign_epi8(x, (__m256i)w))
-             : _mm256_maddubs_epi16((__m256i)w, x);
+    return (i16x16)(sign ? _mm256_maddubs_epi16(_mm256_sign_epi8((__m256i)w, (__m256i)w), _mm256_sign_epi8(x, (__m256i)w))
+                         : _mm256_maddubs_epi16((__m256i)w, x));
 #else
-    __m128i d2[2];
+    __m128i d[2];
     for (int h = 0; h < 2; h++) {
         __m128i wh, xh;
         __builtin_memcpy(&wh, (const uint8_t *)&w + 16 * h, 16);
         __builtin_memcpy(&xh, (const uint8_t *)&x + 16 * h, 16);
-        d2[h] = sign ? _mm_maddubs_epi16(_mm_sign_epi8(wh, wh), _mm_sign_epi8(xh, wh)) : _mm_maddubs_epi16(wh, xh);
+        d[h] = sign ? _mm_maddubs_epi16(_mm_sign_epi8(wh, wh), _mm_sign_epi8(xh, wh)) : _mm_maddubs_epi16(wh, xh);
     }
-    __builtin_memcpy(&d, d2, 32);
+    i16x16 r;
+    __builtin_memcpy(&r, d, 32);
+    return r;
 #endif
-    return madd((i16x16)d, (i16x16){sc0, sc0, sc0, sc0, sc0, sc0, sc0, sc0, sc1, sc1, sc1, sc1, sc1, sc1, sc1, sc1});
 }
 #else
-/* 16 codes widened to int16 and scaled */
-INLINE i16x16 widen(u8x16 w, int sign, int16_t sc) {
-    const i16x16 q = sign ? i8_to_i16((i8x16)w) : u8_to_i16(w);
-    return q * sc;
-}
-INLINE i32x8 pair_products(u8x32 w, int sign, const code *a, int16_t sc0, int16_t sc1) {
-    const u8x16 w0 = __builtin_shufflevector(w, w, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const u8x16 w1 = __builtin_shufflevector(w, w, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31);
-    return madd(widen(w0, sign, sc0), load_i16x16(a)) + madd(widen(w1, sign, sc1), load_i16x16(a + 16));
-}
+#define CODE_BYTES 2
+typedef int16_t code;
 #endif
 
 /* the 16 bytes table[idx[i]], each idx[i] < 16 (pshufb, i8x16.swizzle) */
@@ -162,6 +146,16 @@ INLINE int32_t hsum_i32(i32x8 v) {
     const i32x4 a = __builtin_shufflevector(v, v, 0, 1, 2, 3) + __builtin_shufflevector(v, v, 4, 5, 6, 7);
     const i32x4 b = a + __builtin_shufflevector(a, a, 2, 3, 0, 1);
     return b[0] + b[1];
+}
+
+/* the lanes' sums of four vectors at once: (sum a, sum b, sum c, sum d), pairs of lanes added side by side
+   (x86 phaddd) */
+INLINE i32x8 hadd_i32(i32x8 a, i32x8 b) {
+    return __builtin_shufflevector(a, b, 0, 2, 8, 10, 4, 6, 12, 14) + __builtin_shufflevector(a, b, 1, 3, 9, 11, 5, 7, 13, 15);
+}
+INLINE i32x4 hsum4_i32(i32x8 a, i32x8 b, i32x8 c, i32x8 d) {
+    const i32x8 v = hadd_i32(hadd_i32(a, b), hadd_i32(c, d));   /* a0123 b0123 c0123 d0123 a4567 b4567 ... */
+    return __builtin_shufflevector(v, v, 0, 1, 2, 3) + __builtin_shufflevector(v, v, 4, 5, 6, 7);
 }
 
 #endif
