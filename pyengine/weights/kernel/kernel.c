@@ -19,7 +19,7 @@
  * The products (the product step, codes_at and products) differ by target. On x86 two sub-blocks' codes
  * are multiplied as bytes by the activations' int8 codes and summed in pairs into int16 (pmaddubsw, as
  * ggml's AVX2 vec_dots), then scaled by the sub-blocks' scales into int32 (pmaddwd). pmaddubsw takes
- * unsigned weight codes, so the K types whose codes are offset (Q6_K's q - 32, Q3_K's q - 4) multiply the
+ * unsigned weight codes, so the types whose codes are offset (Q4_0's q - 8, Q6_K's q - 32) multiply the
  * unsigned q and take off the offset times the activations' sums once a block, as ggml's AVX2 Q6_K does:
  * sum (q - o) * xq = sum q * xq - o * sum xq, the same integer; signed codes go through pmaddubsw as |q|
  * times xq with q's sign (mul_sum_i8_pairs). In wasm a sub-block's codes are widened to int16, centred and
@@ -102,13 +102,8 @@ static inline float fp16_to_f32(half h) {
 static float FP16[1 << 16];
 static int fp16_filled;
 
-/* byte k of BITS16[v]: 16 where bit k of v is set, else 0 (ggml's table_b2b_0: Q5's fifth bits, 8 at a load) */
-static uint64_t BITS16[256];
-
 static void fill_fp16(void) {
     for (uint32_t h = 0; h < (1u << 16); h++) FP16[h] = fp16_to_f32((half)h);
-    for (uint32_t v = 0; v < 256; v++)
-        for (int k = 0; k < 8; k++) BITS16[v] |= (uint64_t)((v >> k & 1) * 16) << (8 * k);
     fp16_filled = 1;
 }
 
@@ -217,7 +212,7 @@ static void quantize_row(int type, const float *x, ptrdiff_t n, uint8_t *rec) {
  * For each type, head_<type> reads a block's scales (the float d and m, the integer scale and min of each
  * sub-block of 16 weights) and sub_<type>(block, j) the 16 codes of sub-block j as bytes: the type's
  * signed codes (the OFF column of WEIGHT_TYPES says SIGNED), or unsigned codes q of weights whose integer
- * is q - OFF (Q6_K's q - 32; 0 for the types with mins). sub_ is called with a
+ * is q - OFF (Q4_0's q - 8; 0 for the types with mins). sub_ is called with a
  * constant j in an unrolled loop, so the bytes sub-blocks share are loaded once. */
 
 typedef struct {
@@ -239,7 +234,7 @@ INLINE u8x16 shift_mask(u8x16 v, int by, uint8_t mask) {
 
 /* ggml dequantize_row_q4_0: w = d * (q - 8), q the low nibbles of qs then the high ones */
 INLINE void head_q4_0(const void *p, head *h) { h->d = fp16(((const block_q4_0 *)p)->d); }
-INLINE u8x16 sub_q4_0(const void *p, int j) { return nibbles(((const block_q4_0 *)p)->qs, j) - 8; }
+INLINE u8x16 sub_q4_0(const void *p, int j) { return nibbles(((const block_q4_0 *)p)->qs, j); }
 
 /* dequantize_row_q4_1: w = d * q + m */
 INLINE void head_q4_1(const void *p, head *h) {
@@ -249,15 +244,22 @@ INLINE void head_q4_1(const void *p, head *h) {
 }
 INLINE u8x16 sub_q4_1(const void *p, int j) { return nibbles(((const block_q4_1 *)p)->qs, j); }
 
-/* dequantize_row_q5_0 / q5_1: a nibble, and bit j of qh as the fifth bit of weight j */
-INLINE u8x16 q5_codes(const uint8_t *qs, const uint8_t *qh, int j) {
-    const uint64_t bits[2] = {BITS16[qh[2 * j]], BITS16[qh[2 * j + 1]]};
-    return nibbles(qs, j) | load_u8x16(bits);   /* (16 bytes from qh: within the block) */
+/* byte k: 16 where bit k of the 16 bits at p is set, else 0 (ggml's bytes_from_bits_32, for 16 bits): each
+   byte of the two spread over 8 lanes, each lane testing its own bit */
+INLINE u8x16 bits_as_16(const uint8_t *p) {
+    const u8x16 bit = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    u16x8 two = {0};
+    __builtin_memcpy(&two, p, 2);
+    const u8x16 b = __builtin_shufflevector((u8x16)two, (u8x16)two, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    return (u8x16)((b & bit) == bit) & 16;
 }
+
+/* dequantize_row_q5_0 / q5_1: a nibble, and bit j of qh as the fifth bit of weight j */
+INLINE u8x16 q5_codes(const uint8_t *qs, const uint8_t *qh, int j) { return nibbles(qs, j) | bits_as_16(qh + 2 * j); }
 INLINE void head_q5_0(const void *p, head *h) { h->d = fp16(((const block_q5_0 *)p)->d); }
 INLINE u8x16 sub_q5_0(const void *p, int j) {
     const block_q5_0 *b = p;
-    return q5_codes(b->qs, b->qh, j) - 16;
+    return q5_codes(b->qs, b->qh, j);
 }
 INLINE void head_q5_1(const void *p, head *h) {
     const block_q5_1 *b = p;
@@ -392,9 +394,9 @@ INLINE u8x16 sub_iq4_xs(const void *p, int j) {
 /* every weight type: its name, ggml number, weights a block, block struct, activations' type, has mins,
    the offset its unsigned codes carry (or SIGNED) */
 #define WEIGHT_TYPES(X)                                      \
-    X(q4_0, Q4_0, QK, block_q4_0, Q8_0, 0, SIGNED)           \
+    X(q4_0, Q4_0, QK, block_q4_0, Q8_0, 0, 8)                \
     X(q4_1, Q4_1, QK, block_q4_1, Q8_1, 1, 0)                \
-    X(q5_0, Q5_0, QK, block_q5_0, Q8_0, 0, SIGNED)           \
+    X(q5_0, Q5_0, QK, block_q5_0, Q8_0, 0, 16)               \
     X(q5_1, Q5_1, QK, block_q5_1, Q8_1, 1, 0)                \
     X(q8_0, Q8_0, QK, block_q8_0, Q8_0, 0, SIGNED)           \
     X(iq4_nl, IQ4_NL, QK, block_iq4_nl, Q8_0, 0, SIGNED)     \
@@ -450,10 +452,18 @@ INLINE i32x8 products(const type_info *t, wcodes w, const code *a) { (void)t; re
 
 static const int16_t ONES[2] = {1, 1};
 
+/* x86, unsigned codes of weights q - off: off times the sums of block b's activation codes, each sub-block's
+   scaled as its weights are (K types; h unused otherwise), to take off the block's integer sum; else 0 */
+INLINE int32_t offset_sum(const type_info *t, const head *h, const act_view *a, ptrdiff_t b) {
+    if (!OFFSET_BY_SUMS || t->off <= 0) return 0;
+    const int16_t *bsum = a->bsum + b * (t->qk / 16);
+    return t->off * (t->qk == QK_K ? hsum_i32(madd(h->sc, load_i16x16(bsum))) : bsum[0] + bsum[1]);
+}
+
 /* One block times nt tokens' codes (act records acts[0..nt-1], block b of each), added to acc[i]:
    ggml_vec_dot_<type>_q8_<x> for one block, its generic form: the block's exact integer sum, then one
    float product, added to the row's running sum in block order. Two sub-blocks' 32 codes are read once
-   for the nt tokens. On x86, unsigned codes of weights q - off (K types): sum sc_j (q - off) xq =
+   for the nt tokens. On x86, unsigned codes of weights q - off: sum sc_j (q - off) xq =
    sum sc_j q xq - off sum sc_j bsum_j. */
 INLINE void block_dot(const type_info *t, const uint8_t *blk, const act_view *acts, int nt, ptrdiff_t b,
                       float *acc) {
@@ -470,7 +480,7 @@ INLINE void block_dot(const type_info *t, const uint8_t *blk, const act_view *ac
     UNROLL for (int i = 0; i < nt; i++) {
         const float dx = acts[i].d[b];
         int32_t sum = hsum_i32(s[i]);
-        if (OFFSET_BY_SUMS && t->off > 0) sum -= t->off * hsum_i32(madd(h.sc, load_i16x16(acts[i].bsum + b * (QK_K / 16))));
+        sum -= offset_sum(t, &h, &acts[i], b);
         float y = (h.d * dx) * (float)sum;
         if (t->mins && t->qk == QK) {                     /* Q4_1, Q5_1: + m * s */
             y += h.m * acts[i].s[b];
@@ -486,8 +496,8 @@ INLINE void block_dot(const type_info *t, const uint8_t *blk, const act_view *ac
    once for the four rows), or one row times TILE tokens (a prompt). Each lane is one row's or token's
    running sum, added to as block_dot adds to it: (d_w * d_x) * sum, + m_w * s_x (Q4_1, Q5_1), in block
    order; the lanes' float products are the scalar ones, so the bits are block_dot's. */
-INLINE f32x4 scaled4(i32x8 s[4], f32x4 dw, f32x4 dx) {
-    return (dw * dx) * __builtin_convertvector(hsum4_i32(s[0], s[1], s[2], s[3]), f32x4);
+INLINE f32x4 scaled4(i32x8 s[4], i32x4 offsets, f32x4 dw, f32x4 dx) {
+    return (dw * dx) * __builtin_convertvector(hsum4_i32(s[0], s[1], s[2], s[3]) - offsets, f32x4);
 }
 
 INLINE void rows4_dot_32(const type_info *t, const uint8_t *w, ptrdiff_t row_bytes, ptrdiff_t nb, const act_view *a,
@@ -503,9 +513,10 @@ INLINE void rows4_dot_32(const type_info *t, const uint8_t *w, ptrdiff_t row_byt
             dw[r] = h.d;
             if (t->mins) mw[r] = h.m;
             s[r] = (i32x8){0};
-            UNROLL for (int j = 0; j < 2; j += SUBS) s[r] += products(t, codes_at(t, blk, j, ONES), a->q + b * QK + 16 * j);
+            UNROLL for (int j = 0; j < 2; j += SUBS)
+                s[r] += products(t, codes_at(t, blk, j, ONES), a->q + b * QK + 16 * j);
         }
-        f32x4 v = scaled4(s, dw, (f32x4){0} + a->d[b]);
+        f32x4 v = scaled4(s, (i32x4){0} + offset_sum(t, 0, a, b), dw, (f32x4){0} + a->d[b]);
         if (t->mins) v += mw * a->s[b];
         acc += v;
     }
@@ -523,13 +534,15 @@ INLINE void row_dot_32_tile(const type_info *t, const uint8_t *row, ptrdiff_t nb
         UNROLL for (int j = 0; j < 2; j += SUBS) w[j / SUBS] = codes_at(t, blk, j, ONES);
         i32x8 s[TILE];
         f32x4 dx, sx;
+        i32x4 offsets;
         UNROLL for (int i = 0; i < TILE; i++) {
             s[i] = (i32x8){0};
             UNROLL for (int j = 0; j < 2; j += SUBS) s[i] += products(t, w[j / SUBS], acts[i].q + b * QK + 16 * j);
+            offsets[i] = offset_sum(t, 0, &acts[i], b);
             dx[i] = acts[i].d[b];
             if (t->mins) sx[i] = acts[i].s[b];
         }
-        f32x4 v = scaled4(s, (f32x4){0} + h.d, dx);
+        f32x4 v = scaled4(s, offsets, (f32x4){0} + h.d, dx);
         if (t->mins) v += h.m * sx;
         acc += v;
     }
