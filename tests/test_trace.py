@@ -202,3 +202,41 @@ def test_cli_trace_json(capsys):
     assert json.loads(capsys.readouterr().out)["tokens"] == [rec["tokens"][0]]
     assert main(["trace", path, "--prompt", "hello", "--position", "99"]) == 1
     assert "error: the position to trace must be 0.." in capsys.readouterr().err
+
+
+def test_the_worker_traces_a_token_of_the_last_reply():
+    """pyengine.browser.worker's ``trace``: the step that wrote reply token i, on the conversation's cache (the
+    next turn's reply is the same as without it); a token not of the last reply is an error message."""
+    import asyncio
+
+    from pyengine.browser import worker
+    from pyengine.gguf.source import FileSource
+
+    def reply(text: str) -> list[dict]:
+        posted.clear()
+        asyncio.run(worker.handle({"type": "chat", "text": text, "system": "", "probs": 3,
+                                   "settings": {"temperature": 0, "max_tokens": 5}}))
+        return [t for m in posted if m["type"] == "piece" for t in m.get("tokens", [])]
+
+    texts = []
+    for traced in (False, True):
+        posted: list[dict] = []
+        worker.setup(posted.append)
+        asyncio.run(worker.handle({"type": "load", "files": [FileSource(FIXTURES / "tiny-qwen2.gguf")]}))
+        records = reply("hello")
+        if traced:
+            asyncio.run(worker.handle({"type": "trace", "index": 2, "id": records[2]["id"]}))
+            got = posted[-1]
+            assert got["type"] == "traced" and got["index"] == 2
+            turn = worker._session.chat.turn
+            ids = turn.prompt_ids + turn.ids
+            want = trace(worker._session.chat.engine.model, worker._session.chat.engine.tokenizer,
+                         ids[:len(turn.prompt_ids) + 2], len(turn.prompt_ids) + 1)
+            assert got["trace"]["next"][0] == records[2]["id"] == want["next"][0]
+            same_trace(got["trace"], want, 0.0)
+            asyncio.run(worker.handle({"type": "trace", "index": 2, "id": records[2]["id"] + 1}))
+            assert posted[-1] == {"type": "error", "during": "trace", "message": (
+                "only the tokens of the last reply written since the model was loaded can be looked inside "
+                "(with Token probabilities on)")}
+        texts.append(reply("more"))
+    assert texts[0] == texts[1]

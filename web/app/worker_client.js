@@ -39,6 +39,8 @@ export const worker = {
     type: "chat", messages, system, settings, probs, continue: resume, ...(thinking === null ? {} : { thinking }),
   }),
   newChat: () => post({ type: "new-chat" }),
+  // The trace of the step that wrote token index (its id) of the last reply.
+  trace: (index, id) => post({ type: "trace", index, id }),
   setWorkers(workers) {
     if (started) started.workers = workers;
     post({ type: "workers", workers });
