@@ -64,7 +64,7 @@ def test_the_panel_shows_what_the_cli_prints(replied, cli_trace):
     want = cli_trace
     assert [row[0] for row in got["lens"]] == [str(layer["layer"]) for layer in want["layers"]]
     for (_, token, p, *_), layer in zip(got["lens"], want["layers"], strict=True):
-        assert token == visible(layer["top"][0][1])
+        assert token == f'"{visible(layer["top"][0][1])}"'
         assert float(p.rstrip("%")) == pytest.approx(100 * layer["top"][0][2], abs=0.051)
     assert want["layers"][-1]["top"][0][1] == want["next"][1]
     shown = "(s) => [...s.childNodes].filter((n) => n.nodeType === 3).map((n) => n.textContent).join('')"

@@ -11,7 +11,7 @@ const SVG = "http://www.w3.org/2000/svg";
 const TOP_POSITIONS = 8; // the positions the attention table lists
 const MEAN = "mean";
 
-const percent = (p) => `${(100 * p).toFixed(p < 0.001 ? 3 : 1)}%`;
+const percent = (p) => (p < 1e-5 ? `${(100 * p).toExponential(1)}%` : `${(100 * p).toFixed(p < 0.001 ? 3 : 1)}%`);
 const visible = (text) => JSON.stringify(text).slice(1, -1); // spaces shown as they are, newlines as \n
 const ms = (s) => `${(1000 * s).toFixed(2)} ms`;
 const mib = (b) => `${(b / 2 ** 20).toFixed(1)} MiB`;
@@ -44,9 +44,10 @@ function table(head, rows, className, label) {
   return wrap;
 }
 
-const code = (text) => {
+// A cell with a token's text, escaped (quoted: a space shows as one).
+const code = (text, quoted = false) => {
   const td = make("td");
-  td.append(make("code", "", visible(text)));
+  td.append(make("code", "", quoted ? `"${visible(text)}"` : visible(text)));
   return td;
 };
 
@@ -69,10 +70,10 @@ function drawLens(trace) {
       + `likeliest from layer ${top1} on. Each row is the stream after that layer put through the model's final `
       + "norm and output matrix."));
   const rows = trace.layers.map((l) => {
-    const first = code(l.top[0][1]);
+    const first = code(l.top[0][1], true);
     if (l.top[0][0] === trace.next[0]) first.classList.add("answer");
     return [String(l.layer), first, percent(l.top[0][2]),
-      l.top.slice(1).map((t) => `${visible(t[1])} ${percent(t[2])}`).join(", "),
+      l.top.slice(1).map((t) => `"${visible(t[1])}" ${percent(t[2])}`).join(", "),
       `${l.answer[0] + 1} (${percent(l.answer[1])})`];
   });
   part.append(table(["layer", "top token", "p", "next 4", `rank of "${answer}"`], rows, "lens-table",
