@@ -4,7 +4,8 @@ first token of a reply (Token probabilities on) opens the panel, and what it sho
 layer's logit-lens top token and its probability, the positions the last attention layer's heads read most
 and their mean weights, the kinds of operation whose cost is drawn. The panel works by keyboard (Space on a
 token opens it, the pickers change the picture, Escape closes it and the token has the focus again), and
-axe finds nothing in it at 1280 and 390 px in both themes."""
+axe finds nothing in it at 1280 and 390 px in both themes. Loaded again over 2 workers (the helpers run the
+traced step too, meeting.js summing each worker's heads), the panel shows the same numbers."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 
 from browser.axe import check
-from browser.pages import ask, load_model, set_settings
+from browser.pages import ask, load_model, new_chat, set_settings
 
 pytestmark = pytest.mark.browser
 
@@ -55,13 +56,12 @@ def replied(app, smollm2_path):
     return app
 
 
-def test_the_panel_shows_what_the_cli_prints(replied, cli_trace):
-    page = replied
+def same_as_cli(page, want: dict) -> None:
+    """Open the panel on the last reply's first token; what it shows is ``want``'s (the CLI's record)."""
     first = page.locator(".message.assistant:last-child .tok").first
     first.click()
     page.wait_for_function(OPENED, timeout=60_000)
     got = page.evaluate(TABLES)
-    want = cli_trace
     assert [row[0] for row in got["lens"]] == [str(layer["layer"]) for layer in want["layers"]]
     for (_, token, p, *_), layer in zip(got["lens"], want["layers"], strict=True):
         assert token == f'"{visible(layer["top"][0][1])}"'
@@ -76,7 +76,12 @@ def test_the_panel_shows_what_the_cli_prints(replied, cli_trace):
         i = int(position)
         assert token == visible(want["tokens"][i])
         assert float(weight.rstrip("%")) == pytest.approx(100 * mean[i - layer["first"]], abs=0.051)
-    assert set(got["cost"]) == set(want["ops"])
+    assert set(got["cost"]) - {"all-reduce", "gather"} == set(want["ops"])
+
+
+def test_the_panel_shows_what_the_cli_prints(replied, cli_trace):
+    same_as_cli(replied, cli_trace)
+    assert "(1 worker, f32 weights)" in replied.locator("[data-testid=trace-panel] .trace-part").nth(2).text_content()
 
 
 def test_the_panel_by_keyboard(replied):
@@ -108,3 +113,16 @@ def test_the_panel_passes_axe(replied):
             p.locator(".message.assistant:last-child .tok").first.click()
         p.wait_for_function(OPENED, timeout=60_000)
     assert check(page, "the trace panel", open_panel) == []
+    page.keyboard.press("Escape")
+
+
+def test_a_model_split_over_two_workers_shows_the_whole_models_trace(replied, smollm2_path, cli_trace):
+    """Each worker's heads and vocabulary rows gathered (the sums in another order: within the table's 0.1%)."""
+    page = replied
+    load_model(page, [smollm2_path], workers="2")
+    new_chat(page)
+    ask(page, QUESTION)
+    same_as_cli(page, cli_trace)
+    cost = page.locator("[data-testid=trace-panel] .trace-part").nth(2).text_content()
+    assert "(2 workers, f32 weights)" in cost and "all-reduce" in cost
+    page.keyboard.press("Escape")

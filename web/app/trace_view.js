@@ -9,10 +9,12 @@ import { make } from "./dom.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 const TOP_POSITIONS = 8; // the positions the attention table lists
+const HEAT_COLUMNS = 256; // the heatmap's columns at most: a longer conversation's positions are summed by bins
 const MEAN = "mean";
 
 const percent = (p) => (p < 1e-5 ? `${(100 * p).toExponential(1)}%` : `${(100 * p).toFixed(p < 0.001 ? 3 : 1)}%`);
 const visible = (text) => JSON.stringify(text).slice(1, -1); // spaces shown as they are, newlines as \n
+const largest = (a) => a.reduce((m, v) => (v > m ? v : m), 0); // Math.max(...a) overflows the stack on long chats
 const ms = (s) => `${(1000 * s).toFixed(2)} ms`;
 const mib = (b) => `${(b / 2 ** 20).toFixed(1)} MiB`;
 
@@ -92,12 +94,21 @@ function weightsOf(layer, head, n) {
   return out;
 }
 
+// Positions 0..n in at most HEAT_COLUMNS columns: w (n + 1) summed by bins of ``per`` positions.
+function binned(w, per) {
+  const out = new Array(Math.ceil(w.length / per)).fill(0);
+  w.forEach((v, i) => { out[Math.floor(i / per)] += v; });
+  return out;
+}
+
 function heatmap(trace, head, chosen) {
-  const n = trace.position, cell = 8, rowH = 8, left = 28;
-  const width = left + cell * (n + 1), height = rowH * trace.layers.length + 2;
+  const n = trace.position, per = Math.ceil((n + 1) / HEAT_COLUMNS), cols = Math.ceil((n + 1) / per);
+  const cell = 8, rowH = 8, left = 28;
+  const width = left + cell * cols, height = rowH * trace.layers.length + 2;
+  const bins = per > 1 ? `, ${per} positions a column` : "";
   const pic = svg("svg", { viewBox: `0 0 ${width} ${height}`, class: "heatmap", role: "img",
     "aria-label": `Attention of ${head === MEAN ? "the mean of the heads" : `head ${head}`} in every layer `
-      + `(rows) over positions 0 to ${n} (columns); the table below lists layer ${chosen}'s` });
+      + `(rows) over positions 0 to ${n} (columns${bins}); the table below lists layer ${chosen}'s` });
   trace.layers.forEach((layer, il) => {
     const w = weightsOf(layer, head, n);
     if (il % 5 === 0) {
@@ -106,15 +117,15 @@ function heatmap(trace, head, chosen) {
       pic.append(label);
     }
     if (!w) return;
-    const max = Math.max(...w) || 1;
-    w.forEach((v, i) => {
+    const row = binned(w, per), max = largest(row) || 1;
+    row.forEach((v, i) => {
       if (v > 0) {
         pic.append(svg("rect", { x: left + i * cell, y: il * rowH, width: cell, height: rowH, class: "heat",
           "fill-opacity": (v / max).toFixed(3) }));
       }
     });
   });
-  pic.append(svg("rect", { x: left - 1, y: chosen * rowH, width: cell * (n + 1) + 2, height: rowH, class: "heat-row" }));
+  pic.append(svg("rect", { x: left - 1, y: chosen * rowH, width: cell * cols + 2, height: rowH, class: "heat-row" }));
   return pic;
 }
 
@@ -122,7 +133,7 @@ function heatmap(trace, head, chosen) {
 function tokenStrip(trace, w) {
   const strip = make("p", "attn-tokens");
   strip.setAttribute("aria-hidden", "true"); // the table beside it says the same
-  const max = Math.max(...w) || 1;
+  const max = largest(w) || 1;
   trace.tokens.forEach((t, i) => {
     strip.append(make("span", `w-${Math.min(9, Math.floor((10 * w[i]) / max))}`, t));
   });
