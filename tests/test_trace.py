@@ -240,3 +240,22 @@ def test_the_worker_traces_a_token_of_the_last_reply():
                 "(with Token probabilities on)")}
         texts.append(reply("more"))
     assert texts[0] == texts[1]
+
+
+@pytest.mark.parametrize("msg", [{}, {"index": "0", "id": 1}, {"index": True, "id": 1}, {"index": -1, "id": 1},
+                                 {"index": 10 ** 30, "id": 1}, {"index": 0, "id": None}, {"index": 0.0, "id": 1}])
+def test_the_worker_refuses_a_bad_trace_request_in_words(msg):
+    """Before a model, and after a reply without token records: every request is an error message, not a trace."""
+    import asyncio
+
+    from pyengine.browser import worker
+    from pyengine.gguf.source import FileSource
+    posted: list[dict] = []
+    worker.setup(posted.append)
+    for step in ({"type": "load", "files": [FileSource(FIXTURES / "tiny-llama.gguf")]},
+                 {"type": "chat", "text": "hi", "system": "", "settings": {"temperature": 0, "max_tokens": 3}}, None):
+        asyncio.run(worker.handle({"type": "trace", **msg}))
+        assert posted[-1]["type"] == "error" and posted[-1]["during"] == "trace"
+        assert posted[-1]["message"].startswith(("no model is loaded", "only the tokens of the last reply"))
+        if step:
+            asyncio.run(worker.handle(step))
