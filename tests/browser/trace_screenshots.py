@@ -18,11 +18,10 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent)]  # tests/: the browser package and conftest
 
-from playwright.sync_api import sync_playwright  # noqa: E402
 
-from browser.conftest import CHROMIUM, CHROMIUM_ARGS, ROOT, check_static, start_server, stop_server  # noqa: E402
-from browser.pages import BOOT_MS, ask, load_model, set_settings, wait_status  # noqa: E402
-from browser.screenshot import DESKTOP, MODEL, PHONE, SHORT, shoot  # noqa: E402
+from browser.conftest import ROOT  # noqa: E402
+from browser.pages import ask, set_settings  # noqa: E402
+from browser.screenshot import PHONE, SHORT, shoot, with_demo  # noqa: E402
 
 OPENED = "() => document.querySelector('[data-testid=trace-panel] .lens-table') !== null"
 
@@ -35,37 +34,29 @@ def part(page, n: int, name: str) -> None:
     print(f"wrote docs/{name}")
 
 
+def trace_shots(page) -> None:
+    """docs/TRACE.md's pictures (the module's list), on the page ``with_demo`` opened."""
+    page.get_by_test_id("show-probs").check()
+    set_settings(page, temperature=0, max_tokens=12)
+    print(ask(page, SHORT))
+    token = page.locator(".message.assistant:last-child .tok").nth(5)   # " Paris"
+    token.hover()
+    shoot(page, "trace-token.png")
+    token.click()
+    page.wait_for_function(OPENED, timeout=120_000)
+    page.evaluate("() => { const t = document.querySelector('.lens-table').parentElement; "
+                  "t.scrollTop = t.scrollHeight; }")                 # the last layers, where " Paris" comes
+    part(page, 1, "trace-lens.png")
+    part(page, 2, "trace-attention.png")
+    part(page, 3, "trace-cost.png")
+    page.set_viewport_size(PHONE)
+    page.locator("[data-testid=trace-panel] .trace-part").nth(1).scroll_into_view_if_needed()
+    shoot(page, "trace-phone.png")
+    page.keyboard.press("Escape")
+
+
 def main() -> None:
-    check_static()
-    proc, url = start_server()
-    try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport=DESKTOP, device_scale_factor=1)
-            page.goto(url)
-            wait_status(page, ("no model",), BOOT_MS)
-            load_model(page, [MODEL], workers="1")
-            page.get_by_test_id("show-probs").check()
-            set_settings(page, temperature=0, max_tokens=12)
-            print(ask(page, SHORT))
-            token = page.locator(".message.assistant:last-child .tok").nth(5)   # " Paris"
-            token.hover()
-            shoot(page, "trace-token.png")
-            token.click()
-            page.wait_for_function(OPENED, timeout=120_000)
-            page.evaluate("() => { const t = document.querySelector('.lens-table').parentElement; "
-                          "t.scrollTop = t.scrollHeight; }")                 # the last layers, where " Paris" comes
-            part(page, 1, "trace-lens.png")
-            part(page, 2, "trace-attention.png")
-            part(page, 3, "trace-cost.png")
-            page.set_viewport_size(PHONE)
-            page.locator("[data-testid=trace-panel] .trace-part").nth(1).scroll_into_view_if_needed()
-            shoot(page, "trace-phone.png")
-            page.keyboard.press("Escape")
-            page.get_by_test_id("show-probs").uncheck()  # the toggle is kept in localStorage
-            browser.close()
-    finally:
-        stop_server(proc)
+    with_demo(trace_shots)
 
 
 if __name__ == "__main__":
