@@ -12,6 +12,7 @@ What each test proves:
 - the seconds per layer, with the embedding's and the output's, add up to the step's within 10%;
 - a model split over 2 and 3 workers (helpers as threads) gives the whole model's trace, and its
   helpers' caches are left as they were;
+- every weight form (blocks, f32, quantized, compact) traces its own step: the same logits bit for bit;
 - the CLI prints the record the issue asks for (`layers` with `top` = [[id, piece, prob]],
   `attention` heads x positions, `seconds`; `tokens`; `total_seconds`), `--heads` keeps that many.
 """
@@ -22,7 +23,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, need_kernel
 from split_threads import start, stop
 
 from pyengine.cli import main
@@ -259,3 +260,20 @@ def test_the_worker_refuses_a_bad_trace_request_in_words(msg):
         assert posted[-1]["message"].startswith(("no model is loaded", "only the tokens of the last reply"))
         if step:
             asyncio.run(worker.handle(step))
+
+
+@pytest.mark.parametrize("form", ["blocks", "f32", "quantized", "compact"])
+@pytest.mark.parametrize("arch", ["llama-q4km", "qwen35", "gemma4"])
+def test_every_weight_form_traces_its_own_step(arch, form):
+    """The trace runs in the weight form the model holds (its matrices wrapped, not changed): the step's logits
+    bit for bit, the lens's last top 1 the greedy token, each matrix's bytes those of its form."""
+    from pyengine.model.trace import trace_step
+    if form == "blocks":
+        need_kernel()
+    model = load_model(open_gguf(FIXTURES / f"tiny-{arch}.gguf"), weights=form)
+    cache = model.new_cache(32)
+    want = model.forward(PROMPT, cache)
+    rec, got = trace_step(model, cache, PROMPT, len(PROMPT) - 1)
+    assert model.weights == form and np.array_equal(got, want)
+    assert rec["layers"][-1]["top"][0][0] == int(np.argmax(want))
+    assert rec["bytes"]["ffn_down"] == sum(layer.w_down.nbytes for layer in model.layers)
