@@ -14,7 +14,9 @@ What each test proves:
   helpers' caches are left as they were;
 - every weight form (blocks, f32, quantized, compact) traces its own step: the same logits bit for bit;
 - the CLI prints the record the issue asks for (`layers` with `top` = [[id, piece, prob]],
-  `attention` heads x positions, `seconds`; `tokens`; `total_seconds`), `--heads` keeps that many.
+  `attention` heads x positions, `seconds`; `tokens`; `total_seconds`), `--heads` keeps that many;
+- the page's worker traces a token of the last reply (the next turn's reply as without it) and refuses any
+  other request in words.
 """
 
 from __future__ import annotations
