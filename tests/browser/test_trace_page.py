@@ -1,11 +1,11 @@
-"""Inside a step, on the page, with SmolLM2-135M-Instruct (Memory f32, 1 worker, temperature 0): clicking the
-first token of a reply (Token probabilities on) opens the panel, and what it shows is what
-``python -m pyengine trace MODEL --chat --prompt QUESTION --weights f32 --json`` prints for the same step: each
-layer's logit-lens top token and its probability, the positions the last attention layer's heads read most
-and their mean weights, the kinds of operation whose cost is drawn. The panel works by keyboard (Space on a
-token opens it, the pickers change the picture, Escape closes it and the token has the focus again), and
-axe finds nothing in it at 1280 and 390 px in both themes. Loaded again over 2 workers (the helpers run the
-traced step too, meeting.js summing each worker's heads), the panel shows the same numbers."""
+"""Inside a step, on the page, with SmolLM2-135M-Instruct (Memory f32, 1 worker, temperature 0): clicking the first
+token of a reply (Token probabilities on) opens the panel, and what it shows is what ``python -m pyengine trace
+MODEL --chat --prompt QUESTION --weights f32 --json`` prints for the same step: each layer's logit-lens top token
+and its probability, the positions the last attention layer's heads read most and their mean weights, the kinds of
+operation whose cost is drawn. The panel works by keyboard (Space on a token opens it, the pickers change the
+picture, Escape closes it and the token has the focus again), and axe finds nothing in it at 1280 and 390 px in
+both themes, and at 390 px nothing is wider than it. Loaded again over 2 workers (the helpers run the traced step
+too, meeting.js summing each worker's heads), the panel shows the same numbers."""
 
 from __future__ import annotations
 
@@ -113,6 +113,12 @@ def test_the_panel_passes_axe(replied):
             p.locator(".message.assistant:last-child .tok").first.click()
         p.wait_for_function(OPENED, timeout=60_000)
     assert check(page, "the trace panel", open_panel) == []
+    page.set_viewport_size({"width": 390, "height": 844})              # a phone: nothing wider than the panel
+    try:
+        assert page.evaluate("""() => { const d = document.querySelector('[data-testid=trace-panel]');
+          return d.scrollWidth <= d.clientWidth && document.documentElement.scrollWidth <= 390; }""")
+    finally:
+        page.set_viewport_size({"width": 1280, "height": 860})
     page.keyboard.press("Escape")
 
 
