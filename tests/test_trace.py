@@ -228,16 +228,17 @@ def test_the_worker_traces_a_token_of_the_last_reply():
         asyncio.run(worker.handle({"type": "load", "files": [FileSource(FIXTURES / "tiny-qwen2.gguf")]}))
         records = reply("hello")
         if traced:
-            asyncio.run(worker.handle({"type": "trace", "index": 2, "id": records[2]["id"]}))
+            back = len(records) - 3                                # the reply's third token
+            asyncio.run(worker.handle({"type": "trace", "back": back, "id": records[2]["id"]}))
             got = posted[-1]
-            assert got["type"] == "traced" and got["index"] == 2
+            assert got["type"] == "traced" and got["back"] == back
             turn = worker._session.chat.turn
             ids = turn.prompt_ids + turn.ids
             want = trace(worker._session.chat.engine.model, worker._session.chat.engine.tokenizer,
                          ids[:len(turn.prompt_ids) + 2], len(turn.prompt_ids) + 1)
             assert got["trace"]["next"][0] == records[2]["id"] == want["next"][0]
             same_trace(got["trace"], want, 0.0)
-            asyncio.run(worker.handle({"type": "trace", "index": 2, "id": records[2]["id"] + 1}))
+            asyncio.run(worker.handle({"type": "trace", "back": back, "id": records[2]["id"] + 1}))
             assert posted[-1] == {"type": "error", "during": "trace", "message": (
                 "only the tokens of the last reply written since the model was loaded can be looked inside "
                 "(with Token probabilities on)")}
@@ -245,8 +246,8 @@ def test_the_worker_traces_a_token_of_the_last_reply():
     assert texts[0] == texts[1]
 
 
-@pytest.mark.parametrize("msg", [{}, {"index": "0", "id": 1}, {"index": True, "id": 1}, {"index": -1, "id": 1},
-                                 {"index": 10 ** 30, "id": 1}, {"index": 0, "id": None}, {"index": 0.0, "id": 1}])
+@pytest.mark.parametrize("msg", [{}, {"back": "0", "id": 1}, {"back": True, "id": 1}, {"back": -1, "id": 1},
+                                 {"back": 10 ** 30, "id": 1}, {"back": 0, "id": None}, {"back": 0.0, "id": 1}])
 def test_the_worker_refuses_a_bad_trace_request_in_words(msg):
     """Before a model, and after a reply without token records: every request is an error message, not a trace."""
     import asyncio
@@ -279,3 +280,31 @@ def test_every_weight_form_traces_its_own_step(arch, form):
     assert model.weights == form and np.array_equal(got, want)
     assert rec["layers"][-1]["top"][0][0] == int(np.argmax(want))
     assert rec["bytes"]["ffn_down"] == sum(layer.w_down.nbytes for layer in model.layers)
+
+
+def test_a_continued_reply_traces_the_tokens_the_last_turn_wrote():
+    """Continue: the page's records of the reply run on from the turn before; counted back from the last token,
+    a new token is traced, and one written by the turn before is refused."""
+    import asyncio
+
+    from pyengine.browser import worker
+    from pyengine.gguf.source import FileSource
+    posted: list[dict] = []
+    worker.setup(posted.append)
+    settings = {"temperature": 0, "max_tokens": 3}
+    asyncio.run(worker.handle({"type": "load", "files": [FileSource(FIXTURES / "tiny-qwen2.gguf")]}))
+    asyncio.run(worker.handle({"type": "chat", "text": "hello", "system": "", "probs": 2, "settings": settings}))
+    first = [t for m in posted if m["type"] == "piece" for t in m.get("tokens", [])]
+    text = "".join(m["text"] for m in posted if m["type"] == "piece")
+    posted.clear()
+    asyncio.run(worker.handle({"type": "chat", "messages": [{"role": "user", "content": "hello"},
+                                                            {"role": "assistant", "content": text}],
+                               "continue": True, "system": "", "probs": 2, "settings": settings}))
+    more = [t for m in posted if m["type"] == "piece" for t in m.get("tokens", [])]
+    assert len(first) == len(more) == 3
+    asyncio.run(worker.handle({"type": "trace", "back": 0, "id": more[-1]["id"]}))
+    turn = worker._session.chat.turn
+    assert posted[-1]["type"] == "traced" and posted[-1]["trace"]["next"][0] == more[-1]["id"]
+    assert posted[-1]["trace"]["position"] == len(turn.prompt_ids) + 1
+    asyncio.run(worker.handle({"type": "trace", "back": 3, "id": first[-1]["id"]}))
+    assert posted[-1]["type"] == "error"

@@ -149,9 +149,9 @@ function start() {
     if (replying()) afterReply = freshChat;
     else freshChat();
   });
-  wireChatView((span, li, index, record, last) => {
+  wireChatView((span, back, record, last) => {
     openTrace(span, record);
-    if (last && status.hasModel) worker.trace(index, record.id);
+    if (last && status.hasModel) worker.trace(back, record.id);
     else traceFailed("Only the tokens of the last reply, written since the model was loaded, can be looked inside.");
   });
   wireTurns(request, sendable, saveChat);
