@@ -23,9 +23,9 @@ command        fields                                              replies
                ``enable_thinking``; absent: its default),
                ``settings`` (:data:`SETTINGS` names -> numbers,
                None for a blank field)
-``trace``      ``back`` (a token of the last reply, counted back   ``traced`` (``back``, ``trace``:
-               from its last: 0 is the last; a continued reply's   pyengine.generation.trace's record)
-               records run on), ``id`` (its id), ``heads`` (the
+``trace``      ``back`` (a token of the last reply, counted back   ``traced`` (``back``, and
+               from its last: 0 is the last; a continued reply's   ``trace``: the record of
+               records run on), ``id`` (its id), ``heads`` (the    pyengine.generation.trace)
                q heads kept; absent: all)
 ``new-chat``   --                                                  ``cleared``
 (Stop)         a load under way (cross-origin isolated pages)      ``load-stopped``
