@@ -1,4 +1,4 @@
-"""The command line: ``python -m pyengine inspect|generate|chat|tokenize``.
+"""The command line: ``python -m pyengine inspect|generate|chat|tokenize|trace``.
 
 Bad input (any :class:`~pyengine.errors.PyEngineError`) prints one line
 ``error: ...`` on stderr and exits with status 1, never a traceback.
@@ -67,6 +67,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sampling(p)
     p.set_defaults(func=cmd_chat)
 
+    p = sub.add_parser("trace", help="look inside one step: the logit lens, the attention weights, the cost")
+    p.add_argument("model", nargs="+", help="a .gguf file, or every part of a split model")
+    p.add_argument("-p", "--prompt", required=True, help="raw text (BOS and special-token text as for generate)")
+    p.add_argument("--chat", action="store_true", help="the prompt is a user message, rendered by the chat template "
+                   "with the assistant's turn opened (as the page sends it)")
+    p.add_argument("--position", type=int, default=None, metavar="N",
+                   help="trace the step that reads the token at position N (default: the prompt's last, the step "
+                        "that gives the first token after it)")
+    p.add_argument("--heads", type=int, default=None, metavar="K", help="keep the attention of the first K heads")
+    p.add_argument("--weights", choices=CHOICES, default="auto", help="weight form, as for generate")
+    p.add_argument("--json", action="store_true", help="print one JSON object (else a table per layer)")
+    p.set_defaults(func=cmd_trace)
+
     p = sub.add_parser("tokenize", help="read one JSON string per line on stdin, print its token ids")
     p.add_argument("model", nargs="+")
     p.add_argument("--parse-special", action="store_true", help="parse special-token text")
@@ -121,6 +134,32 @@ def cmd_chat(args: argparse.Namespace) -> int:
             except KeyboardInterrupt:
                 turn.close()
                 print(file=sys.stdout, flush=True)
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    """The trace of one step (:func:`pyengine.generation.trace.trace`), as JSON or a table: per layer the
+    logit lens's top tokens, the attention's most-read position, and the seconds."""
+    from pyengine.generation.trace import trace
+    if args.heads is not None and args.heads < 1:
+        raise PyEngineError(f"--heads must be a number of heads >= 1, got {args.heads}")
+    engine = _load(args.model, args.weights)
+    if args.chat:
+        from pyengine.generation.chat import chat_prompt
+        if engine.template is None:
+            raise PyEngineError(f"--chat: the model's chat template cannot be used ({engine.template_error})")
+        ids = chat_prompt(engine.template, engine.tokenizer, [{"role": "user", "content": args.prompt}])[1]
+    else:
+        ids = engine.tokenizer.encode(args.prompt, add_special=True, parse_special=True)
+    rec = trace(engine.model, engine.tokenizer, ids, args.position, args.heads)
+    if args.json:
+        print(json.dumps(rec, ensure_ascii=False), flush=True)
+        return 0
+    print(f"step at position {rec['position']} reads {rec['token']!r}, gives {rec['next'][1]!r} "
+          f"({rec['total_seconds'] * 1000:.1f} ms, {sum(rec['bytes'].values()) / 2**20:.1f} MiB of weights read)")
+    for layer in rec["layers"]:
+        top = ", ".join(f"{p!r} {q:.2f}" for _, p, q in layer["top"][:3])
+        print(f"layer {layer['layer']:3d}  {layer['seconds'] * 1000:7.2f} ms  {top}")
+    return 0
 
 
 def cmd_tokenize(args: argparse.Namespace) -> int:

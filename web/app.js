@@ -16,6 +16,7 @@
 //   turns.js          the conversation the page keeps: send, regenerate, edit and resend, delete, copy
 //   chat_view.js      the messages, the reply as it streams, the statistics line
 //   token_view.js     a reply as its tokens shaded by probability, the alternatives on hover and focus
+//   trace_view.js     inside the step that wrote a token: the logit lens, the attention, the step's cost
 //   markdown.js       a reply's Markdown as clean nodes (markdown-it, DOMPurify, highlight.js from vendor/)
 //   model_view.js     the model card and the inspector
 import { el } from "./app/dom.js";
@@ -35,6 +36,7 @@ import { drawSettings, showWorkers, useRules, wireSettings, workersWanted } from
 import { hideProgress, replying, setPhase, settle, showError, showProgress, status, wireStatus } from "./app/status.js";
 import { worker } from "./app/worker_client.js";
 import { boundedName } from "./app/format.js";
+import { openTrace, showTrace, traceFailed } from "./app/trace_view.js";
 
 // What the worker posts, by type (pyengine/browser/worker.py describes each one).
 const handlers = {
@@ -100,10 +102,12 @@ const handlers = {
     showStats(msg.stats);
     if (replying()) settle();
   },
+  traced(msg) { showTrace(msg.trace); },
   cleared() { // the worker forgot its conversation (the page's own is the chat shown: chats.js)
     setStatsLine("");
   },
   error(msg) {
+    if (msg.during === "trace" && traceFailed(msg.message)) return;
     if (msg.during === "load") loadFailed(msg.message);
     else showError(msg.message);
     if (msg.during === "check") checkFailed();
@@ -145,7 +149,11 @@ function start() {
     if (replying()) afterReply = freshChat;
     else freshChat();
   });
-  wireChatView();
+  wireChatView((span, back, record, last) => {
+    openTrace(span, record);
+    if (last && status.hasModel) worker.trace(back, record.id);
+    else traceFailed("Only the tokens of the last reply, written since the model was loaded, can be looked inside.");
+  });
   wireTurns(request, sendable, saveChat);
   wireChats();
   wireTabs(otherTabChanged, drawModels);

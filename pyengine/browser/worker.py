@@ -23,6 +23,10 @@ command        fields                                              replies
                ``enable_thinking``; absent: its default),
                ``settings`` (:data:`SETTINGS` names -> numbers,
                None for a blank field)
+``trace``      ``back`` (a token of the last reply, counted back   ``traced`` (``back``, and
+               from its last: 0 is the last; a continued reply's   ``trace``: the record of
+               records run on), ``id`` (its id), ``heads`` (the    pyengine.generation.trace)
+               q heads kept; absent: all)
 ``new-chat``   --                                                  ``cleared``
 (Stop)         a load under way (cross-origin isolated pages)      ``load-stopped``
 =============  ==================================================  ==============================
@@ -387,6 +391,23 @@ class WorkerSession:
             if self.should_stop():
                 break
 
+    def trace(self, back: int, tid: int, heads: int | None = None) -> None:
+        """Post ``traced``: the trace of the step that gave the token ``back`` tokens before the last reply's
+        last (whose record must name ``tid``), run again on the conversation's cache (left as it was).
+        Raises PyEngineError for a token that is not one the last turn wrote."""
+        from pyengine.generation.trace import trace
+        turn = None if self.chat is None else self.chat.turn
+        records = [] if turn is None else turn.token_probs
+        ok = not isinstance(back, bool) and isinstance(back, int) and 0 <= back < len(records)
+        index = len(records) - 1 - back if ok else -1
+        if not ok or records[index]["id"] != tid:
+            raise PyEngineError("only the tokens of the last reply written since the model was loaded can be "
+                                "looked inside (with Token probabilities on)")
+        ids = turn.prompt_ids + turn.ids
+        n = len(turn.prompt_ids) + index - 1                 # the step that read the token before it
+        rec = trace(self.chat.engine.model, self.chat.engine.tokenizer, ids[:n + 1], n, heads, cache=self.chat.cache)
+        self.post({"type": "traced", "back": back, "trace": rec})
+
     def new_chat(self) -> None:
         """Forget the conversation (the system prompt is sent with every message)."""
         if self.chat is not None:
@@ -457,6 +478,8 @@ async def handle(msg: Any) -> None:
             text = None if messages is not None else str(msg["text"])
             await _session.reply(text, str(msg.get("system") or ""), msg.get("settings") or {}, messages,
                                  msg.get("probs") or 0, bool(msg.get("continue")), msg.get("thinking"))
+        elif kind == "trace":
+            _session.trace(msg.get("back"), msg.get("id"), msg.get("heads"))
         elif kind == "new-chat":
             _session.new_chat()
         else:

@@ -92,6 +92,27 @@ class KVCache:
             raise PyEngineError(f"cannot truncate the KV cache to {n} positions: it holds {self.n}")
         self.n = n
 
+    def start_of(self, n: int) -> int:
+        """The position a pass up to ``n`` starts from after ``truncate(n)``: ``n`` itself here."""
+        return n
+
+    def snapshot(self, a: int, b: int) -> tuple:
+        """What passes over positions ``a..b-1`` change, to put back with :meth:`restore`: ``n`` and copies of
+        those rows of every layer (a trace re-runs a step without disturbing the conversation's cache)."""
+        b = min(b, self.n)
+        rows = [[x[:, a:b].copy() for x in self.k], [x[:, a:b].copy() for x in self.v],
+                [None if x is None else x[a:b].copy() for x in self.conv]]
+        return self.n, a, rows
+
+    def restore(self, snap: tuple) -> None:
+        """Put back what :meth:`snapshot` kept (the arrays may have grown since: rows are copied into them)."""
+        self.n, a, (k, v, conv) = snap[0], snap[1], snap[2]
+        for arrs, kept in ((self.k, k), (self.v, v)):
+            for x, y in zip(arrs, kept):
+                x[:, a:a + y.shape[1]] = y
+        for x, y in zip(self.conv, conv):
+            if x is not None:
+                x[a:a + len(y)] = y
 
     def advance(self, n: int, prefill: bool = False) -> None:
         """A forward pass filled positions up to ``n``: they are now held (``prefill``: see
@@ -157,6 +178,10 @@ class HybridCache(KVCache):
         """Layer ``il``'s state after the forward pass under way (made the state by :meth:`advance`)."""
         self._staged[il] = (window, s)
 
+    def staged(self, il: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Layer ``il``'s state staged by the forward pass under way (window, s), or None."""
+        return self._staged.get(il)
+
     def state(self, il: int) -> tuple[np.ndarray, np.ndarray]:
         """Layer ``il``'s state at ``n``: (window (K-1, C), s (H, Dv, Dk))."""
         return self.window[il], self.s[il]
@@ -177,6 +202,27 @@ class HybridCache(KVCache):
                 del self.checkpoints[min(self.checkpoints)]
         self.n = n
 
+    def _held(self, n: int) -> dict:
+        """The states held at or before position ``n``: {position: (window, s)}."""
+        held = {p: ws for p, ws in self.checkpoints.items() if p <= n}
+        if self.last is not None and self.last[0] <= n:
+            held[self.last[0]] = self.last[1:]
+        return held
+
+    def start_of(self, n: int) -> int:
+        """The position :meth:`truncate` to ``n`` goes back to: the latest state held at or before it."""
+        return n if n == self.n else max(self._held(n), default=0)
+
+    def snapshot(self, a: int, b: int) -> tuple:
+        """As :meth:`KVCache.snapshot`, with the recurrent states (references: they are never changed in place)."""
+        states = (list(self.window), list(self.s), self.last, dict(self.checkpoints))
+        return super().snapshot(a, b) + (states,)
+
+    def restore(self, snap: tuple) -> None:
+        super().restore(snap)
+        w, s, self.last, self.checkpoints = snap[3]
+        self.window, self.s, self._staged = list(w), list(s), {}
+
     def drop_staged(self) -> None:
         """Forget the states of a forward pass that did not finish."""
         self._staged = {}
@@ -189,9 +235,7 @@ class HybridCache(KVCache):
         self._staged = {}
         if n == self.n:
             return
-        held = {p: ws for p, ws in self.checkpoints.items() if p <= n}
-        if self.last is not None and self.last[0] <= n:
-            held[self.last[0]] = self.last[1:]
+        held = self._held(n)
         p = max(held, default=0)
         w, s = held[p] if p in held else self._empty()
         self.window, self.s, self.n = list(w), list(s), p

@@ -214,6 +214,18 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: int, window: int
 
 def _attend(q, k, v, p0: int, s0: int, window: int, cap: float = 0.0, products=None) -> np.ndarray:
     """One chunk: q (Hkv, G, Tc, D) at positions p0.., keys k (Hkv, S, D) at s0.. -> (Hkv, G, Tc, Dv)."""
+    hkv, g, tc, _ = q.shape
+    scores = attention_weights(q, k, p0, s0, window, cap, products)        # (Hkv, G, Tc, S)
+    if products is not None:
+        return products.attention_values(scores.reshape(hkv, g * tc, -1), v).reshape(hkv, g, tc, -1)
+    return np.einsum("hgts,hsd->hgtd", scores, v)                        # (Hkv, G, Tc, Dv)
+
+
+def attention_weights(q: np.ndarray, k: np.ndarray, p0: int, s0: int, window: int, cap: float = 0.0,
+                      products=None) -> np.ndarray:
+    """The softmax of the scores: q (Hkv, G, Tc, D) scaled, at positions p0.., keys k (Hkv, S, D) at
+    s0.. -> (Hkv, G, Tc, S) float32, each row summing to 1 over the keys its query sees (causal, and
+    ``window`` > 0: the last ``window`` positions), 0 elsewhere (ggml ``soft_max_ext`` with the mask)."""
     hkv, g, tc, d = q.shape
     if products is not None:
         scores = products.attention_scores(np.ascontiguousarray(q.reshape(hkv, g * tc, d), np.float32), k)
@@ -233,6 +245,4 @@ def _attend(q, k, v, p0: int, s0: int, window: int, cap: float = 0.0, products=N
     scores -= scores.max(axis=-1, keepdims=True)
     np.exp(scores, out=scores)
     scores /= scores.sum(axis=-1, keepdims=True)
-    if products is not None:
-        return products.attention_values(scores.reshape(hkv, g * tc, -1), v).reshape(hkv, g, tc, -1)
-    return np.einsum("hgts,hsd->hgtd", scores, v)                        # (Hkv, G, Tc, Dv)
+    return scores

@@ -180,7 +180,7 @@ class Model:
     # ------------------------------------------------------------------------
     # the forward pass: the hot loop
 
-    def forward(self, tokens: list[int], cache: KVCache, logits: str = "last") -> np.ndarray:
+    def forward(self, tokens: list[int], cache: KVCache, logits: str = "last", recorder: Any = None) -> np.ndarray:
         """Run ``tokens`` at the cache's next positions; return their logits.
 
         logits="last": (n_vocab,) float32 for the last token; "all": (T,
@@ -188,7 +188,9 @@ class Model:
         ``len(tokens)``. A prompt longer than ``UBATCH`` runs in steps of
         ``UBATCH`` tokens. Raises PyEngineError when the tokens would pass the
         cache's ``n_ctx`` or an id is outside the vocabulary. A helper's shard
-        returns None (the main worker gathers the logits).
+        returns None (the main worker gathers the logits). ``recorder``
+        (:class:`pyengine.model.trace.Recorder`, None when off: one check per
+        layer) sees the stream after the embedding, after each layer and at the end.
         """
         tokens = self._check_tokens(tokens, cache, logits)
         outs = []
@@ -197,21 +199,23 @@ class Model:
             last = i + UBATCH >= len(tokens)
             mode = logits if logits == "all" or last else "none"
             prefill = i == 0 and logits == "last" and len(tokens) > 1   # a hybrid cache keeps a checkpoint
-            outs.append(self._forward(step, cache, mode, prefill))
+            outs.append(self._forward(step, cache, mode, prefill, recorder))
         if outs[-1] is None:
             return None
         if logits == "last":
             return outs[-1][0]
         return outs[0] if len(outs) == 1 else np.concatenate(outs)
 
-    def _forward(self, tokens: np.ndarray, cache: KVCache, logits: str, prefill: bool = False) -> np.ndarray | None:
+    def _forward(self, tokens: np.ndarray, cache: KVCache, logits: str, prefill: bool = False,
+                 recorder: Any = None) -> np.ndarray | None:
         try:
-            return self._layers(tokens, cache, logits, prefill)
+            return self._layers(tokens, cache, logits, prefill, recorder)
         finally:
             if isinstance(cache, HybridCache):
                 cache.drop_staged()                      # a pass that did not finish leaves no state
 
-    def _layers(self, tokens: np.ndarray, cache: KVCache, logits: str, prefill: bool) -> np.ndarray | None:
+    def _layers(self, tokens: np.ndarray, cache: KVCache, logits: str, prefill: bool,
+                recorder: Any = None) -> np.ndarray | None:
         c = self.config
         t, pos = len(tokens), cache.n
         cache.reserve(pos + t)
@@ -222,6 +226,8 @@ class Model:
         if c.embedding_scale:                                            # granite
             x *= np.float32(c.embedding_scale)
         per_layer = None if self.per_layer is None else self.per_layer_inputs(tokens, x)   # (L, T, n_pl)
+        if recorder is not None:
+            recorder.embedded(x)
         for il, layer in enumerate(self.layers):
             mix = self.shortconv if layer.conv is not None else self.recurrent if layer.delta is not None \
                 else self.attention
@@ -236,9 +242,20 @@ class Model:
                 x = x + rmsnorm(layer.proj(gelu(layer.inp_gate(x)) * per_layer[il]), layer.post_norm, c.rms_eps)
             if layer.out_scale is not None:
                 x *= layer.out_scale
+            if recorder is not None:
+                recorder.layer(il, x, cache)
         cache.advance(pos + t, prefill)
         if logits == "none":
             return np.empty((0, c.n_vocab), np.float32)
+        out = self.head(x)
+        if recorder is not None:
+            recorder.finished()
+        return out
+
+    def head(self, x: np.ndarray) -> np.ndarray | None:
+        """The logits (R, n_vocab) of the stream x (R, n_embd): output · output_norm(x), gathered over the
+        workers (None on a helper), soft-capped (gemma2, gemma4) and scaled (granite) as the model does."""
+        c = self.config
         out = self.comm.gather(self.output(rmsnorm(x, self.output_norm, c.rms_eps)))   # (R, n_vocab)
         if out is not None and c.final_logit_softcap:
             out = softcap(out, c.final_logit_softcap)
@@ -304,13 +321,18 @@ class Model:
         if rope is not None:
             q = rope(q, pos)
         q = (q * np.float32(c.attn_scale)).reshape(t, hkv, -1, dk).transpose(1, 2, 0, 3)  # (Hkv, G, T, Dk)
-        o = attention(q, cache.k[src][:, :pos + t], cache.v[src][:, :pos + t], pos,
-                      c.sliding_window if layer.swa else 0, c.attn_logit_softcap, self.products())   # (Hkv, G, T, Dv)
+        o = self.attend(q, cache.k[src][:, :pos + t], cache.v[src][:, :pos + t], pos,
+                        c.sliding_window if layer.swa else 0)                          # (Hkv, G, T, Dv)
         o = o.transpose(2, 0, 1, 3).reshape(t, hq * dv)                  # (T, H*Dv)
         if gate is not None:
             o = o * sigmoid(gate)
         h = self.comm.all_reduce(layer.wo(o))                            # (T, n_embd)
         return add_bias(h, layer.bo)
+
+    def attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: int, window: int) -> np.ndarray:
+        """:func:`pyengine.model.ops.attention` with this model's soft-cap and products: q (Hkv, G, T, Dk)
+        scaled, k (Hkv, pos+T, Dk), v (Hkv, pos+T, Dv) -> (Hkv, G, T, Dv)."""
+        return attention(q, k, v, pos, window, self.config.attn_logit_softcap, self.products())
 
     def shortconv(self, layer: Layer, x: np.ndarray, cache: KVCache, il: int, pos: int) -> np.ndarray:
         """lfm2's short-convolution block on x (T, n_embd), already normed, at positions pos.. over this

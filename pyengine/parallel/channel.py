@@ -11,9 +11,10 @@ sums while a slower one still reads the last.
 The buffer, ``Int32`` control words then ``Float32`` data::
 
     ctl[SEQ]                  the command number; a helper runs each new one once
-    ctl[CMD], ctl[ARGS..]     FORWARD (n tokens, position, logits mode, cache id, n_ctx), PING or EXIT
+    ctl[CMD], ctl[ARGS..]     FORWARD (n tokens, position, logits mode, cache id, n_ctx, trace), PING or EXIT
     ctl[COUNT], ctl[GEN]      the barrier: workers arrived, generation
     ctl[ABORT]                a command the main worker gave up (Stop): helpers leave it at once
+    ctl[TRACE]                0, or 1 + the q heads a traced step keeps (pyengine.model.trace)
     ctl[STAMP + i]            the last barrier generation worker i reached (who is missing)
     ctl[DONE + i], [FAIL + i] the last command helper i finished, and failed (DEAD: it serves no more)
     ctl[LOADED + 3i ..]       worker i's load: tensors read, bytes read (low 31 bits, the rest)
@@ -46,7 +47,7 @@ REDUCE_ROWS = 512       # rows of one sum (at least the model's UBATCH: a prompt
 GATHER_ROWS = 16        # rows of logits gathered at once
 
 # control words (Int32)
-SEQ, CMD, N_TOKENS, POS, LOGITS, CACHE, N_CTX, COUNT, GEN, ABORT = range(10)
+SEQ, CMD, N_TOKENS, POS, LOGITS, CACHE, N_CTX, COUNT, GEN, ABORT, TRACE = range(11)
 STAMP = 16
 DONE = STAMP + MAX_WORKERS
 FAIL = DONE + MAX_WORKERS
@@ -242,7 +243,7 @@ class Channel:
 
     # --- commands: the main worker writes them, helpers serve them
     def send(self, cmd: int, tokens: np.ndarray | None = None, pos: int = 0, logits: str = "none",
-             cache: int = 0, n_ctx: int = 0) -> None:
+             cache: int = 0, n_ctx: int = 0, trace: int = 0) -> None:
         """Post command ``cmd`` (the main worker), once every helper has finished the last one. Raises
         PyEngineError when a helper serves no more (EXIT still goes to the others)."""
         if cmd != EXIT and self.dead():
@@ -253,7 +254,7 @@ class Channel:
         if n:
             b.write_ints(TOKENS, np.asarray(tokens, np.int32))
         for word, v in ((CMD, cmd), (N_TOKENS, n), (POS, pos), (LOGITS, LOGITS_MODES.index(logits)),
-                        (CACHE, cache), (N_CTX, n_ctx)):
+                        (CACHE, cache), (N_CTX, n_ctx), (TRACE, trace)):
             b.store(word, v)
         self.seq = b.load(SEQ) + 1
         self.meetings = 0

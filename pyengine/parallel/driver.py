@@ -16,6 +16,7 @@ import numpy as np
 
 from pyengine.errors import PyEngineError
 from pyengine.model.load import budget_matrices, held_nbytes, shard_matrices
+from pyengine.model.trace import run
 from pyengine.parallel.channel import EXIT, FORWARD, MAX_TOKENS, Channel, layout, ping
 from pyengine.parallel.split import alignments, plan
 from pyengine.weights.budget import check_fits, default_budget, forms_nbytes, plan_forms
@@ -60,6 +61,20 @@ class SplitModel:
         if logits == "last":
             return outs[-1]
         return outs[0] if len(outs) == 1 else np.concatenate(outs)
+
+    def traced_run(self, tokens: np.ndarray, cache, pos: int, recorder) -> np.ndarray:
+        """:func:`pyengine.model.trace.run` in every worker at once (one FORWARD command flagged as a trace,
+        at most ``channel.MAX_TOKENS`` tokens); the step's logits (n_vocab,)."""
+        if len(tokens) > MAX_TOKENS:
+            raise PyEngineError(f"a traced step of a split model runs at most {MAX_TOKENS} tokens, "
+                                f"got {len(tokens)}: trace a step nearer the cache's end")
+        self.chan.send(FORWARD, tokens, pos=pos, logits="last", cache=cache.id, n_ctx=cache.n_ctx,
+                       trace=1 + recorder.heads)
+        try:
+            return run(self.model, cache, tokens, pos, recorder)
+        except BaseException:
+            self.chan.abort()
+            raise
 
     def ping(self) -> float:
         """Seconds of one meeting of every worker."""

@@ -15,6 +15,7 @@ from typing import Any
 from pyengine.errors import PyEngineError
 from pyengine.model.load import load_model
 from pyengine.model.shard import Shard
+from pyengine.model.trace import Recorder, run
 from pyengine.parallel.channel import (
     CACHE,
     CMD,
@@ -27,6 +28,7 @@ from pyengine.parallel.channel import (
     PING,
     POS,
     TOKENS,
+    TRACE,
     AbortError,
     Channel,
 )
@@ -85,8 +87,12 @@ class Helper:
             cache = self.caches[cache_id]
         if pos > cache.n:
             raise PyEngineError(f"helper {self.chan.index + 1}: asked for position {pos}, holds {cache.n}")
+        tokens, trace = b.read_ints(TOKENS, n), b.load(TRACE)
+        if trace:                                                       # a traced step: the cache put back after
+            run(self.model, cache, tokens, pos, Recorder(self.model, trace - 1))
+            return
         cache.truncate(pos)
-        self.model.forward(b.read_ints(TOKENS, n), cache, LOGITS_MODES[b.load(LOGITS)])
+        self.model.forward(tokens, cache, LOGITS_MODES[b.load(LOGITS)])
 
 
 def load_helper(gguf, plan: dict, index: int, block: Any) -> Helper:

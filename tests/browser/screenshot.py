@@ -44,7 +44,8 @@ def show_alternatives(page, index: int) -> None:
     token.scroll_into_view_if_needed()
 
 
-def main() -> None:
+def with_demo(shots) -> None:
+    """Serve static/, open it in Chromium with SmolLM2 loaded (Memory f32, 1 worker), run ``shots(page)``."""
     check_static()
     proc, url = start_server()
     try:
@@ -54,34 +55,43 @@ def main() -> None:
             page.goto(url)
             wait_status(page, ("no model",), BOOT_MS)
             load_model(page, [MODEL], workers="1")  # f32: in the file's codes (as in llama.cpp) SHORT goes astray
-            set_settings(page, temperature=0, max_tokens=256)
-            print(ask(page, QUESTION))
-            page.locator(".message.assistant:last-child pre").first.scroll_into_view_if_needed()
-            page.evaluate("document.querySelector('.side').scrollTop = 0")
-            shoot(page, "screenshot.png")
-            page.emulate_media(color_scheme="dark")   # the Theme setting on System follows it
-            shoot(page, "dark.png")
-            page.emulate_media(color_scheme="light")
-
-            page.set_viewport_size(PHONE)
-            page.evaluate("document.querySelector('.messages').scrollTop = 0")
-            shoot(page, "phone.png")
-            page.set_viewport_size(DESKTOP)
-
-            new_chat(page)
-            page.get_by_test_id("show-probs").check()  # the records come with the replies asked while it is on
-            set_settings(page, max_tokens=24)
-            print(ask(page, SHORT))
-            show_alternatives(page, 5)  # " Paris"
-            shoot(page, "probabilities.png")
-            page.emulate_media(color_scheme="dark")
-            show_alternatives(page, 5)
-            shoot(page, "dark-probabilities.png")
-            page.emulate_media(color_scheme="light")
+            shots(page)
             page.get_by_test_id("show-probs").uncheck()  # the toggle is kept in localStorage
             browser.close()
     finally:
         stop_server(proc)
+
+
+def readme_shots(page) -> None:
+    """The README's pictures (the module's list), on the page ``with_demo`` opened."""
+    set_settings(page, temperature=0, max_tokens=256)
+    print(ask(page, QUESTION))
+    page.locator(".message.assistant:last-child pre").first.scroll_into_view_if_needed()
+    page.evaluate("document.querySelector('.side').scrollTop = 0")
+    shoot(page, "screenshot.png")
+    page.emulate_media(color_scheme="dark")   # the Theme setting on System follows it
+    shoot(page, "dark.png")
+    page.emulate_media(color_scheme="light")
+
+    page.set_viewport_size(PHONE)
+    page.evaluate("document.querySelector('.messages').scrollTop = 0")
+    shoot(page, "phone.png")
+    page.set_viewport_size(DESKTOP)
+
+    new_chat(page)
+    page.get_by_test_id("show-probs").check()  # the records come with the replies asked while it is on
+    set_settings(page, max_tokens=24)
+    print(ask(page, SHORT))
+    show_alternatives(page, 5)  # " Paris"
+    shoot(page, "probabilities.png")
+    page.emulate_media(color_scheme="dark")
+    show_alternatives(page, 5)
+    shoot(page, "dark-probabilities.png")
+    page.emulate_media(color_scheme="light")
+
+
+def main() -> None:
+    with_demo(readme_shots)
 
 
 if __name__ == "__main__":

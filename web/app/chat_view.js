@@ -269,7 +269,10 @@ export function clearMessages(hasModel) {
 }
 
 // Hover and focus on a token show its alternatives.
-export const wireChatView = () => wireTokens(el.messages, (li) => records.get(li));
+// look(span, back, record, last): a token was clicked or Space pressed on it; back: the tokens after it in
+// its reply; last: its reply is the conversation's last message.
+export const wireChatView = (look) => wireTokens(el.messages, (li) => records.get(li),
+  (span, li, index, record) => look(span, records.get(li).length - 1 - index, record, !li.nextElementSibling));
 
 // A user message's text in a box, to change and send again: onSend(text) or onCancel().
 export function editMessage(li, onSend, onCancel) {

@@ -4,7 +4,8 @@
 // begins with its text ("Paris: 87.1%") and is described by its alternatives once they are open. The probabilities are those the token was drawn
 // from: after the repetition penalty and the temperature, before top-k, top-p and min-p cut the list
 // (pyengine.generation.sampling.Sampler.probabilities; at temperature 0, the softmax of the penalized
-// logits). The shade is a class, p-0 (under 10%) to p-9 (90% or more): no style attribute.
+// logits). The shade is a class, p-0 (under 10%) to p-9 (90% or more): no style attribute. A click, or
+// Space, looks inside the step that wrote the token (trace_view.js).
 import { make } from "./dom.js";
 
 export const PROBS_SHOWN = 5; // the alternatives listed for each token
@@ -72,8 +73,9 @@ function moveTo(span, key) {
 }
 
 // recordsOf(li): the token records of a message. Hover and focus show a token's alternatives; the
-// keys move the focus between tokens, open and close the alternatives.
-export function wireTokens(list, recordsOf) {
+// keys move the focus between tokens, open and close the alternatives; a click or Space calls
+// look(span, li, index, record).
+export function wireTokens(list, recordsOf, look = () => {}) {
   const open = (span) => {
     const records = recordsOf(span.closest("[data-testid=message]"));
     if (records?.[span.dataset.index]) showAlternatives(span, records[span.dataset.index]);
@@ -82,7 +84,16 @@ export function wireTokens(list, recordsOf) {
     const span = e.target.closest?.(".tok");
     if (span) open(span);
   };
+  const lookAt = (span) => {
+    const li = span.closest("[data-testid=message]");
+    const record = recordsOf(li)?.[span.dataset.index];
+    if (record) look(span, li, Number(span.dataset.index), record);
+  };
   list.addEventListener("mouseover", opened);
+  list.addEventListener("click", (e) => {
+    const span = e.target.closest?.(".tok");
+    if (span && !e.target.closest(".alts")) lookAt(span);
+  });
   list.addEventListener("focusin", opened);
   list.addEventListener("focusout", (e) => {
     const span = e.target.closest?.(".tok");
@@ -95,9 +106,13 @@ export function wireTokens(list, recordsOf) {
       e.preventDefault();
       return void hideAlternatives(span);
     }
-    if (e.key === "Enter" || e.key === " ") {
+    if (e.key === "Enter") {
       e.preventDefault();
       return void open(span);
+    }
+    if (e.key === " ") {
+      e.preventDefault();
+      return void lookAt(span);
     }
     const next = moveTo(span, e.key);
     if (!next?.classList.contains("tok")) return;

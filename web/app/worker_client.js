@@ -39,6 +39,9 @@ export const worker = {
     type: "chat", messages, system, settings, probs, continue: resume, ...(thinking === null ? {} : { thinking }),
   }),
   newChat: () => post({ type: "new-chat" }),
+  // The trace of the step that wrote a token of the last reply: back, how many tokens come after it in the
+  // reply (a continued reply's first tokens came from a turn before); id, its id.
+  trace: (back, id) => post({ type: "trace", back, id }),
   setWorkers(workers) {
     if (started) started.workers = workers;
     post({ type: "workers", workers });

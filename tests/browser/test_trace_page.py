@@ -1,0 +1,134 @@
+"""Inside a step, on the page, with SmolLM2-135M-Instruct (Memory f32, 1 worker, temperature 0): clicking the first
+token of a reply (Token probabilities on) opens the panel, and what it shows is what ``python -m pyengine trace
+MODEL --chat --prompt QUESTION --weights f32 --json`` prints for the same step: each layer's logit-lens top token
+and its probability, the positions the last attention layer's heads read most and their mean weights, the kinds of
+operation whose cost is drawn. The panel works by keyboard (Space on a token opens it, the pickers change the
+picture, Escape closes it and the token has the focus again), and axe finds nothing in it at 1280 and 390 px in
+both themes, and at 390 px nothing is wider than it. Loaded again over 2 workers (the helpers run the traced step
+too, meeting.js summing each worker's heads), the panel shows the same numbers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from browser.axe import check
+from browser.pages import ask, load_model, new_chat, set_settings
+
+pytestmark = pytest.mark.browser
+
+QUESTION = "What is the capital of France?"
+ROOT = Path(__file__).resolve().parents[2]
+
+# The panel's tables as text: {lens: [[layer, token, p]], attention: [[position, token, weight]], cost: [kind]}.
+TABLES = """() => {
+  const rows = (sel) => [...document.querySelectorAll(`[data-testid=trace-panel] ${sel} tbody tr`)]
+    .map((tr) => [...tr.children].map((td) => td.textContent));
+  return { lens: rows('.lens-table'), attention: rows('.attn-table'), cost: rows('.cost-table').map((r) => r[0]),
+           layer: document.querySelector('[data-testid=trace-layer] select').value };
+}"""
+
+OPENED = "() => document.querySelector('[data-testid=trace-panel] .lens-table') !== null"
+
+
+def visible(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)[1:-1]
+
+
+@pytest.fixture(scope="module")
+def cli_trace(smollm2_path) -> dict:
+    out = subprocess.run([sys.executable, "-m", "pyengine", "trace", str(smollm2_path), "--chat", "--prompt", QUESTION,
+                          "--weights", "f32", "--json"], capture_output=True, text=True, cwd=ROOT, check=True)
+    return json.loads(out.stdout)
+
+
+@pytest.fixture(scope="module")
+def replied(app, smollm2_path):
+    load_model(app, [smollm2_path], workers="1")
+    app.get_by_test_id("show-probs").check()
+    set_settings(app, temperature=0, max_tokens=4, seed=None)
+    ask(app, QUESTION)
+    return app
+
+
+def same_as_cli(page, want: dict) -> None:
+    """Open the panel on the last reply's first token; what it shows is ``want``'s (the CLI's record)."""
+    first = page.locator(".message.assistant:last-child .tok").first
+    first.click()
+    page.wait_for_function(OPENED, timeout=60_000)
+    got = page.evaluate(TABLES)
+    assert [row[0] for row in got["lens"]] == [str(layer["layer"]) for layer in want["layers"]]
+    for (_, token, p, *_), layer in zip(got["lens"], want["layers"], strict=True):
+        assert token == f'"{visible(layer["top"][0][1])}"'
+        assert float(p.rstrip("%")) == pytest.approx(100 * layer["top"][0][2], abs=0.051)
+    assert want["layers"][-1]["top"][0][1] == want["next"][1]
+    shown = "(s) => [...s.childNodes].filter((n) => n.nodeType === 3).map((n) => n.textContent).join('')"
+    assert first.evaluate(shown) == want["next"][1]                     # the token clicked is the step's answer
+    layer = want["layers"][int(got["layer"])]
+    mean = np.asarray(layer["attention"]).mean(axis=0)                  # (positions from first)
+    assert len(got["attention"]) == 8
+    for position, token, weight in got["attention"]:
+        i = int(position)
+        assert token == visible(want["tokens"][i])
+        assert float(weight.rstrip("%")) == pytest.approx(100 * mean[i - layer["first"]], abs=0.051)
+    assert set(got["cost"]) - {"all-reduce", "gather"} == set(want["ops"])
+
+
+def test_the_panel_shows_what_the_cli_prints(replied, cli_trace):
+    same_as_cli(replied, cli_trace)
+    assert "(1 worker, f32 weights)" in replied.locator("[data-testid=trace-panel] .trace-part").nth(2).text_content()
+
+
+def test_the_panel_by_keyboard(replied):
+    page = replied
+    panel = page.get_by_test_id("trace-panel")
+    if panel.is_visible():                                              # opened by a click on token 0
+        page.keyboard.press("Escape")
+        page.wait_for_function("() => document.activeElement.dataset.index === '0'")   # the focus back on it
+    token = page.locator(".message.assistant:last-child .tok").nth(1)
+    token.focus()
+    assert page.evaluate("document.activeElement.dataset.index") == "1"
+    page.keyboard.press("Space")
+    page.wait_for_function(OPENED, timeout=60_000)
+    assert panel.is_visible()
+    page.get_by_test_id("trace-head").locator("select").select_option("0")
+    assert page.locator("[data-testid=trace-panel] .attn-note").text_content().startswith(
+        f"Layer {page.evaluate(TABLES)['layer']}, head 0.")
+    page.get_by_test_id("trace-layer").locator("select").focus()
+    page.keyboard.press("Escape")
+    assert panel.is_hidden()
+    page.wait_for_function("() => document.activeElement.dataset.index === '1'")
+
+
+def test_the_panel_passes_axe(replied):
+    page = replied
+
+    def open_panel(p):
+        if not p.get_by_test_id("trace-panel").is_visible():
+            p.locator(".message.assistant:last-child .tok").first.click()
+        p.wait_for_function(OPENED, timeout=60_000)
+    assert check(page, "the trace panel", open_panel) == []
+    page.set_viewport_size({"width": 390, "height": 844})              # a phone: nothing wider than the panel
+    try:
+        assert page.evaluate("""() => { const d = document.querySelector('[data-testid=trace-panel]');
+          return d.scrollWidth <= d.clientWidth && document.documentElement.scrollWidth <= 390; }""")
+    finally:
+        page.set_viewport_size({"width": 1280, "height": 860})
+    page.keyboard.press("Escape")
+
+
+def test_a_model_split_over_two_workers_shows_the_whole_models_trace(replied, smollm2_path, cli_trace):
+    """Each worker's heads and vocabulary rows gathered (the sums in another order: within the table's 0.1%)."""
+    page = replied
+    load_model(page, [smollm2_path], workers="2")
+    new_chat(page)
+    ask(page, QUESTION)
+    same_as_cli(page, cli_trace)
+    cost = page.locator("[data-testid=trace-panel] .trace-part").nth(2).text_content()
+    assert "(2 workers, f32 weights)" in cost and "all-reduce" in cost
+    page.keyboard.press("Escape")
