@@ -9,6 +9,8 @@ The compiler is clang from the Zig toolchain on PyPI (``ziglang``, pinned in
   ``static/kernel/`` by ``build_static.py``; the page's workers write it into Pyodide's file system for
   ``ctypes.CDLL`` (``web/pyodide_boot.js``). It imports nothing (``-ffreestanding``), and
   ``-mno-extended-const`` keeps its data segments loadable by Pyodide 0.27.
+- ``build/kernel/pyengine_kernel_relaxed.so``: the same with relaxed SIMD, its products bytes times bytes
+  as on x86; the page takes it where the browser validates a relaxed instruction.
 - ``pyengine/weights/kernel/libpyengine_kernel-*.so``: CPython's native libraries: x86-64 with AVX2 and
   FMA (``x86_64_v3``), and a portable build for any other CPU of the machine's architecture.
 
@@ -29,12 +31,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL = ROOT / "pyengine" / "weights" / "kernel"
 WASM = ROOT / "build" / "kernel" / "pyengine_kernel.so"
+WASM_RELAXED = ROOT / "build" / "kernel" / "pyengine_kernel_relaxed.so"
 SOURCES = (KERNEL / "kernel.c", KERNEL / "simd.h")
 ZIG = [sys.executable, "-m", "ziglang"]
 ZIG_VERSION = "0.17.1"
 # -ffp-contract=off: no fused multiply-adds, so that every build sums the same floats to the same bits
 COMMON = ["-O3", "-ffp-contract=off", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror"]
 WASM_CC = ["-target", "wasm32-emscripten", "-msimd128", "-mno-extended-const", "-ffreestanding", *COMMON]
+# relaxed SIMD: i16x8.relaxed_dot_i8x16_i7x16_s, pmaddubsw in V8 on x86 (exact for 7-bit weight codes)
+WASM_RELAXED_CC = [*WASM_CC, "-mrelaxed-simd"]
 WASM_LD = ["--experimental-pic", "-shared", "--no-entry", "--export-dynamic", "--strip-all"]
 
 
@@ -100,7 +105,7 @@ def have_zig() -> str | None:
 
 def build_kernels() -> dict[Path, str]:
     """Every library: {path: "ok" | "built" | "failed: why"}, the wasm module first."""
-    outs = {WASM: (WASM_CC, True)}
+    outs = {WASM: (WASM_CC, True), WASM_RELAXED: (WASM_RELAXED_CC, True)}
     outs.update({KERNEL / name: ([*COMMON, *flags], False) for name, flags in native_builds().items()})
     missing = have_zig()
     if missing:

@@ -26,7 +26,7 @@ import re
 import time
 from pathlib import Path
 
-from build_kernel import WASM, build_kernels
+from build_kernel import WASM, WASM_RELAXED, build_kernels
 from build_wheels import build_wheels
 from buildlib import ROOT, STATIC, install_bytes, install_file, link_file, prune, sha256_of
 from fetch_models import MODELS, fetch
@@ -55,14 +55,17 @@ def build_page(dest: Path) -> dict[Path, str]:
 
 
 def build_kernel(dest: Path) -> dict[Path, str]:
-    """The kernel for the page (``dest``/pyengine_kernel.so) and for CPython; a build that fails is said,
-    and leaves that runtime on numpy's products."""
+    """The kernels for the page (``dest``/pyengine_kernel.so, and pyengine_kernel_relaxed.so for browsers with
+    relaxed SIMD) and for CPython; a build that fails is said, and leaves that runtime on numpy's products."""
     built = build_kernels()
     for path, state in built.items():
         if state.startswith("failed"):
             print(f"  note: the C kernel {path.name} was not built, that runtime keeps numpy's products: "
                   f"{state.removeprefix('failed: ')}")
-    return {} if built[WASM].startswith("failed") else {dest / WASM.name: install_file(WASM, dest / WASM.name)}
+    if built[WASM].startswith("failed"):
+        return {}
+    return {dest / lib.name: install_file(lib, dest / lib.name) for lib in (WASM, WASM_RELAXED)
+            if not built[lib].startswith("failed")}
 
 
 def build_demo_model(dest: Path) -> dict[Path, str]:

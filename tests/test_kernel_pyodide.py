@@ -21,7 +21,7 @@ import json
 import numpy as np
 import pytest
 from conftest import FIXTURES, GOLDEN, SMOLLM2, need_kernel
-from test_node_pyodide import in_pyodide, static_ready  # noqa: F401 (static_ready: a fixture)
+from test_node_pyodide import STATIC, in_pyodide, static_ready  # noqa: F401 (static_ready: a fixture)
 from test_quants import random_blocks
 
 from pyengine.gguf import quants
@@ -81,10 +81,15 @@ out
 '''
 
 
-@pytest.fixture(scope="module")
-def products(static_ready, tmp_path_factory):  # noqa: F811
-    """The Pyodide kernel's sums and products on each type's blocks, with the blocks and tokens."""
+BUILDS = ["pyengine_kernel.so", "pyengine_kernel_relaxed.so"]    # SIMD128, and relaxed SIMD (bytes x bytes)
+
+
+@pytest.fixture(scope="module", params=BUILDS)
+def products(static_ready, tmp_path_factory, request):  # noqa: F811
+    """A Pyodide kernel build's sums and products on each type's blocks, with the blocks and tokens."""
     need_kernel()
+    if not (STATIC / "kernel" / request.param).exists():
+        pytest.skip(f"static/kernel/{request.param} is not built")
     folder, rng, data = tmp_path_factory.mktemp("kdata"), np.random.default_rng(5), {}
     for name in kernel.TYPES:
         data[name] = case_data(name, rng)
@@ -96,12 +101,12 @@ def products(static_ready, tmp_path_factory):  # noqa: F811
     data["delta"] = delta_data(rng)
     for i, array in enumerate(data["delta"]):
         np.save(folder / f"delta-{i}.npy", array)
-    got = in_pyodide(f"TOKENS = {TOKENS!r}\n" + PRODUCTS_CODE, mounts={folder: "/kdata"})
-    return got, data
+    got = in_pyodide(f"TOKENS = {TOKENS!r}\n" + PRODUCTS_CODE, mounts={folder: "/kdata"}, kernel=request.param)
+    return got, data, request.param
 
 
 def test_the_page_loads_the_wasm_kernel(products):
-    assert products[0]["status"] == "C kernel (pyengine_kernel.so)"
+    assert products[0]["status"] == f"C kernel ({products[2]})"
 
 
 @pytest.mark.parametrize("type_name", list(kernel.TYPES))

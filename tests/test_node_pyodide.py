@@ -132,11 +132,15 @@ def static_ready() -> None:
     current_static()
 
 
-def in_pyodide(code: str, timeout: float = 900, mounts: dict | None = None) -> object:
+def in_pyodide(code: str, timeout: float = 900, mounts: dict | None = None,
+               kernel: str = "pyengine_kernel.so") -> object:
     """The JSON value of ``code``'s last line, run under Pyodide in Node with FX and MODELS mounted (and
-    ``mounts``: {host folder: path in Pyodide}), with the network cut: everything must come from static/."""
+    ``mounts``: {host folder: path in Pyodide}), with the network cut: everything must come from static/.
+    ``kernel``: the build in static/kernel/ to load (the relaxed-SIMD one turns relaxed SIMD on in Node)."""
     setup = 'FX, MODELS = "/fx", "/models"\n'
-    args = ["node", str(HARNESS), "--static", str(STATIC), "--mount", f"{FIXTURES}:/fx"]
+    relaxed = ["--experimental-wasm-relaxed-simd"] if "relaxed" in kernel else []
+    args = ["node", *relaxed, str(HARNESS), "--static", str(STATIC), "--kernel", kernel,
+            "--mount", f"{FIXTURES}:/fx"]
     if MODELS.is_dir():
         args += ["--mount", f"{MODELS}:/models"]
     for host, point in (mounts or {}).items():

@@ -7,8 +7,10 @@ which a decode step spends its time in once the products are fast: attention's
 two products over the KV cache, and a step of qwen35's gated delta rule.
 
 It is built by ``build_scripts/build_kernel.py`` with the Zig toolchain from
-PyPI: a wasm32 side module with SIMD128 for the page (written to
-:data:`WASM_PATH` by ``web/pyodide_boot.js`` before Python imports pyengine),
+PyPI: a wasm32 side module with SIMD128 for the page, and one with relaxed
+SIMD for browsers that have it (one of them written to :data:`WASM_PATH` by
+``web/pyodide_boot.js`` before Python imports pyengine, its name in
+``PYENGINE_KERNEL_NAME``),
 and native shared libraries beside this file for CPython (x86-64 with AVX2
 where the CPU has it, else a portable build).
 
@@ -320,4 +322,4 @@ def _load() -> tuple:
         kernel = Kernel(path)
     except (OSError, KernelError) as e:
         return None, f"numpy (the C kernel did not load: {e})"
-    return kernel, f"C kernel ({Path(path).name})"
+    return kernel, f"C kernel ({os.environ.get('PYENGINE_KERNEL_NAME') or Path(path).name})"

@@ -23,7 +23,8 @@
  * unsigned q and take off the offset times the activations' sums once a block, as ggml's AVX2 Q6_K does:
  * sum (q - o) * xq = sum q * xq - o * sum xq, the same integer; signed codes go through pmaddubsw as |q|
  * times xq with q's sign (mul_sum_i8_pairs). In wasm a sub-block's codes are widened to int16, centred and
- * scaled once, then multiplied by int16 activation codes (i32x4.dot_i16x8_s).
+ * scaled once, then multiplied by int16 activation codes (i32x4.dot_i16x8_s). The page's relaxed-SIMD
+ * build takes x86's way (i16x8.relaxed_dot_i8x16_i7x16_s is pmaddubsw in V8; exact for 7-bit codes).
  *
  * Activations are not held as ggml's block_q8 structs but as one record per token (act_layout): the
  * codes (int8 on x86, int16 in wasm), the block scales, the sums of each 16 codes (ggml's bsums) and Q8_1's s. The integers are

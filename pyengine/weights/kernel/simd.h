@@ -81,10 +81,31 @@ INLINE i32x8 madd(i16x16 a, i16x16 b) {
 
 /* ---- the products of weight codes and activation codes ----
  * x86 multiplies bytes by bytes (pmaddubsw, as ggml's AVX2 vec_dots), so its activation codes are int8.
- * wasm has no such product that V8 runs in one instruction (i16x8.extmul is three or more), so the page
+ * SIMD128 has no such product that V8 runs in one instruction (i16x8.extmul is three or more), so the page
  * widens a sub-block's codes to int16 once, scales them there, and multiplies pairs of int16
- * (i32x4.dot_i16x8_s, one pmaddwd): its activation codes are int16, widened when they are rounded. */
-#if defined(__SSSE3__) && !defined(__wasm_simd128__)
+ * (i32x4.dot_i16x8_s, one pmaddwd): its activation codes are int16, widened when they are rounded. Relaxed
+ * SIMD has one (i16x8.relaxed_dot_i8x16_i7x16_s), so its build multiplies bytes as x86 does. */
+#if defined(__wasm_relaxed_simd__)
+#define CODE_BYTES 1
+typedef int8_t code;
+
+/* relaxed SIMD's i16x8.relaxed_dot_i8x16_i7x16_s (pmaddubsw in V8 on x86): exact for weight codes of 7 bits;
+   signed codes as |w| times a with w's sign */
+INLINE i16x8 relaxed_products16(v128_t w, v128_t a, int sign) {
+    if (sign) {
+        a = wasm_v128_bitselect(wasm_i8x16_neg(a), a, wasm_i8x16_lt(w, wasm_i8x16_splat(0)));
+        w = wasm_i8x16_abs(w);
+    }
+    return (i16x8)wasm_i16x8_relaxed_dot_i8x16_i7x16(a, w);
+}
+INLINE i16x16 byte_products(u8x32 w, int sign, const code *a) {
+    v128_t x[2], wh[2];
+    __builtin_memcpy(x, a, 32);
+    __builtin_memcpy(wh, &w, 32);
+    const i16x8 lo = relaxed_products16(wh[0], x[0], sign), hi = relaxed_products16(wh[1], x[1], sign);
+    return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+#elif defined(__SSSE3__) && !defined(__wasm_simd128__)
 #define CODE_BYTES 1
 typedef int8_t code;
 
