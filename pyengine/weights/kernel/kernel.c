@@ -438,7 +438,7 @@ INLINE wcodes codes_at(const type_info *t, const uint8_t *blk, int j, const int1
                     {s0, s0, s0, s0, s0, s0, s0, s0, s1, s1, s1, s1, s1, s1, s1, s1}};
 }
 INLINE i32x8 products(const type_info *t, wcodes w, const code *a) {
-    return madd(byte_products(w.q, t->off == SIGNED, a), w.sc);
+    return t->off == SIGNED ? signed_products(w.q, a, w.sc) : madd(byte_products(w.q, a), w.sc);
 }
 #else
 #define SUBS 1

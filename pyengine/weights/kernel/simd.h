@@ -85,50 +85,67 @@ INLINE i32x8 madd(i16x16 a, i16x16 b) {
  * widens a sub-block's codes to int16 once, scales them there, and multiplies pairs of int16
  * (i32x4.dot_i16x8_s, one pmaddwd): its activation codes are int16, widened when they are rounded. Relaxed
  * SIMD has one (i16x8.relaxed_dot_i8x16_i7x16_s), so its build multiplies bytes as x86 does. */
-#if defined(__wasm_relaxed_simd__)
+#if defined(__wasm_relaxed_simd__) || (defined(__SSSE3__) && !defined(__wasm_simd128__))
 #define CODE_BYTES 1
 typedef int8_t code;
 
-/* relaxed SIMD's i16x8.relaxed_dot_i8x16_i7x16_s (pmaddubsw in V8 on x86): exact for weight codes of 7 bits;
-   signed codes as |w| times a with w's sign */
-INLINE i16x8 relaxed_products16(v128_t w, v128_t a, int sign) {
-    if (sign) {
-        a = wasm_v128_bitselect(wasm_i8x16_neg(a), a, wasm_i8x16_lt(w, wasm_i8x16_splat(0)));
-        w = wasm_i8x16_abs(w);
-    }
-    return (i16x8)wasm_i16x8_relaxed_dot_i8x16_i7x16(a, w);
-}
-INLINE i16x16 byte_products(u8x32 w, int sign, const code *a) {
+/* 32 weight codes w, unsigned < 128, times 32 activation codes a: 16 int16 sums of adjacent products (lane m:
+   bytes 2m and 2m + 1), exact for |a| <= 127 (an activation code of -128 only comes with a NaN scale) */
+INLINE i16x16 byte_products(u8x32 w, const code *a) {
+#if defined(__wasm_relaxed_simd__)
+    /* i16x8.relaxed_dot_i8x16_i7x16_s: pmaddubsw in V8 on x86; exact for 7-bit w */
     v128_t x[2], wh[2];
     __builtin_memcpy(x, a, 32);
     __builtin_memcpy(wh, &w, 32);
-    const i16x8 lo = relaxed_products16(wh[0], x[0], sign), hi = relaxed_products16(wh[1], x[1], sign);
+    const i16x8 lo = (i16x8)wasm_i16x8_relaxed_dot_i8x16_i7x16(x[0], wh[0]);
+    const i16x8 hi = (i16x8)wasm_i16x8_relaxed_dot_i8x16_i7x16(x[1], wh[1]);
     return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-}
-#elif defined(__SSSE3__) && !defined(__wasm_simd128__)
-#define CODE_BYTES 1
-typedef int8_t code;
-
-/* 32 weight codes w (unsigned < 128, or signed when `sign`) times 32 activation codes a: 16 int16 sums of
-   adjacent products (lane m: bytes 2m and 2m + 1), exact for |w|, |a| <= 127 (an activation code of -128
-   only comes with a NaN scale). Signed w: |w| times a with w's sign (ggml's mul_sum_i8_pairs). */
-INLINE i16x16 byte_products(u8x32 w, int sign, const code *a) {
+#elif defined(__AVX2__)
     __m256i x;
     __builtin_memcpy(&x, a, 32);
-#if defined(__AVX2__)
-    return (i16x16)(sign ? _mm256_maddubs_epi16(_mm256_sign_epi8((__m256i)w, (__m256i)w), _mm256_sign_epi8(x, (__m256i)w))
-                         : _mm256_maddubs_epi16((__m256i)w, x));
+    return (i16x16)_mm256_maddubs_epi16((__m256i)w, x);
 #else
     __m128i d[2];
     for (int h = 0; h < 2; h++) {
         __m128i wh, xh;
         __builtin_memcpy(&wh, (const uint8_t *)&w + 16 * h, 16);
-        __builtin_memcpy(&xh, (const uint8_t *)&x + 16 * h, 16);
-        d[h] = sign ? _mm_maddubs_epi16(_mm_sign_epi8(wh, wh), _mm_sign_epi8(xh, wh)) : _mm_maddubs_epi16(wh, xh);
+        __builtin_memcpy(&xh, a + 16 * h, 16);
+        d[h] = _mm_maddubs_epi16(wh, xh);
     }
     i16x16 r;
     __builtin_memcpy(&r, d, 32);
     return r;
+#endif
+}
+
+/* The same for signed codes w (|w| <= 127), scaled: 8 int32 lanes summing to sc0 * (products of bytes 0-15) +
+   sc1 * (products of bytes 16-31). x86: |w| times a with w's sign (ggml's mul_sum_i8_pairs); relaxed SIMD
+   (whose byte product wants 7-bit w): both widened to int16. */
+INLINE i32x8 signed_products(u8x32 w, const code *a, i16x16 sc) {
+#if defined(__wasm_relaxed_simd__)
+    i8x16 x[2];
+    __builtin_memcpy(x, a, 32);
+    const i16x16 w0 = i8_to_i16((i8x16)__builtin_shufflevector(w, w, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
+                                                               14, 15));
+    const i16x16 w1 = i8_to_i16((i8x16)__builtin_shufflevector(w, w, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27,
+                                                               28, 29, 30, 31));
+    return madd(w0 * sc[0], i8_to_i16(x[0])) + madd(w1 * sc[8], i8_to_i16(x[1]));
+#elif defined(__AVX2__)
+    __m256i x;
+    __builtin_memcpy(&x, a, 32);
+    return madd((i16x16)_mm256_maddubs_epi16(_mm256_sign_epi8((__m256i)w, (__m256i)w), _mm256_sign_epi8(x, (__m256i)w)),
+                sc);
+#else
+    __m128i d[2];
+    for (int h = 0; h < 2; h++) {
+        __m128i wh, xh;
+        __builtin_memcpy(&wh, (const uint8_t *)&w + 16 * h, 16);
+        __builtin_memcpy(&xh, a + 16 * h, 16);
+        d[h] = _mm_maddubs_epi16(_mm_sign_epi8(wh, wh), _mm_sign_epi8(xh, wh));
+    }
+    i16x16 r;
+    __builtin_memcpy(&r, d, 32);
+    return madd(r, sc);
 #endif
 }
 #else
