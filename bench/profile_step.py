@@ -1,7 +1,8 @@
 """Where a prefill and a decode step spend their time, by kernel: a profile (not a test), in CPython or in
 Pyodide under Node.
 
-    python bench/profile_step.py [gemma3|smollm2|MODEL.gguf] [--decode 16] [--node] [--cprofile] [--shard K/N]
+    python bench/profile_step.py [gemma3|smollm2|MODEL.gguf] [--decode 16] [--node [--relaxed]] [--cprofile]
+                                 [--shard K/N]
 
 Loads the model, prefills bench/run.py's fixed 128-token prompt once, then runs --decode greedy decode
 steps, with a timer (perf_counter) around each kernel the forward pass calls: every weight matmul by
@@ -9,7 +10,8 @@ its role (q/k/v, attention output, FFN gate+up, FFN down, the output layer over 
 attention over the KV cache, RMSNorm, rope, the gated activation, the logit softcap, and the sampler
 (argmax). "other" is the forward pass minus its kernels: Python between them, residual adds, reshapes,
 KV cache writes, the embedding rows. The timers add ~1 us per call (a few hundred calls per token).
-``--node`` runs the same code in Pyodide (tests/node/run_pyodide.mjs, static/ as built); ``--cprofile``
+``--node`` runs the same code in Pyodide (tests/node/run_pyodide.mjs, static/ as built; ``--relaxed``: with
+the kernel's relaxed-SIMD build, as Chromium runs it, Node's relaxed SIMD switched on); ``--cprofile``
 (CPython only) also prints cProfile's top functions of the decode steps. ``--shard K/N`` loads only worker
 K's shard of a split over N workers, in the forms the page plans for N (``browser_budget``), and runs it
 alone (its sums and gathers return its own part): what one worker computes, without the waits.
@@ -161,6 +163,7 @@ def main() -> None:
     ap.add_argument("model", nargs="?", default="gemma3")
     ap.add_argument("--decode", type=int, default=16, help="decode steps (default 16)")
     ap.add_argument("--node", action="store_true", help="in Pyodide under Node")
+    ap.add_argument("--relaxed", action="store_true", help="(--node) the kernel's relaxed-SIMD build")
     ap.add_argument("--cprofile", action="store_true", help="cProfile's top functions of the decode steps")
     ap.add_argument("--weights", default="auto", help="weight form (pyengine.weights.budget.CHOICES)")
     ap.add_argument("--json", action="store_true")
@@ -173,8 +176,10 @@ def main() -> None:
         code = (f"import sys; sys.path.insert(0, '/bench')\nimport profile_step\n"
                 f"profile_step.profile('/models/{path.name}', {ids!r}, {args.decode}, weights={args.weights!r}, "
                 f"shard={args.shard!r})\n")
-        result = run.run_process(["node", str(ROOT / "tests" / "node" / "run_pyodide.mjs"), "--mount",
-                                  f"{BENCH}:/bench", "--mount", f"{path.parent}:/models", "--code", code])
+        relaxed = (["--experimental-wasm-relaxed-simd"], ["--kernel", "pyengine_kernel_relaxed.so"]) if args.relaxed \
+            else ([], [])
+        result = run.run_process(["node", *relaxed[0], str(ROOT / "tests" / "node" / "run_pyodide.mjs"), *relaxed[1],
+                                  "--mount", f"{BENCH}:/bench", "--mount", f"{path.parent}:/models", "--code", code])
     else:
         result = profile(str(path), ids, args.decode, args.cprofile, args.weights, args.shard)
     if args.json:
