@@ -242,7 +242,12 @@ function panel() {
   close.addEventListener("click", () => dialog.close());
   head.append(title, close);
   dialog.append(head, make("div", "trace-content"));
-  dialog.addEventListener("close", () => opener?.focus());
+  // the close event comes a task after Escape: by then the focus may have moved on (the browser gives it back to
+  // the opener itself), so take it back only from the dialog or from nowhere
+  dialog.addEventListener("close", () => {
+    const at = document.activeElement;
+    if (!at || at === document.body || dialog.contains(at)) opener?.focus();
+  });
   document.body.append(dialog);
   return dialog;
 }
