@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 from conftest import FIXTURES, need_kernel
 from split_threads import start, stop
+from test_parallel import run
 
 from pyengine.cli import main
 from pyengine.errors import PyEngineError
@@ -210,14 +211,12 @@ def test_cli_trace_json(capsys):
 def test_the_worker_traces_a_token_of_the_last_reply():
     """pyengine.browser.worker's ``trace``: the step that wrote reply token i, on the conversation's cache (the
     next turn's reply is the same as without it); a token not of the last reply is an error message."""
-    import asyncio
-
     from pyengine.browser import worker
     from pyengine.gguf.source import FileSource
 
     def reply(text: str) -> list[dict]:
         posted.clear()
-        asyncio.run(worker.handle({"type": "chat", "text": text, "system": "", "probs": 3,
+        run(worker.handle({"type": "chat", "text": text, "system": "", "probs": 3,
                                    "settings": {"temperature": 0, "max_tokens": 5}}))
         return [t for m in posted if m["type"] == "piece" for t in m.get("tokens", [])]
 
@@ -225,11 +224,11 @@ def test_the_worker_traces_a_token_of_the_last_reply():
     for traced in (False, True):
         posted: list[dict] = []
         worker.setup(posted.append)
-        asyncio.run(worker.handle({"type": "load", "files": [FileSource(FIXTURES / "tiny-qwen2.gguf")]}))
+        run(worker.handle({"type": "load", "files": [FileSource(FIXTURES / "tiny-qwen2.gguf")]}))
         records = reply("hello")
         if traced:
             back = len(records) - 3                                # the reply's third token
-            asyncio.run(worker.handle({"type": "trace", "back": back, "id": records[2]["id"]}))
+            run(worker.handle({"type": "trace", "back": back, "id": records[2]["id"]}))
             got = posted[-1]
             assert got["type"] == "traced" and got["back"] == back
             turn = worker._session.chat.turn
@@ -238,7 +237,7 @@ def test_the_worker_traces_a_token_of_the_last_reply():
                          ids[:len(turn.prompt_ids) + 2], len(turn.prompt_ids) + 1)
             assert got["trace"]["next"][0] == records[2]["id"] == want["next"][0]
             same_trace(got["trace"], want, 0.0)
-            asyncio.run(worker.handle({"type": "trace", "back": back, "id": records[2]["id"] + 1}))
+            run(worker.handle({"type": "trace", "back": back, "id": records[2]["id"] + 1}))
             assert posted[-1] == {"type": "error", "during": "trace", "message": (
                 "only the tokens of the last reply written since the model was loaded can be looked inside "
                 "(with Token probabilities on)")}
@@ -250,19 +249,17 @@ def test_the_worker_traces_a_token_of_the_last_reply():
                                  {"back": 10 ** 30, "id": 1}, {"back": 0, "id": None}, {"back": 0.0, "id": 1}])
 def test_the_worker_refuses_a_bad_trace_request_in_words(msg):
     """Before a model, and after a reply without token records: every request is an error message, not a trace."""
-    import asyncio
-
     from pyengine.browser import worker
     from pyengine.gguf.source import FileSource
     posted: list[dict] = []
     worker.setup(posted.append)
     for step in ({"type": "load", "files": [FileSource(FIXTURES / "tiny-llama.gguf")]},
                  {"type": "chat", "text": "hi", "system": "", "settings": {"temperature": 0, "max_tokens": 3}}, None):
-        asyncio.run(worker.handle({"type": "trace", **msg}))
+        run(worker.handle({"type": "trace", **msg}))
         assert posted[-1]["type"] == "error" and posted[-1]["during"] == "trace"
         assert posted[-1]["message"].startswith(("no model is loaded", "only the tokens of the last reply"))
         if step:
-            asyncio.run(worker.handle(step))
+            run(worker.handle(step))
 
 
 @pytest.mark.parametrize("form", ["blocks", "f32", "quantized", "compact"])
@@ -285,26 +282,24 @@ def test_every_weight_form_traces_its_own_step(arch, form):
 def test_a_continued_reply_traces_the_tokens_the_last_turn_wrote():
     """Continue: the page's records of the reply run on from the turn before; counted back from the last token,
     a new token is traced, and one written by the turn before is refused."""
-    import asyncio
-
     from pyengine.browser import worker
     from pyengine.gguf.source import FileSource
     posted: list[dict] = []
     worker.setup(posted.append)
     settings = {"temperature": 0, "max_tokens": 3}
-    asyncio.run(worker.handle({"type": "load", "files": [FileSource(FIXTURES / "tiny-qwen2.gguf")]}))
-    asyncio.run(worker.handle({"type": "chat", "text": "hello", "system": "", "probs": 2, "settings": settings}))
+    run(worker.handle({"type": "load", "files": [FileSource(FIXTURES / "tiny-qwen2.gguf")]}))
+    run(worker.handle({"type": "chat", "text": "hello", "system": "", "probs": 2, "settings": settings}))
     first = [t for m in posted if m["type"] == "piece" for t in m.get("tokens", [])]
     text = "".join(m["text"] for m in posted if m["type"] == "piece")
     posted.clear()
-    asyncio.run(worker.handle({"type": "chat", "messages": [{"role": "user", "content": "hello"},
+    run(worker.handle({"type": "chat", "messages": [{"role": "user", "content": "hello"},
                                                             {"role": "assistant", "content": text}],
                                "continue": True, "system": "", "probs": 2, "settings": settings}))
     more = [t for m in posted if m["type"] == "piece" for t in m.get("tokens", [])]
     assert len(first) == len(more) == 3
-    asyncio.run(worker.handle({"type": "trace", "back": 0, "id": more[-1]["id"]}))
+    run(worker.handle({"type": "trace", "back": 0, "id": more[-1]["id"]}))
     turn = worker._session.chat.turn
     assert posted[-1]["type"] == "traced" and posted[-1]["trace"]["next"][0] == more[-1]["id"]
     assert posted[-1]["trace"]["position"] == len(turn.prompt_ids) + 1
-    asyncio.run(worker.handle({"type": "trace", "back": 3, "id": first[-1]["id"]}))
+    run(worker.handle({"type": "trace", "back": 3, "id": first[-1]["id"]}))
     assert posted[-1]["type"] == "error"
