@@ -52,6 +52,7 @@ enum { E_TYPE = -1, E_SIZE = -2 };   /* errors: an unknown type; n or a count th
 #define QK 32                /* weights a block of the 32-weight types */
 #define QK_K 256             /* weights a super-block of the K types and IQ4_XS */
 #define TILE 4               /* tokens of a prompt multiplied at once by each block */
+#define MAX_TILE 8           /* the K types' tile on x86 (CODE_BYTES 1): eight tokens a block, in 16 registers */
 #define PACKED __attribute__((packed))
 #define UNROLL _Pragma("clang loop unroll(full)")   /* a loop of a few (constant) rounds, kept in registers */
 
@@ -470,7 +471,7 @@ INLINE void block_dot(const type_info *t, const uint8_t *blk, const act_view *ac
                       float *acc) {
     head h;
     t->head(blk, &h);
-    i32x8 s[TILE];
+    i32x8 s[MAX_TILE];
     UNROLL for (int i = 0; i < nt; i++) s[i] = (i32x8){0};
     int16_t sc[QK_K / 16];
     UNROLL for (int j = 0; j < t->qk / 16; j++) sc[j] = t->qk == QK_K ? h.sc[j] : 1;
@@ -553,7 +554,7 @@ INLINE void row_dot_32_tile(const type_info *t, const uint8_t *row, ptrdiff_t nb
 /* row r times nt tokens into y[i * ldy + r] */
 INLINE void row_dot(const type_info *t, const uint8_t *row, ptrdiff_t nb, const act_view *acts, int nt,
                     float *y, ptrdiff_t ldy) {
-    float acc[TILE];
+    float acc[MAX_TILE];
     UNROLL for (int i = 0; i < nt; i++) acc[i] = 0;
     for (ptrdiff_t b = 0; b < nb; b++) block_dot(t, row + b * t->bytes, acts, nt, b, acc);
     UNROLL for (int i = 0; i < nt; i++) y[i * ldy] = acc[i];
@@ -569,6 +570,12 @@ INLINE void mul_mat_type(const type_info *t, const uint8_t *w, ptrdiff_t rows, p
     for (ptrdiff_t t0 = 0; t0 < tokens; t0 += TOKEN_TILE) {
         const ptrdiff_t t1 = t0 + TOKEN_TILE < tokens ? t0 + TOKEN_TILE : tokens;
         ptrdiff_t i = t0;
+        if (CODE_BYTES == 1 && t->qk == QK_K)
+            for (; i + MAX_TILE <= t1; i += MAX_TILE) {
+                act_view a[MAX_TILE];
+                UNROLL for (int k = 0; k < MAX_TILE; k++) a[k] = act_at(t->act, act + (i + k) * rec, n);
+                for (ptrdiff_t r = 0; r < rows; r++) row_dot(t, w + r * row_bytes, nb, a, MAX_TILE, y + i * ldy + r, ldy);
+            }
         for (; i + TILE <= t1; i += TILE) {
             act_view a[TILE];
             UNROLL for (int k = 0; k < TILE; k++) a[k] = act_at(t->act, act + (i + k) * rec, n);
