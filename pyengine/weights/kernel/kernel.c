@@ -52,7 +52,12 @@ enum { E_TYPE = -1, E_SIZE = -2 };   /* errors: an unknown type; n or a count th
 #define QK 32                /* weights a block of the 32-weight types */
 #define QK_K 256             /* weights a super-block of the K types and IQ4_XS */
 #define TILE 4               /* tokens of a prompt multiplied at once by each block */
-#define MAX_TILE 8           /* the K types' tile on x86 (CODE_BYTES 1): eight tokens a block, in 16 registers */
+#define MAX_TILE 8           /* x86's tile: eight tokens a block, their sums in AVX2's 16 registers */
+#if CODE_BYTES == 1 && !defined(__wasm__)
+#define WIDE_TILE 1          /* (wasm's relaxed build keeps four: V8 has 16 registers of 128 bits) */
+#else
+#define WIDE_TILE 0
+#endif
 #define PACKED __attribute__((packed))
 #define UNROLL _Pragma("clang loop unroll(full)")   /* a loop of a few (constant) rounds, kept in registers */
 
@@ -525,30 +530,34 @@ INLINE void rows4_dot_32(const type_info *t, const uint8_t *w, ptrdiff_t row_byt
     __builtin_memcpy(y, &acc, sizeof acc);
 }
 
-INLINE void row_dot_32_tile(const type_info *t, const uint8_t *row, ptrdiff_t nb, const act_view *acts, float *y,
-                            ptrdiff_t ldy) {
-    f32x4 acc = {0};
+INLINE void row_dot_32_tile(const type_info *t, const uint8_t *row, ptrdiff_t nb, const act_view *acts, int nt,
+                            float *y, ptrdiff_t ldy) {
+    f32x4 acc[MAX_TILE / 4];
+    UNROLL for (int g = 0; g < nt / 4; g++) acc[g] = (f32x4){0};
     for (ptrdiff_t b = 0; b < nb; b++) {
         const uint8_t *blk = row + b * t->bytes;
         head h;
         t->head(blk, &h);
         wcodes w[2 / SUBS];
         UNROLL for (int j = 0; j < 2; j += SUBS) w[j / SUBS] = codes_at(t, blk, j, ONES);
-        i32x8 s[TILE];
-        f32x4 dx, sx;
-        i32x4 offsets;
-        UNROLL for (int i = 0; i < TILE; i++) {
-            s[i] = (i32x8){0};
-            UNROLL for (int j = 0; j < 2; j += SUBS) s[i] += products(t, w[j / SUBS], acts[i].q + b * QK + 16 * j);
-            offsets[i] = offset_sum(t, 0, &acts[i], b);
-            dx[i] = acts[i].d[b];
-            if (t->mins) sx[i] = acts[i].s[b];
+        UNROLL for (int g = 0; g < nt / 4; g++) {           /* four tokens' sums at a time */
+            const act_view *a = acts + 4 * g;
+            i32x8 s[4];
+            f32x4 dx, sx;
+            i32x4 offsets;
+            UNROLL for (int i = 0; i < 4; i++) {
+                s[i] = (i32x8){0};
+                UNROLL for (int j = 0; j < 2; j += SUBS) s[i] += products(t, w[j / SUBS], a[i].q + b * QK + 16 * j);
+                offsets[i] = offset_sum(t, 0, &a[i], b);
+                dx[i] = a[i].d[b];
+                if (t->mins) sx[i] = a[i].s[b];
+            }
+            f32x4 v = scaled4(s, offsets, (f32x4){0} + h.d, dx);
+            if (t->mins) v += h.m * sx;
+            acc[g] += v;
         }
-        f32x4 v = scaled4(s, offsets, (f32x4){0} + h.d, dx);
-        if (t->mins) v += h.m * sx;
-        acc += v;
     }
-    UNROLL for (int i = 0; i < TILE; i++) y[i * ldy] = acc[i];
+    UNROLL for (int i = 0; i < nt; i++) y[i * ldy] = acc[i / 4][i % 4];
 }
 
 /* row r times nt tokens into y[i * ldy + r] */
@@ -570,17 +579,20 @@ INLINE void mul_mat_type(const type_info *t, const uint8_t *w, ptrdiff_t rows, p
     for (ptrdiff_t t0 = 0; t0 < tokens; t0 += TOKEN_TILE) {
         const ptrdiff_t t1 = t0 + TOKEN_TILE < tokens ? t0 + TOKEN_TILE : tokens;
         ptrdiff_t i = t0;
-        if (CODE_BYTES == 1 && t->qk == QK_K)
+        if (WIDE_TILE)
             for (; i + MAX_TILE <= t1; i += MAX_TILE) {
                 act_view a[MAX_TILE];
                 UNROLL for (int k = 0; k < MAX_TILE; k++) a[k] = act_at(t->act, act + (i + k) * rec, n);
-                for (ptrdiff_t r = 0; r < rows; r++) row_dot(t, w + r * row_bytes, nb, a, MAX_TILE, y + i * ldy + r, ldy);
+                for (ptrdiff_t r = 0; r < rows; r++) {
+                    if (t->qk == QK) row_dot_32_tile(t, w + r * row_bytes, nb, a, MAX_TILE, y + i * ldy + r, ldy);
+                    else row_dot(t, w + r * row_bytes, nb, a, MAX_TILE, y + i * ldy + r, ldy);
+                }
             }
         for (; i + TILE <= t1; i += TILE) {
             act_view a[TILE];
             UNROLL for (int k = 0; k < TILE; k++) a[k] = act_at(t->act, act + (i + k) * rec, n);
             for (ptrdiff_t r = 0; r < rows; r++) {
-                if (t->qk == QK) row_dot_32_tile(t, w + r * row_bytes, nb, a, y + i * ldy + r, ldy);
+                if (t->qk == QK) row_dot_32_tile(t, w + r * row_bytes, nb, a, TILE, y + i * ldy + r, ldy);
                 else row_dot(t, w + r * row_bytes, nb, a, TILE, y + i * ldy + r, ldy);
             }
         }
