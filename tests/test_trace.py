@@ -187,6 +187,11 @@ def test_heads_and_positions_are_checked():
                     ({"position": -1}, "must be 0..9"), ({"heads": 0}, "heads must be a number of heads >= 1")):
         with pytest.raises(PyEngineError, match=msg):
             trace(model, tok, PROMPT, **kw)
+    with pytest.raises(PyEngineError, match="nothing to trace: the prompt gives no tokens"):
+        trace(model, tok, [])
+    n_train = model.config.n_ctx_train                    # a fresh cache: the model's trained context, checked
+    with pytest.raises(PyEngineError, match=f"position {n_train} is past the context of {n_train} tokens"):
+        trace(model, tok, [1] * (n_train + 1))             # before the prompt's steps are run
 
 
 def test_cli_trace_json(capsys):
