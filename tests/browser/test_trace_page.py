@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from browser.axe import check
-from browser.pages import ask, load_model, new_chat, set_settings
+from browser.pages import REPLY_MS, ask, load_model, messages, new_chat, send, set_settings, wait_reply
 
 pytestmark = pytest.mark.browser
 
@@ -119,6 +119,47 @@ def test_the_panel_passes_axe(replied):
           return d.scrollWidth <= d.clientWidth && document.documentElement.scrollWidth <= 390; }""")
     finally:
         page.set_viewport_size({"width": 1280, "height": 860})
+    page.keyboard.press("Escape")
+
+
+STREAMING_CLICK = """() => {               // in one task: the click lands while the reply is still streaming
+  const li = document.querySelector('.message.assistant:last-child');
+  if (!li.classList.contains('streaming') || li.querySelectorAll('.tok').length < 3) return false;
+  li.querySelectorAll('.tok')[1].click();
+  return true;
+}"""
+PANEL_TEXT = "() => document.querySelector('[data-testid=trace-panel] .trace-content').textContent"
+
+
+def test_a_reply_being_written_and_one_no_longer_last_in_the_worker_are_refused(replied):
+    """A token clicked while its reply streams: counted back from a moving end, the worker would trace another
+    token (one with the same id further on, or refuse in words that do not fit); the panel says to wait, and no
+    trace comes after the reply ends. Two turns with the same reply, the second deleted: the first is the last
+    message shown but not the worker's last turn, whose tokens have the same ids: refused, not the other's trace."""
+    page = replied
+    new_chat(page)
+    set_settings(page, max_tokens=200)
+    send(page, "Write a long poem about the sea.")
+    page.wait_for_function(STREAMING_CLICK, timeout=REPLY_MS)
+    waiting = "The reply is still being written: look inside its tokens once it has ended."
+    assert page.evaluate(PANEL_TEXT) == waiting
+    page.keyboard.press("Escape")                                        # the panel is modal: closed to Stop
+    page.get_by_test_id("stop").click()
+    wait_reply(page)
+    page.wait_for_timeout(500)                                           # a trace would have come by now
+    assert page.evaluate(PANEL_TEXT) == waiting and page.evaluate(OPENED) is False
+
+    new_chat(page)
+    set_settings(page, max_tokens=4)
+    first, second = ask(page, QUESTION), ask(page, QUESTION)
+    assert first == second                                               # the same tokens: only the turn tells
+    page.get_by_label("Delete this message and its reply").nth(1).click()
+    assert len(messages(page)) == 2
+    page.locator(".message.assistant:last-child .tok").first.click()
+    assert page.evaluate(PANEL_TEXT) == ("Only the tokens of the last reply, written in this chat since the model "
+                                         "was loaded, can be looked inside.")
+    page.wait_for_timeout(500)
+    assert page.evaluate(OPENED) is False
     page.keyboard.press("Escape")
 
 

@@ -228,6 +228,7 @@ function drawCost(trace) {
 
 let dialog = null;
 let opener = null; // the token that opened it: focus goes back there
+let asked = null; // the back of the token it shows: the trace of a token clicked before it is not drawn
 
 function panel() {
   if (dialog) return dialog;
@@ -247,9 +248,10 @@ function panel() {
   return dialog;
 }
 
-// Open the panel while the worker runs the step again: record is the token's own.
-export function openTrace(span, record) {
+// Open the panel while the worker runs the step again: record is the token's own, back the tokens after it.
+export function openTrace(span, record, back) {
   opener = span;
+  asked = back;
   const d = panel();
   d.querySelector("h2").textContent = `Inside the step that wrote "${visible(record.token)}"`;
   const wait = make("p", "trace-wait", "Running the step again…");
@@ -258,7 +260,9 @@ export function openTrace(span, record) {
   if (!d.open) d.showModal();
 }
 
-export function showTrace(trace) {
+// The trace the worker sent for the token back tokens before the last reply's end (only if it is the one asked).
+export function showTrace(trace, back) {
+  if (back !== asked) return;
   const d = panel();
   const summary = make("p", "trace-summary", `Position ${trace.position} read "${visible(trace.token)}"; the `
     + `model's likeliest next token is "${visible(trace.next[1])}". ${trace.layers.length} layers, ${ms(trace.total_seconds)}.`);
