@@ -173,3 +173,38 @@ def test_a_model_split_over_two_workers_shows_the_whole_models_trace(replied, sm
     cost = page.locator("[data-testid=trace-panel] .trace-part").nth(2).text_content()
     assert "(2 workers, f32 weights)" in cost and "all-reduce" in cost
     page.keyboard.press("Escape")
+
+
+# A trace of 18 attention layers x 2 heads over a long conversation (as pyengine.generation.trace gives it), drawn
+# by trace_view.js itself: each heatmap row's height on screen, and the lines each number of the tables takes.
+LONG_TRACE = """async (n) => {
+  const view = await import('./app/trace_view.js');
+  const row = Array.from({ length: n + 1 }, (_, i) => (i === 0 ? 0.5 : 0.5 / n));
+  const long = [2, 3, 4, 5].map((i) => [i, ` internationalization${i}`, 0.01]);   // a wide "next 4" column
+  const layers = Array.from({ length: 18 }, (_, il) => ({ layer: il, kind: 'attention', note: 'attention', first: 0,
+    attention: [row, row], top: [[1, ' Paris', 0.9531], ...long], answer: [0, 0.9531],
+    seconds: 0.001, ops: { attention: 0.001 } }));
+  const tokens = Array.from({ length: n + 1 }, (_, i) => ` w${i}`);
+  const trace = { position: n, token: ' is', next: [1, ' Paris'], tokens, layers, stages: {},
+    ops: { attention: 0.018, ffn_down: 0.0123 }, bytes: { ffn_down: 2 ** 20 },
+    total_seconds: 0.0303, weights: 'f32', workers: 1 };
+  const span = document.createElement('span');
+  view.openTrace(span, { token: ' Paris' }, 0);
+  view.showTrace(trace, 0);
+  const pic = document.querySelector('[data-testid=trace-panel] .heatmap');
+  const lines = (td) => {
+    const r = document.createRange();
+    r.selectNodeContents(td);
+    return r.getClientRects().length;
+  };
+  const numbers = [...document.querySelectorAll('[data-testid=trace-panel] .lens-table tbody td:nth-child(3)')];
+  return { row: pic.getBoundingClientRect().height / 18, lines: Math.max(...numbers.map(lines)) };
+}"""
+
+
+def test_a_long_conversations_heatmap_keeps_its_rows_readable(app):
+    """3000 positions (binned into 256 columns): a row of the heatmap is as tall on screen as in a short chat (was
+    3.6 px, the picture 14 times wider than tall), and a probability is not broken over lines by a wide row."""
+    got = app.evaluate(LONG_TRACE, 3000)
+    app.keyboard.press("Escape")
+    assert got["row"] >= 8 and got["lines"] == 1, got

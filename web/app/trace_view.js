@@ -10,6 +10,7 @@ import { make } from "./dom.js";
 const SVG = "http://www.w3.org/2000/svg";
 const TOP_POSITIONS = 8; // the positions the attention table lists
 const HEAT_COLUMNS = 256; // the heatmap's columns at most: a longer conversation's positions are summed by bins
+const HEAT_WIDTH = 512; // the heatmap's cells span this many units at most (narrower cells for more columns)
 const MEAN = "mean";
 
 const percent = (p) => (p < 1e-5 ? `${(100 * p).toExponential(1)}%` : `${(100 * p).toFixed(p < 0.001 ? 3 : 1)}%`);
@@ -103,7 +104,7 @@ function binned(w, per) {
 
 function heatmap(trace, head, chosen) {
   const n = trace.position, per = Math.ceil((n + 1) / HEAT_COLUMNS), cols = Math.ceil((n + 1) / per);
-  const cell = 8, rowH = 8, left = 28;
+  const cell = Math.min(8, HEAT_WIDTH / cols), rowH = 8, left = 28; // a row stays tall on a long conversation
   const width = left + cell * cols, height = rowH * trace.layers.length + 2;
   const bins = per > 1 ? `, ${per} positions a column` : "";
   const pic = svg("svg", { viewBox: `0 0 ${width} ${height}`, class: "heatmap", role: "img",
