@@ -158,8 +158,17 @@ def cmd_trace(args: argparse.Namespace) -> int:
           f"({rec['total_seconds'] * 1000:.1f} ms, {sum(rec['bytes'].values()) / 2**20:.1f} MiB of weights read)")
     for layer in rec["layers"]:
         top = ", ".join(f"{p!r} {q:.2f}" for _, p, q in layer["top"][:3])
-        print(f"layer {layer['layer']:3d}  {layer['seconds'] * 1000:7.2f} ms  {top}")
+        print(f"layer {layer['layer']:3d}  {layer['seconds'] * 1000:7.2f} ms  {top}{_most_read(rec, layer)}")
     return 0
+
+
+def _most_read(rec: dict, layer: dict) -> str:
+    """A traced layer's most-read position (the mean over its kept heads) as ``  | reads N 'piece' w``; else ''."""
+    if not layer.get("attention"):
+        return ""
+    mean = [sum(col) / len(col) for col in zip(*layer["attention"])]
+    i = max(range(len(mean)), key=mean.__getitem__)
+    return f"  | reads {layer['first'] + i} {rec['tokens'][layer['first'] + i]!r} {mean[i]:.2f}"
 
 
 def cmd_tokenize(args: argparse.Namespace) -> int:

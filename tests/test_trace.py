@@ -188,6 +188,11 @@ def test_heads_and_positions_are_checked():
                     ({"position": -1}, "must be 0..9"), ({"heads": 0}, "heads must be a number of heads >= 1")):
         with pytest.raises(PyEngineError, match=msg):
             trace(model, tok, PROMPT, **kw)
+    with pytest.raises(PyEngineError, match="nothing to trace: the prompt gives no tokens"):
+        trace(model, tok, [])
+    n_train = model.config.n_ctx_train                    # a fresh cache: the model's trained context, checked
+    with pytest.raises(PyEngineError, match=f"position {n_train} is past the context of {n_train} tokens"):
+        trace(model, tok, [1] * (n_train + 1))             # before the prompt's steps are run
 
 
 def test_cli_trace_json(capsys):
@@ -204,6 +209,12 @@ def test_cli_trace_json(capsys):
     assert rec["layers"][-1]["top"][0][0] == int(np.argmax(model.forward(ids, model.new_cache(16))))
     assert main(["trace", path, "--prompt", "hello world", "--position", "0", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["tokens"] == [rec["tokens"][0]]
+    assert main(["trace", path, "--prompt", "hello world", "--heads", "2"]) == 0   # the table: a line per layer
+    lines = capsys.readouterr().out.splitlines()[1:]
+    for line, layer in zip(lines, rec["layers"], strict=True):
+        mean = np.asarray(layer["attention"]).mean(axis=0)
+        i = int(np.argmax(mean))
+        assert line.endswith(f"| reads {i} {rec['tokens'][i]!r} {mean[i]:.2f}")   # its most-read position
     assert main(["trace", path, "--prompt", "hello", "--position", "99"]) == 1
     assert "error: the position to trace must be 0.." in capsys.readouterr().err
 

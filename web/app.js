@@ -102,7 +102,7 @@ const handlers = {
     showStats(msg.stats);
     if (replying()) settle();
   },
-  traced(msg) { showTrace(msg.trace); },
+  traced(msg) { showTrace(msg.trace, msg.back); },
   cleared() { // the worker forgot its conversation (the page's own is the chat shown: chats.js)
     setStatsLine("");
   },
@@ -118,6 +118,12 @@ const handlers = {
     if (msg.during === "load") hideProgress();
     if (msg.during === "load" || replying()) settle();
   },
+};
+
+// Why a token's step cannot be looked inside, by which reply it is of (chat_view.js wireChatView).
+const TRACE_REFUSED = {
+  writing: "The reply is still being written: look inside its tokens once it has ended.",
+  other: "Only the tokens of the last reply, written in this chat since the model was loaded, can be looked inside.",
 };
 
 let afterReply = null; // what waits for the reply running to end (New chat pressed during it)
@@ -149,10 +155,10 @@ function start() {
     if (replying()) afterReply = freshChat;
     else freshChat();
   });
-  wireChatView((span, back, record, last) => {
-    openTrace(span, record);
-    if (last && status.hasModel) worker.trace(back, record.id);
-    else traceFailed("Only the tokens of the last reply, written since the model was loaded, can be looked inside.");
+  wireChatView((span, back, record, which) => {
+    openTrace(span, record, back);
+    if (which === "last" && status.hasModel) worker.trace(back, record.id);
+    else traceFailed(TRACE_REFUSED[which] ?? TRACE_REFUSED.other);
   });
   wireTurns(request, sendable, saveChat);
   wireChats();

@@ -31,15 +31,19 @@ def trace(model: Any, tokenizer: Any, ids: list[int], position: int | None = Non
           cache: Any = None) -> dict:
     """The trace of the step that reads ``ids[position]`` (default: the last id) on the keys and values of
     the ids before it: ``cache`` when given (left as it was), else a fresh cache. ``heads``: the q heads
-    kept (the first ones). Raises PyEngineError for a position outside ``ids`` or the context, or heads < 1."""
+    kept (the first ones). Raises PyEngineError for no ids, a position outside ``ids`` or the context (a fresh
+    cache's: the model's trained context, ``n_ctx_train``), or heads < 1; before any step is run."""
+    if not len(ids):
+        raise PyEngineError("nothing to trace: the prompt gives no tokens")
     n = len(ids) - 1 if position is None else position
     if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < len(ids):
         raise PyEngineError(f"the position to trace must be 0..{len(ids) - 1} (the tokens' positions), got {n!r}")
     if heads is not None and (isinstance(heads, bool) or not isinstance(heads, int) or heads < 1):
         raise PyEngineError(f"heads must be a number of heads >= 1, got {heads!r}")
+    n_ctx = model.config.n_ctx_train if cache is None else cache.n_ctx
+    if n >= n_ctx:
+        raise PyEngineError(f"position {n} is past the context of {n_ctx} tokens")
     cache = model.new_cache(n + 1) if cache is None else cache
-    if n >= cache.n_ctx:
-        raise PyEngineError(f"position {n} is past the context of {cache.n_ctx} tokens")
     rec, logits = trace_step(model, cache, ids, n, heads)
     for layer in rec["layers"]:
         layer["top"] = [[i, piece(tokenizer, i), p] for i, p in layer["top"]]

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from browser.axe import check
-from browser.pages import ask, load_model, new_chat, set_settings
+from browser.pages import REPLY_MS, ask, load_model, messages, new_chat, send, set_settings, wait_reply
 
 pytestmark = pytest.mark.browser
 
@@ -122,6 +122,47 @@ def test_the_panel_passes_axe(replied):
     page.keyboard.press("Escape")
 
 
+STREAMING_CLICK = """() => {               // in one task: the click lands while the reply is still streaming
+  const li = document.querySelector('.message.assistant:last-child');
+  if (!li.classList.contains('streaming') || li.querySelectorAll('.tok').length < 3) return false;
+  li.querySelectorAll('.tok')[1].click();
+  return true;
+}"""
+PANEL_TEXT = "() => document.querySelector('[data-testid=trace-panel] .trace-content').textContent"
+
+
+def test_a_reply_being_written_and_one_no_longer_last_in_the_worker_are_refused(replied):
+    """A token clicked while its reply streams: counted back from a moving end, the worker would trace another
+    token (one with the same id further on, or refuse in words that do not fit); the panel says to wait, and no
+    trace comes after the reply ends. Two turns with the same reply, the second deleted: the first is the last
+    message shown but not the worker's last turn, whose tokens have the same ids: refused, not the other's trace."""
+    page = replied
+    new_chat(page)
+    set_settings(page, max_tokens=200)
+    send(page, "Write a long poem about the sea.")
+    page.wait_for_function(STREAMING_CLICK, timeout=REPLY_MS)
+    waiting = "The reply is still being written: look inside its tokens once it has ended."
+    assert page.evaluate(PANEL_TEXT) == waiting
+    page.keyboard.press("Escape")                                        # the panel is modal: closed to Stop
+    page.get_by_test_id("stop").click()
+    wait_reply(page)
+    page.wait_for_timeout(500)                                           # a trace would have come by now
+    assert page.evaluate(PANEL_TEXT) == waiting and page.evaluate(OPENED) is False
+
+    new_chat(page)
+    set_settings(page, max_tokens=4)
+    first, second = ask(page, QUESTION), ask(page, QUESTION)
+    assert first == second                                               # the same tokens: only the turn tells
+    page.get_by_label("Delete this message and its reply").nth(1).click()
+    assert len(messages(page)) == 2
+    page.locator(".message.assistant:last-child .tok").first.click()
+    assert page.evaluate(PANEL_TEXT) == ("Only the tokens of the last reply, written in this chat since the model "
+                                         "was loaded, can be looked inside.")
+    page.wait_for_timeout(500)
+    assert page.evaluate(OPENED) is False
+    page.keyboard.press("Escape")
+
+
 def test_a_model_split_over_two_workers_shows_the_whole_models_trace(replied, smollm2_path, cli_trace):
     """Each worker's heads and vocabulary rows gathered (the sums in another order: within the table's 0.1%)."""
     page = replied
@@ -132,3 +173,38 @@ def test_a_model_split_over_two_workers_shows_the_whole_models_trace(replied, sm
     cost = page.locator("[data-testid=trace-panel] .trace-part").nth(2).text_content()
     assert "(2 workers, f32 weights)" in cost and "all-reduce" in cost
     page.keyboard.press("Escape")
+
+
+# A trace of 18 attention layers x 2 heads over a long conversation (as pyengine.generation.trace gives it), drawn
+# by trace_view.js itself: each heatmap row's height on screen, and the lines each number of the tables takes.
+LONG_TRACE = """async (n) => {
+  const view = await import('./app/trace_view.js');
+  const row = Array.from({ length: n + 1 }, (_, i) => (i === 0 ? 0.5 : 0.5 / n));
+  const long = [2, 3, 4, 5].map((i) => [i, ` internationalization${i}`, 0.01]);   // a wide "next 4" column
+  const layers = Array.from({ length: 18 }, (_, il) => ({ layer: il, kind: 'attention', note: 'attention', first: 0,
+    attention: [row, row], top: [[1, ' Paris', 0.9531], ...long], answer: [0, 0.9531],
+    seconds: 0.001, ops: { attention: 0.001 } }));
+  const tokens = Array.from({ length: n + 1 }, (_, i) => ` w${i}`);
+  const trace = { position: n, token: ' is', next: [1, ' Paris'], tokens, layers, stages: {},
+    ops: { attention: 0.018, ffn_down: 0.0123 }, bytes: { ffn_down: 2 ** 20 },
+    total_seconds: 0.0303, weights: 'f32', workers: 1 };
+  const span = document.createElement('span');
+  view.openTrace(span, { token: ' Paris' }, 0);
+  view.showTrace(trace, 0);
+  const pic = document.querySelector('[data-testid=trace-panel] .heatmap');
+  const lines = (td) => {
+    const r = document.createRange();
+    r.selectNodeContents(td);
+    return r.getClientRects().length;
+  };
+  const numbers = [...document.querySelectorAll('[data-testid=trace-panel] .lens-table tbody td:nth-child(3)')];
+  return { row: pic.getBoundingClientRect().height / 18, lines: Math.max(...numbers.map(lines)) };
+}"""
+
+
+def test_a_long_conversations_heatmap_keeps_its_rows_readable(app):
+    """3000 positions (binned into 256 columns): a row of the heatmap is as tall on screen as in a short chat (was
+    3.6 px, the picture 14 times wider than tall), and a probability is not broken over lines by a wide row."""
+    got = app.evaluate(LONG_TRACE, 3000)
+    app.keyboard.press("Escape")
+    assert got["row"] >= 8 and got["lines"] == 1, got

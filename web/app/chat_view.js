@@ -24,6 +24,10 @@ const PREVIEW_CHARS = 2_000;
 // the next frame.
 const turn = { reply: null, asked: null, text: "", drawn: "", tokens: [], frame: 0 };
 
+// The reply the worker's conversation ends with (its last turn wrote it, or goes on writing it): the only
+// one whose tokens it can look inside. Another chat's last reply, or one left last by a delete, is not it.
+let written = null;
+
 // A reply's token records (pyengine Generation.token_probs), by its <li>; shown: whether replies that
 // have them are drawn as their tokens (token_view.js) rather than as Markdown.
 const records = new WeakMap();
@@ -175,7 +179,7 @@ export function startTurn(text, index) {
 
 // An empty reply at the end of the list (a regenerated one: the user's message is already shown).
 export function startReply() {
-  turn.reply = addMessage("assistant", "");
+  turn.reply = written = addMessage("assistant", "");
   turn.reply.classList.add("streaming");
   turn.text = turn.drawn = "";
   turn.tokens = [];
@@ -186,7 +190,7 @@ export function startReply() {
 export function resumeReply() {
   const li = [...el.messages.querySelectorAll("[data-role=assistant]")].pop();
   if (!li) return;
-  turn.reply = li;
+  turn.reply = written = li;
   turn.text = turn.drawn = li.dataset.text;
   turn.tokens = [...(records.get(li) ?? [])];
   records.set(li, turn.tokens);
@@ -249,6 +253,7 @@ export function endTurn(stopped, index) {
 // the message, to offer again (null when no message was waiting).
 export function failTurn(message) {
   const asked = turn.asked;
+  written = null;
   if (turn.reply && !turn.text) turn.reply.remove();
   else finishReply("failed");
   turn.reply = null;
@@ -269,10 +274,12 @@ export function clearMessages(hasModel) {
 }
 
 // Hover and focus on a token show its alternatives.
-// look(span, back, record, last): a token was clicked or Space pressed on it; back: the tokens after it in
-// its reply; last: its reply is the conversation's last message.
+// look(span, back, record, which): a token was clicked or Space pressed on it; back: the tokens after it in
+// its reply; which: "writing" (the reply is still being written: back moves on), "last" (the reply the
+// worker's conversation ends with) or "other".
 export const wireChatView = (look) => wireTokens(el.messages, (li) => records.get(li),
-  (span, li, index, record) => look(span, records.get(li).length - 1 - index, record, !li.nextElementSibling));
+  (span, li, index, record) => look(span, records.get(li).length - 1 - index, record,
+    li === turn.reply ? "writing" : li === written ? "last" : "other"));
 
 // A user message's text in a box, to change and send again: onSend(text) or onCancel().
 export function editMessage(li, onSend, onCancel) {

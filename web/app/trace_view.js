@@ -10,6 +10,7 @@ import { make } from "./dom.js";
 const SVG = "http://www.w3.org/2000/svg";
 const TOP_POSITIONS = 8; // the positions the attention table lists
 const HEAT_COLUMNS = 256; // the heatmap's columns at most: a longer conversation's positions are summed by bins
+const HEAT_WIDTH = 512; // the heatmap's cells span this many units at most (narrower cells for more columns)
 const MEAN = "mean";
 
 const percent = (p) => (p < 1e-5 ? `${(100 * p).toExponential(1)}%` : `${(100 * p).toFixed(p < 0.001 ? 3 : 1)}%`);
@@ -103,7 +104,7 @@ function binned(w, per) {
 
 function heatmap(trace, head, chosen) {
   const n = trace.position, per = Math.ceil((n + 1) / HEAT_COLUMNS), cols = Math.ceil((n + 1) / per);
-  const cell = 8, rowH = 8, left = 28;
+  const cell = Math.min(8, HEAT_WIDTH / cols), rowH = 8, left = 28; // a row stays tall on a long conversation
   const width = left + cell * cols, height = rowH * trace.layers.length + 2;
   const bins = per > 1 ? `, ${per} positions a column` : "";
   const pic = svg("svg", { viewBox: `0 0 ${width} ${height}`, class: "heatmap", role: "img",
@@ -228,6 +229,7 @@ function drawCost(trace) {
 
 let dialog = null;
 let opener = null; // the token that opened it: focus goes back there
+let asked = null; // the back of the token it shows: the trace of a token clicked before it is not drawn
 
 function panel() {
   if (dialog) return dialog;
@@ -252,9 +254,10 @@ function panel() {
   return dialog;
 }
 
-// Open the panel while the worker runs the step again: record is the token's own.
-export function openTrace(span, record) {
+// Open the panel while the worker runs the step again: record is the token's own, back the tokens after it.
+export function openTrace(span, record, back) {
   opener = span;
+  asked = back;
   const d = panel();
   d.querySelector("h2").textContent = `Inside the step that wrote "${visible(record.token)}"`;
   const wait = make("p", "trace-wait", "Running the step again…");
@@ -263,7 +266,9 @@ export function openTrace(span, record) {
   if (!d.open) d.showModal();
 }
 
-export function showTrace(trace) {
+// The trace the worker sent for the token back tokens before the last reply's end (only if it is the one asked).
+export function showTrace(trace, back) {
+  if (back !== asked) return;
   const d = panel();
   const summary = make("p", "trace-summary", `Position ${trace.position} read "${visible(trace.token)}"; the `
     + `model's likeliest next token is "${visible(trace.next[1])}". ${trace.layers.length} layers, ${ms(trace.total_seconds)}.`);
