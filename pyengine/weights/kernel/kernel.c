@@ -58,6 +58,11 @@ enum { E_TYPE = -1, E_SIZE = -2 };   /* errors: an unknown type; n or a count th
 #else
 #define WIDE_TILE 0
 #endif
+#if defined(__wasm__)
+#define SUMS4 0              /* the 32-weight types' four sums at once: slower in V8 (its lanes' shuffles) */
+#else
+#define SUMS4 1
+#endif
 #define PACKED __attribute__((packed))
 #define UNROLL _Pragma("clang loop unroll(full)")   /* a loop of a few (constant) rounds, kept in registers */
 
@@ -517,35 +522,41 @@ INLINE void block_dot(const type_info *t, const uint8_t *blk, const act_view *ac
     }
 }
 
-/* The 32-weight types, four sums at once: rows r..r+3 times one token (decode: the token's codes loaded
-   once for the four rows), or one row times TILE tokens (a prompt). Each lane is one row's or token's
-   running sum, added to as block_dot adds to it: (d_w * d_x) * sum, + m_w * s_x (Q4_1, Q5_1), in block
-   order; the lanes' float products are the scalar ones, so the bits are block_dot's. */
+/* The 32-weight types, four sums at once: four blocks of a row times one token (decode; the row read in
+   order, as memory streams best: four rows side by side ran at half the speed on a matrix past the
+   caches), or one row times a tile of tokens (a prompt). Each lane's float products are block_dot's,
+   (d_w * d_x) * sum (+ m_w * s_x: Q4_1, Q5_1), and the row's sum adds them in block order, so the bits are
+   block_dot's. */
 INLINE f32x4 scaled4(i32x8 s[4], i32x4 offsets, f32x4 dw, f32x4 dx) {
     return (dw * dx) * __builtin_convertvector(hsum4_i32(s[0], s[1], s[2], s[3]) - offsets, f32x4);
 }
 
-INLINE void rows4_dot_32(const type_info *t, const uint8_t *w, ptrdiff_t row_bytes, ptrdiff_t nb, const act_view *a,
-                         float *y) {
-    f32x4 acc = {0};
-    for (ptrdiff_t b = 0; b < nb; b++) {
+INLINE void row_dot_32(const type_info *t, const uint8_t *row, ptrdiff_t nb, const act_view *a, float *y) {
+    float acc = 0;
+    ptrdiff_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
         i32x8 s[4];
-        f32x4 dw, mw = {0};
-        UNROLL for (int r = 0; r < 4; r++) {
-            const uint8_t *blk = w + r * row_bytes + b * t->bytes;
+        f32x4 dw, dx, mw = {0}, sx = {0};
+        i32x4 offsets;
+        UNROLL for (int k = 0; k < 4; k++) {
+            const uint8_t *blk = row + (b + k) * t->bytes;
             head h;
             t->head(blk, &h);
-            dw[r] = h.d;
-            if (t->mins) mw[r] = h.m;
-            s[r] = (i32x8){0};
+            dw[k] = h.d;
+            dx[k] = a->d[b + k];
+            if (t->mins) mw[k] = h.m, sx[k] = a->s[b + k];
+            offsets[k] = offset_sum(t, 0, a, b + k);
+            s[k] = (i32x8){0};
             UNROLL for (int j = 0; j < 2; j += SUBS)
-                s[r] += products(t, codes_at(t, blk, j, ONES), a->q + b * QK + 16 * j);
+                s[k] += products(t, codes_at(t, blk, j, ONES), a->q + (b + k) * QK + 16 * j);
         }
-        f32x4 v = scaled4(s, (i32x4){0} + offset_sum(t, 0, a, b), dw, (f32x4){0} + a->d[b]);
-        if (t->mins) v += mw * a->s[b];
-        acc += v;
+        f32x4 v = scaled4(s, offsets, dw, dx);
+        if (t->mins) v += mw * sx;
+        UNROLL for (int k = 0; k < 4; k++) acc += v[k];          /* in block order, as block_dot adds them */
     }
-    __builtin_memcpy(y, &acc, sizeof acc);
+    float rest[1] = {acc};
+    for (; b < nb; b++) block_dot(t, row + b * t->bytes, a, 1, b, rest);
+    *y = rest[0];
 }
 
 INLINE void row_dot_32_tile(const type_info *t, const uint8_t *row, ptrdiff_t nb, const act_view *acts, int nt,
@@ -610,16 +621,16 @@ INLINE void mul_mat_type(const type_info *t, const uint8_t *w, ptrdiff_t rows, p
             act_view a[TILE];
             UNROLL for (int k = 0; k < TILE; k++) a[k] = act_at(t->act, act + (i + k) * rec, n);
             for (ptrdiff_t r = 0; r < rows; r++) {
-                if (t->qk == QK) row_dot_32_tile(t, w + r * row_bytes, nb, a, TILE, y + i * ldy + r, ldy);
+                if (SUMS4 && t->qk == QK) row_dot_32_tile(t, w + r * row_bytes, nb, a, TILE, y + i * ldy + r, ldy);
                 else row_dot(t, w + r * row_bytes, nb, a, TILE, y + i * ldy + r, ldy);
             }
         }
         for (; i < t1; i++) {
             const act_view a = act_at(t->act, act + i * rec, n);
-            ptrdiff_t r = 0;
-            if (t->qk == QK)
-                for (; r + 4 <= rows; r += 4) rows4_dot_32(t, w + r * row_bytes, row_bytes, nb, &a, y + i * ldy + r);
-            for (; r < rows; r++) row_dot(t, w + r * row_bytes, nb, &a, 1, y + i * ldy + r, ldy);
+            for (ptrdiff_t r = 0; r < rows; r++) {
+                if (SUMS4 && t->qk == QK) row_dot_32(t, w + r * row_bytes, nb, &a, y + i * ldy + r);
+                else row_dot(t, w + r * row_bytes, nb, &a, 1, y + i * ldy + r, ldy);
+            }
         }
     }
 }
