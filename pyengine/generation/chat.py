@@ -23,6 +23,7 @@ from typing import Any
 
 from pyengine.errors import PyEngineError, TemplateError
 from pyengine.generation.engine import Engine
+from pyengine.generation.grammar import Grammar
 from pyengine.generation.lookup import LOOKUP_DEFAULT
 from pyengine.generation.loop import Generation
 from pyengine.generation.sampling import Sampler, SamplerParams
@@ -97,13 +98,15 @@ class ChatSession:
     conversation is what it copies from); ``probs`` the alternatives each reply token's record lists
     (:class:`Generation`'s ``token_probs``; 0 = none). Only one reply runs at a time: a new one
     closes the last. ``system`` is sent as a first ``system`` message (the template decides what it
-    does); ``options`` go to the template as variables (``enable_thinking``, see :func:`thinking_switch`).
+    does); ``options`` go to the template as variables (``enable_thinking``, see :func:`thinking_switch`;
+``tools``, the tool definitions); ``grammar`` (:mod:`pyengine.generation.grammar`) holds each reply to a grammar.
     """
     engine: Engine
     system: str | None = None
     n_ctx: int | None = None
     messages: list[dict] = field(default_factory=list)
     options: dict = field(default_factory=dict)   # more template variables: {"enable_thinking": False}
+    grammar: Grammar | None = None                  # every reply held to it (structured output)
 
     def __post_init__(self):
         if self.engine.template is None:
@@ -182,8 +185,11 @@ class ChatSession:
         self.prompt = prompt
         sampler = params if isinstance(params, Sampler) else Sampler(params)
         done = self._finished if tail is None else self._resumed
-        self.turn = Generation(engine.model, engine.tokenizer, ids, sampler, max_tokens,
-                               stop_strings, self.cache, on_finish=done, lookup=lookup, probs=probs)
+        grammar = self.grammar.matcher(engine.tokenizer) if self.grammar is not None else None
+        if grammar is not None and tail:
+            grammar.feed(tail.encode("utf-8"))
+        self.turn = Generation(engine.model, engine.tokenizer, ids, sampler, max_tokens, stop_strings,
+                               self.cache, on_finish=done, lookup=lookup, probs=probs, grammar=grammar)
         self.turn.stats.dropped_messages = dropped
         return self.turn
 
