@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from pyengine.errors import PyEngineError
 
-MAX_REPETITION = 2000          # llama.cpp's MAX_REPETITION_THRESHOLD: a {m,n} larger is refused
+MAX_REPETITION = 2000          # llama.cpp's MAX_REPETITION_THRESHOLD: a larger {m,} is refused, {,n} unbounded
 MAX_GRAMMAR_CHARS = 1 << 20    # a grammar longer than 1 MiB of text is refused
 MAX_RULES = 100_000            # rules after the rewrite of groups and repetitions
 MAX_ELEMENTS = 100_000         # elements one repetition may write out
@@ -288,8 +288,9 @@ class _Parser:
         if self.peek() != "}":
             raise self.error("expecting '}'")
         self.pos += 1
-        if lo > MAX_REPETITION or (hi is not None and hi > MAX_REPETITION):
+        if lo > MAX_REPETITION:
             raise self.error(f"a repetition over {MAX_REPETITION} times")
+        hi = None if hi is not None and hi > MAX_REPETITION else hi          # as llama.cpp: no bound
         if hi is not None and hi < lo:
             raise self.error(f"{{{lo},{hi}}}: the most is fewer than the least")
         return lo, hi
