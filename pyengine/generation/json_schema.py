@@ -29,6 +29,7 @@ from typing import Any
 from pyengine.generation.grammar_parse import MAX_REPETITION, GrammarError
 
 SPACE = '| " " | "\\n"{1,2} [ \\t]{0,20}'
+COMPACT_SPACE = '" "?'              # one space at most: a reply's length bounded by its content
 PRIMITIVES: dict[str, tuple[str, tuple[str, ...]]] = {       # name -> (body, rules it needs)
     "boolean": ('("true" | "false")', ()),
     "decimal-part": ("[0-9]{1,16}", ()),
@@ -278,9 +279,9 @@ def count(schema: dict, key: str, path: str, default: int | None) -> int | None:
 class SchemaConverter:
     """Turns one schema into GBNF rules (``rules``: name -> body); :meth:`visit` returns a rule's name."""
 
-    def __init__(self, schema: Any):
+    def __init__(self, schema: Any, compact: bool = False):
         self.root_schema = schema
-        self.rules: dict[str, str] = {"space": SPACE}
+        self.rules: dict[str, str] = {"space": COMPACT_SPACE if compact else SPACE}
         self.refs: dict[str, str] = {}
 
     def add_rule(self, name: str, body: str) -> str:
@@ -504,9 +505,10 @@ class SchemaConverter:
         return "".join(f"{name} ::= {body}\n" for name, body in self.rules.items())
 
 
-def schema_to_gbnf(schema: Any) -> str:
-    """GBNF for the JSON values ``schema`` (a parsed JSON Schema) allows. Raises GrammarError."""
-    conv = SchemaConverter(schema)
+def schema_to_gbnf(schema: Any, compact: bool = False) -> str:
+    """GBNF for the JSON values ``schema`` (a parsed JSON Schema) allows; ``compact``: at most one
+    space between tokens (llama.cpp's allows a newline and 20 tabs). Raises GrammarError."""
+    conv = SchemaConverter(schema, compact)
     root = conv.visit(schema, "")
     if root != "root":
         conv.rules["root"] = root
