@@ -22,7 +22,10 @@ command        fields                                              replies
                the model's), ``thinking`` (the template's
                ``enable_thinking``; absent: its default),
                ``settings`` (:data:`SETTINGS` names -> numbers,
-               None for a blank field)
+               None for a blank field), ``structure``
+               (``{kind, text}``: the reply held to it)
+``check-``     ``kind`` (a Structured output option: none, json,    ``structure-checked``
+``structure``  schema, grammar), ``text`` (the editor's)
 ``new-chat``   --                                                  ``cleared``
 (Stop)         a load under way (cross-origin isolated pages)      ``load-stopped``
 =============  ==================================================  ==============================
@@ -96,6 +99,8 @@ from pyengine.browser.settings import (
     sampler_params,
     setting_rules,
     settings_hint,
+    structure_gbnf,
+    structure_options,
     weight_cards,
 )
 from pyengine.browser.shared_memory import new_block
@@ -186,6 +191,7 @@ class WorkerSession:
         self.pool, self.heap = pool, heap   # helper workers (worker.js's pool), this worker's wasm bytes
         self.chat = None     # pyengine.generation.ChatSession
         self.rules = setting_rules()  # the settings' ranges for the model loaded (setting_rules)
+        self._structure: tuple = (("none", ""), None)   # the Structured output setting and its Grammar
         self.model = None    # the model (a parallel.driver.SplitModel when helpers hold shards of it)
 
     # --- load
@@ -328,14 +334,16 @@ class WorkerSession:
         self.post({"type": "checked", "settings": values, "errors": errors})
 
     async def reply(self, text: str | None, system: str, settings: dict, messages: list | None = None,
-                    probs: int = 0, resume: bool = False, thinking: bool | None = None) -> None:
+                    probs: int = 0, resume: bool = False, thinking: bool | None = None,
+                    structure: tuple[str, str] | None = None) -> None:
         """Stream the reply to ``messages`` (the whole conversation, as the page keeps it: the cache's
         common prefix with the last turn is reused, so a regenerated or edited turn prefills only what
         changed), or to the conversation so far and one more user message ``text``: a ``piece``
         message per piece of text (``resume``: ``messages`` ends with the model's reply, which goes on:
         :meth:`ChatSession.resume`; ``thinking``: the template's ``enable_thinking``, where it has
-        one, None for its default; with ``probs`` > 0 also ``tokens``: the records of the tokens
-        sampled since the last piece, :class:`pyengine.generation.loop.Generation`'s ``token_probs``),
+        one, None for its default; ``structure``: (kind, text) of the Structured output setting; with
+        ``probs`` > 0 also ``tokens``: the records of the tokens sampled since the last piece,
+        :class:`pyengine.generation.loop.Generation`'s ``token_probs``),
         then ``done`` (``stopped``, ``stats``). A stopped reply keeps the text the page has shown; a
         failed one (an exception, which handle() posts as ``error``) leaves the conversation as it was
         before, so the next turn is not sent the failed one."""
@@ -344,6 +352,7 @@ class WorkerSession:
         if isinstance(probs, bool) or not isinstance(probs, int) or not 0 <= probs <= MAX_PROBS:
             raise PyEngineError(f"probs must be a whole number of alternatives from 0 to {MAX_PROBS}, got {probs!r}")
         params, max_tokens = sampler_params(settings, self.rules)
+        self.chat.grammar = self.structure(*structure) if structure else None
         self.chat.set_system(system)
         switch = thinking is not None and thinking_switch(self.chat.engine.template)
         self.chat.options = {THINKING: bool(thinking)} if switch else {}
@@ -387,6 +396,25 @@ class WorkerSession:
             if self.should_stop():
                 break
 
+    def structure(self, kind: str, text: str):
+        """The Grammar of a Structured output setting (None for none), the same object while the setting
+        stays (its masks kept from reply to reply). Raises GrammarError with the line and column."""
+        from pyengine.generation.grammar import Grammar
+        key = (kind, text)
+        if self._structure[0] != key:
+            gbnf = structure_gbnf(kind, text)
+            self._structure = (key, Grammar.from_gbnf(gbnf, kind) if gbnf is not None else None)
+        return self._structure[1]
+
+    def check_structure(self, kind: str, text: str) -> None:
+        """Post ``structure-checked {kind, ok, message}``: whether the editor's text makes a grammar,
+        else why, with its line and column."""
+        try:
+            self.structure(kind, text)
+            self.post({"type": "structure-checked", "kind": kind, "ok": True, "message": ""})
+        except PyEngineError as e:
+            self.post({"type": "structure-checked", "kind": kind, "ok": False, "message": str(e)})
+
     def new_chat(self) -> None:
         """Forget the conversation (the system prompt is sent with every message)."""
         if self.chat is not None:
@@ -423,10 +451,11 @@ def page_data() -> Any:
     ``booted``): ``settings`` (:func:`setting_rules` with no model limits), ``hint`` (the line under
     them), ``memory`` (the Memory options), ``cards`` (the model card's line per weight policy),
     ``stop_words`` (why a reply ended, in words, per stop reason), ``continued`` (the stop reasons of a
-    reply Continue goes on with) and ``probs_note`` (what the probabilities view shows)."""
+    reply Continue goes on with), ``probs_note`` (what the probabilities view shows) and ``structures``
+    (the Structured output options)."""
     return _to_js({"settings": setting_rules(), "hint": settings_hint(), "memory": memory_options(),
                    "cards": weight_cards(), "stop_words": STOP_WORDS, "continued": list(CONTINUED),
-                   "probs_note": PROBS_NOTE})
+                   "probs_note": PROBS_NOTE, "structures": structure_options()})
 
 
 def _to_js(value: Any) -> Any:
@@ -455,8 +484,12 @@ async def handle(msg: Any) -> None:
         elif kind == "chat":
             messages = msg.get("messages")
             text = None if messages is not None else str(msg["text"])
+            shape = msg.get("structure") or {}
+            structure = (str(shape.get("kind") or "none"), str(shape.get("text") or ""))
             await _session.reply(text, str(msg.get("system") or ""), msg.get("settings") or {}, messages,
-                                 msg.get("probs") or 0, bool(msg.get("continue")), msg.get("thinking"))
+                                 msg.get("probs") or 0, bool(msg.get("continue")), msg.get("thinking"), structure)
+        elif kind == "check-structure":
+            _session.check_structure(str(msg.get("kind") or "none"), str(msg.get("text") or ""))
         elif kind == "new-chat":
             _session.new_chat()
         else:
