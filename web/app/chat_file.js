@@ -1,5 +1,6 @@
 // A chat as a file: exported as JSON (OpenAI-style messages: {role, content}, the system prompt as a first
-// "system" message; the settings as typed; the model's name) or as Markdown, and a JSON file read back
+// "system" message; the settings as typed; the Structured output {kind, text}; the model's name) or as
+// Markdown, and a JSON file read back
 // with every problem named (which message, which field, what it holds).
 import { boundedName, withCommas } from "./format.js";
 
@@ -17,7 +18,7 @@ export function chatToJSON(chat) {
   const messages = [...(chat.system ? [{ role: "system", content: chat.system }] : []),
     ...chat.messages.map(({ role, content }) => ({ role, content }))];
   return JSON.stringify({ format: FORMAT, version: 1, title: chat.title, model: chat.model,
-    settings: chat.settings, messages, exported: new Date().toISOString() }, null, 2);
+    settings: chat.settings, structure: chat.structure, messages, exported: new Date().toISOString() }, null, 2);
 }
 
 export function chatToMarkdown(chat) {
@@ -67,11 +68,18 @@ export function chatFromJSON(text, name = "the file") {
   for (const [k, v] of Object.entries(settings)) {
     if (!["string", "number"].includes(typeof v)) fail(`settings.${k} must be a number or text (it is ${kind(v)})`);
   }
+  const structure = data.structure ?? { kind: "none", text: "" };
+  if (kind(structure) !== "object" || typeof structure.kind !== "string" || typeof structure.text !== "string"
+    || structure.kind.length > 20) {
+    fail(`"structure" must be {"kind": "none", "json", "schema" or "grammar", "text": text} (it is ${shown(structure)})`);
+  }
+  if (tooLong(structure.text)) fail(`structure.text ${tooLong(structure.text)}`);
   for (const key of ["title", "model"]) {
     if (data[key] != null && typeof data[key] !== "string") fail(`"${key}" must be text (it is ${kind(data[key])})`);
   }
   const system = messages[0]?.role === "system" ? messages[0].content : "";
   return { title: boundedName(data.title), model: boundedName(data.model), system,
+    structure: { kind: structure.kind, text: structure.text },
     settings: Object.fromEntries(Object.entries(settings).map(([k, v]) => [k, String(v)])),
     messages: messages.filter((m) => m.role !== "system").map(({ role, content }) => ({ role, content })) };
 }

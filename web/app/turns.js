@@ -11,6 +11,7 @@ import {
 import { PROBS_SHOWN } from "./token_view.js";
 import { copyAndSay, copyCode } from "./markdown.js";
 import { setPhase, status } from "./status.js";
+import { readStructure } from "./structure.js";
 import { worker } from "./worker_client.js";
 
 // messages: [{role, content, note?, tokens?}] (note "stopped"; tokens: a reply's token records), the
@@ -34,7 +35,7 @@ function ask(kind, messages, settings, resumed = null) {
   const probs = el.showProbs.checked ? PROBS_SHOWN : 0;
   const thinking = el.thinking.closest("label").hidden ? null : el.thinking.checked;
   worker.chat(plain(resumed ? [...messages, resumed] : messages), el.systemPrompt.value, settings, probs,
-    resumed !== null, thinking);
+    resumed !== null, thinking, readStructure());
 }
 
 // A new message of the user, once its settings are checked.
