@@ -116,24 +116,31 @@ reply to one call); ``grammar`` (:mod:`pyengine.generation.grammar`) holds each 
     def __post_init__(self):
         if self.engine.template is None:
             raise TemplateError(self.engine.template_error or "this model has no usable chat template")
-        self.tool_format = None
-        if self.tools:
-            self._set_tools()
+        self.tool_format, self._call_grammar = None, (None, None)
+        self.set_tools(self.tools, self.tool_choice)
         self.cache = self.engine.model.new_cache(self.n_ctx)
         self.tokens: list[int] = []      # the ids whose keys and values the cache holds
         self.turn: Generation | None = None
         self.prompt = ""                 # the last rendered prompt text
         self._counts: dict[str, int] = {}   # the messages' tokens (:meth:`_count`), by content
 
-    def _set_tools(self) -> None:
-        """Check the tools, find how the template writes calls, and hold replies to a call if required."""
+    def set_tools(self, tools: list | None, tool_choice: str = "auto") -> None:
+        """The tool definitions from the next reply on (None or []: none): checked, given to the template
+        as ``tools``, and the format its text writes calls in found (TemplateError if it takes none);
+        ``tool_choice`` "required" holds the next reply to one call (its grammar kept while the tools stay)."""
+        self.tools, self.tool_choice, self.tool_format = tools or None, tool_choice, None
+        self.options = {k: v for k, v in self.options.items() if k != "tools"}
+        if not self.tools:
+            return
         self.tools = tool_calls.check_tools(self.tools)
-        self.tool_format = tool_calls.tool_format(self.engine.template.source)
-        if self.tool_format is None:
+        fmt = tool_calls.tool_format(self.engine.template.source)
+        if fmt is None:
             raise TemplateError(f"this model's chat template ({self.template_name}) takes no tools pyengine reads "
                                 f"(formats: {', '.join(f.name for f in tool_calls.TOOL_FORMATS)})")
-        self.options = {**self.options, "tools": self.tools}
-        self._call_grammar = Grammar.from_gbnf(tool_calls.tool_call_gbnf(self.tools, self.tool_format), "tools")
+        self.tool_format, self.options = fmt, {**self.options, "tools": self.tools}
+        gbnf = tool_calls.tool_call_gbnf(self.tools, fmt)
+        if self._call_grammar[0] != gbnf:
+            self._call_grammar = (gbnf, Grammar.from_gbnf(gbnf, "tools"))
 
     def add_tool_result(self, call_id: str, content: str) -> None:
         """Put the result of the call ``call_id`` of the last reply into the conversation (the ``tool``
@@ -229,7 +236,7 @@ reply to one call); ``grammar`` (:mod:`pyengine.generation.grammar`) holds each 
         if self.tool_choice not in ("auto", "required"):
             raise PyEngineError(f"tool_choice must be 'auto' or 'required', got {self.tool_choice!r}")
         if self.grammar is None and self.tool_format is not None and self.tool_choice == "required":
-            return self._call_grammar
+            return self._call_grammar[1]
         return self.grammar
 
     def _fit(self, conversation: list[dict], max_tokens: int, tail: str | None) -> tuple[str, list[int], int]:

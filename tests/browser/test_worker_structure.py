@@ -11,6 +11,8 @@ from browser.test_worker_glue import load_tiny, posted, run  # noqa: F401 (poste
 from pyengine.browser import worker
 from pyengine.browser.settings import structure_gbnf, structure_options
 
+jsonschema = pytest.importorskip("jsonschema")
+
 
 def checked(posted, kind, text):  # noqa: F811
     run({"type": "check-structure", "kind": kind, "text": text})
@@ -58,3 +60,40 @@ def test_a_reply_holds_to_the_setting_and_the_grammar_is_kept(posted):  # noqa: 
 @pytest.mark.parametrize("kind", ["json", "schema", "grammar"])
 def test_a_huge_editor_is_refused(posted, kind):  # noqa: F811
     assert "more than 200,000" in checked(posted, kind, "x" * 200_001)["message"]
+
+
+def test_tools_are_checked_and_a_reply_lists_its_calls(posted, tmp_path):  # noqa: F811
+    from conftest import TINY
+    from test_tools import TOOLS, WEATHER, template
+
+    from browser.test_thinking_page import with_template
+    from browser.test_worker_glue import browser_source
+    run({"type": "check-tools", "text": '[{"function": {"name": "a"}},\n {"function": {"name": 3}}]'})
+    assert posted[-1] == {"type": "tools-checked", "ok": False,
+                          "message": "tools[1].function.name: expecting 1-64 letters, digits, _ . or -"}
+    run({"type": "check-tools", "text": '[\n  {"function": }]'})
+    assert posted[-1]["message"] == "tools: line 2, column 16: Expecting value"
+    run({"type": "check-tools", "text": json.dumps(TOOLS)})
+    assert posted[-1]["ok"] is True
+    path = tmp_path / "qwen-tools.gguf"
+    with_template(TINY["qwen2"], path, template("Qwen-Qwen2.5-7B-Instruct.jinja"))
+    run({"type": "load", "files": [browser_source(path)]})
+    assert posted[-1]["type"] == "model"
+    worker._session.chat.cache = worker._session.chat.engine.model.new_cache(2048)   # the tools' prompt > 256
+    tools = {"text": json.dumps(TOOLS), "required": True}
+    settings = {"temperature": 0, "max_tokens": 128}
+    run({"type": "chat", "messages": [{"role": "user", "content": "Weather in Rome?"}], "system": "",
+         "settings": settings, "tools": tools})
+    done = posted[-1]
+    assert done["type"] == "done" and done["content"] == "", done
+    (call,) = done["tool_calls"]
+    assert call["id"] == "call_0" and call["function"]["name"] in ("get_weather", "get_time")
+    if call["function"]["name"] == "get_weather":
+        jsonschema.validate(call["function"]["arguments"], WEATHER)
+    conversation = [{"role": "user", "content": "Weather in Rome?"},
+                    {"role": "assistant", "content": "", "tool_calls": done["tool_calls"]},
+                    {"role": "tool", "tool_call_id": "call_0", "name": call["function"]["name"], "content": "sunny"}]
+    run({"type": "chat", "messages": conversation, "system": "", "settings": {**settings, "max_tokens": 3},
+         "tools": tools})
+    assert posted[-1]["type"] == "done" and "tool_calls" not in posted[-1]    # after a result: not required
+    assert "<tool_response>\nsunny\n</tool_response>" in worker._session.chat.prompt
