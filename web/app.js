@@ -9,6 +9,7 @@
 //   saved_models.js   the models kept in the browser (opfs.js): saved after a load, Load and Forget
 //   settings_form.js  the sampling fields (drawn from Python's rules), Memory and Workers
 //   structure.js      the Structured output setting (none, JSON, a schema, a grammar) and its checked editor
+//   tools_panel.js    the Tools setting: tool definitions (checked as typed); a reply's calls are cards
 //   composer.js       the message box: Send, Stop, New chat, and the settings' check before every reply
 //   layout.js         the phone layout: the settings fold away, the chat first
 //   theme.js          the Theme setting: the system's colour scheme, light or dark
@@ -35,6 +36,7 @@ import { hideModel, showInspector, showModel, useCards, wireModelView } from "./
 import { drawSettings, showWorkers, useRules, wireSettings, workersWanted } from "./app/settings_form.js";
 import { hideProgress, replying, setPhase, settle, showError, showProgress, status, wireStatus } from "./app/status.js";
 import { drawStructure, structureChecked } from "./app/structure.js";
+import { toolsChecked } from "./app/tools_panel.js";
 import { worker } from "./app/worker_client.js";
 import { boundedName } from "./app/format.js";
 
@@ -97,9 +99,10 @@ const handlers = {
   },
   checked,
   "structure-checked": structureChecked,
+  "tools-checked": toolsChecked,
   piece(msg) { addPiece(msg.text, msg.tokens); },
   done(msg) {
-    replyDone(msg.stopped, msg.stats);
+    replyDone(msg.stopped, msg.stats, msg);
     replyEnded();
     showStats(msg.stats);
     if (replying()) settle();

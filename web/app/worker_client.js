@@ -35,11 +35,14 @@ export const worker = {
   // messages: the whole conversation the reply answers, [{role, content}], its last one the user's;
   // probs: the alternatives each token's record lists (0: no records); resume: the last message is the
   // model's reply, which goes on; thinking: the template's enable_thinking (null: its default); structure:
-  // the Structured output setting, {kind, text}.
-  chat: (messages, system, settings, probs = 0, resume = false, thinking = null, structure = null) => post({
-    type: "chat", messages, system, settings, probs, continue: resume, ...(thinking === null ? {} : { thinking }),
-    ...(structure ? { structure } : {}),
-  }),
+  // the Structured output setting, {kind, text};
+  // tools: {text, required}: the tool definitions (text "": none).
+  chat: (messages, system, settings, probs = 0, resume = false, thinking = null, structure = null, tools = null) =>
+    post({
+      type: "chat", messages, system, settings, probs, continue: resume, ...(thinking === null ? {} : { thinking }),
+      ...(structure ? { structure } : {}), ...(tools?.text.trim() ? { tools } : {}),
+    }),
+  checkTools: (text) => post({ type: "check-tools", text }),
   // kind: a Structured output option; text: its editor's.
   checkStructure: (kind, text) => post({ type: "check-structure", kind, text }),
   newChat: () => post({ type: "new-chat" }),
