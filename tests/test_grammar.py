@@ -200,3 +200,19 @@ def test_vocab_trie_holds_every_token_with_bytes():
     held = np.concatenate([lv[3] for lv in trie.levels])
     want = [t for t, p in enumerate(trie.pieces) if p and t not in trie.eog_set]
     assert sorted(held.tolist()) == want
+
+
+def test_a_model_split_over_workers_gives_the_same_reply_under_a_grammar(tiny):
+    from split_threads import start, stop
+    g = Grammar.from_gbnf(ARITH)
+    ids = tiny.tokenizer.encode("1+1 (2*3)")
+    whole = generate(tiny.model, tiny.tokenizer, ids, GREEDY, max_tokens=12, grammar=g)
+    "".join(whole)
+    model, _, threads = start(TINY["qwen2"], 2)
+    assert threads                                                    # split: a helper thread computes too
+    try:
+        split = generate(model, tiny.tokenizer, ids, GREEDY, max_tokens=12, grammar=g, lookup=3)
+        "".join(split)
+    finally:
+        stop(model, threads)
+    assert split.ids == whole.ids and viable(parse_gbnf(ARITH), split.text)
