@@ -12,7 +12,7 @@ from conftest import TINY
 from gbnf_recognizer import accepts, viable
 
 from pyengine.generation import generate, load, load_tokenizer
-from pyengine.generation.grammar import Grammar, vocab_trie
+from pyengine.generation.grammar import Grammar, VocabTrie, vocab_trie
 from pyengine.generation.grammar_parse import CharClass, GrammarError, parse_gbnf
 from pyengine.generation.sampling import SamplerParams
 
@@ -197,9 +197,11 @@ def test_vocab_trie_holds_every_token_with_bytes():
     tok = load_tokenizer(TINY["llama"])
     trie = vocab_trie(tok)
     assert vocab_trie(tok) is trie
-    held = np.concatenate([lv[3] for lv in trie.levels])
+    held = np.concatenate([lv.tokens for lv in trie.levels] + [trie.twins])
     want = [t for t, p in enumerate(trie.pieces) if p and t not in trie.eog_set]
     assert sorted(held.tolist()) == want
+    for lv in trie.levels:
+        assert (np.diff(lv.parent) >= 0).all() and (lv.token_at[lv.ends] == lv.tokens).all()
 
 
 def test_a_model_split_over_workers_gives_the_same_reply_under_a_grammar(tiny):
@@ -216,3 +218,34 @@ def test_a_model_split_over_workers_gives_the_same_reply_under_a_grammar(tiny):
     finally:
         stop(model, threads)
     assert split.ids == whole.ids and viable(parse_gbnf(ARITH), split.text)
+
+
+class ByteVocab:
+    """A tokenizer's face as the trie sees it: token bytes and end-of-generation ids."""
+
+    def __init__(self, pieces: list[bytes], eog: tuple[int, ...] = ()):
+        self.pieces, self.n_vocab, self.eog_ids = pieces, len(pieces), frozenset(eog)
+
+    def token_bytes(self, tid: int) -> bytes:
+        return self.pieces[tid]
+
+
+@pytest.mark.parametrize("dense", [1, 4, 10**9])      # 1: children only where any is dead; 10**9: whole levels
+def test_masks_equal_a_walk_of_each_token_long_and_twin_tokens_too(dense, monkeypatch):
+    from pyengine.generation import grammar
+    monkeypatch.setattr(grammar, "DENSE", dense)
+    long = b"ab" * 50 + b"c"                                           # past the trie's 64-byte grid
+    pieces = [b"", b"a", b"ab", b"abc", b"ab", b"b", long, long[:-1] + b"d", long, "é".encode(), "é".encode()[:1],
+              b"\xa9", b"ca", b"cab" * 30, b"x"]
+    vocab = ByteVocab(pieces, eog=(0,))
+    trie = VocabTrie(vocab)
+    for gbnf in ('root ::= ("ab" | "c")* "x"?', 'root ::= [a-c]{0,70}', 'root ::= "é"+ | "a" .*'):
+        g = Grammar.from_gbnf(gbnf)
+        for prefix in (b"", b"ab", "é".encode()[:1]):
+            sid = g.walk(g.start, prefix)
+            if sid == 0:
+                continue
+            mask = g.mask(sid, trie)
+            want = [bool(p) and g.walk(sid, p) != 0 for p in pieces]
+            want[0] = g.complete(sid)
+            assert mask.tolist() == want, (gbnf, prefix)

@@ -17,7 +17,8 @@ States are interned as ints (0: dead) and a byte's step from a state is kept in 
 (``table[state, byte]``, -1 until computed), so a grammar learns its own automaton as text
 walks it. The mask of a step walks the tokenizer's vocabulary as a trie of bytes, level by
 level, with numpy: each level's states are ``table[parent states, bytes]``, only the pairs not
-seen before computed in Python. Tokens sharing a prefix share its walk; a mask already made
+seen before computed in Python, and once few nodes of a level are live only their children are
+walked. Tokens sharing a prefix share its walk; a mask already made
 for a state is reused (``MASKS_KEPT`` per grammar). End-of-generation tokens are allowed only
 where the grammar is complete; tokens with no bytes (control tokens) never are.
 """
@@ -27,6 +28,7 @@ from __future__ import annotations
 import bisect
 import weakref
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -37,6 +39,8 @@ END = None                   # the end of an alternative in the flat program
 NO_PARTIAL = (0, 0, 0)       # (bits so far, bytes still to come, bytes in all) of a UTF-8 character
 MAX_STATES = 1 << 16         # states kept before the automaton is forgotten and learnt again
 MASKS_KEPT = 64              # masks kept per grammar (each n_vocab bytes)
+DENSE = 4                    # a trie level is walked whole when over 1/DENSE of it is live
+GRID_BYTES = 64              # a trie is built from the tokens' first 64 bytes in one array (the rest per token)
 UTF8_LEADS = tuple((0x1F, 1) if 0xC0 <= b < 0xE0 else (0x0F, 2) if 0xE0 <= b < 0xF0 else
                    (0x07, 3) if 0xF0 <= b < 0xF8 else (0, 0) for b in range(256))   # (bits mask, bytes to come)
 UTF8_MIN = (0, 0, 0x80, 0x800, 0x10000)      # the least code point of a character of 2, 3, 4 bytes
@@ -74,6 +78,7 @@ class Grammar:
     def _reset(self) -> None:
         """Forget every state (kept: none); the start state again."""
         self._advanced: dict[Stack, frozenset] = {}
+        self._accepted: dict[tuple[frozenset, int], frozenset] = {}
         self._states: list[State] = [(frozenset(), NO_PARTIAL)]     # 0: dead
         self._ids: dict[State, int] = {self._states[0]: 0}
         self.table = np.full((256, 256), -1, dtype=np.int32)         # (capacity, byte) -> state id
@@ -108,13 +113,19 @@ class Grammar:
         return result
 
     def _accept(self, stacks: frozenset, cp: int) -> frozenset:
-        """The stacks after code point ``cp``: each whose top matches it moves on (llama_grammar_accept)."""
+        """The stacks after code point ``cp``: each whose top matches it moves on (llama_grammar_accept).
+        Kept per (stacks, the span of ``bounds`` that holds cp): every class answers alike within one."""
+        key = (stacks, bisect.bisect_right(self.bounds, cp))
+        done = self._accepted.get(key)
+        if done is not None:
+            return done
         out: set[Stack] = set()
         for st in stacks:
             if st and self.program[st[-1]].matches(cp):
                 nxt = st[-1] + 1
                 out |= self._advance(st[:-1] + ((nxt,) if self.program[nxt] is not END else ()))
-        return frozenset(out)
+        self._accepted[key] = result = frozenset(out)
+        return result
 
     # --- states and the byte table
     def intern(self, state: State) -> int:
@@ -168,7 +179,7 @@ class Grammar:
             return 0
         k = bisect.bisect_right(self.bounds, lo)
         if left < total - 1 and k == bisect.bisect_right(self.bounds, hi):   # all the same to the grammar:
-            bits = -1 - max(lo, self.bounds[k - 1] if k else 0)               # keep one of them
+            bits = -1 - (self.bounds[k - 1] if k else 0)                       # keep one of them
         return self.intern((stacks, (bits, left, total)))
 
     def _after(self, stacks: frozenset, cp: int) -> int:
@@ -202,18 +213,7 @@ class Grammar:
         if out is not None:
             self._masks.move_to_end(key)
             return out
-        out = np.zeros(trie.n_vocab, dtype=bool)
-        cur = np.array([sid], dtype=np.int32)                          # the root's state
-        for parent, byte, ends, tokens in trie.levels:
-            prev = cur[parent]                                         # (n_level,) parent states
-            cur = self.table[prev, byte]                               # (n_level,)
-            unknown = np.flatnonzero(cur < 0)
-            if unknown.size:
-                self._fill(prev[unknown], byte[unknown])
-                cur = self.table[prev, byte]
-            out[tokens] = cur[ends] > 0
-            if not cur.any():
-                break
+        out = self._walk(sid, trie)
         if self.complete(sid):
             out[trie.eog] = True
         if len(self._states) > MAX_STATES:                             # bounded memory: learn again
@@ -223,6 +223,41 @@ class Grammar:
         self._masks[(id(trie), sid)] = out
         if len(self._masks) > MASKS_KEPT:
             self._masks.popitem(last=False)
+        return out
+
+    def _walk(self, sid: int, trie: VocabTrie) -> np.ndarray:
+        """(n_vocab,) bool: the tokens whose bytes lead from ``sid`` to a live state. The hot loop of a
+        mask: level by level, each node's state is ``table[its parent's state, its byte]``; a level
+        whose live parents are many is gathered whole (``dense``), else only the children of the live
+        ones (their ranges in the level below, ``child_start``/``child_end``)."""
+        out = np.zeros(trie.n_vocab, dtype=bool)
+        idx, st = None, np.array([sid], dtype=np.int32)               # None: st holds every node of the level
+        for lv in trie.levels:
+            live = np.flatnonzero(st > 0)
+            if not live.size:
+                break
+            if live.size * DENSE > st.size or idx is None and live.size * DENSE > lv.n_parents:
+                if idx is not None:                                    # back to a whole level
+                    full = np.zeros(lv.n_parents, dtype=np.int32)
+                    full[idx] = st
+                    st = full
+                idx, prev, byte = None, st[lv.parent], lv.byte         # (n_d,) every node
+            else:
+                nodes = live if idx is None else idx[live]             # (k,) live parents
+                counts = lv.child_end[nodes] - lv.child_start[nodes]
+                idx = np.repeat(lv.child_start[nodes] - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+                prev, byte = np.repeat(st[live], counts), lv.byte[idx]  # (m,) their children
+            st = self.table[prev, byte]
+            unknown = np.flatnonzero(st < 0)
+            if unknown.size:
+                self._fill(prev[unknown], byte[unknown])
+                st = self.table[prev, byte]
+            if idx is None:
+                out[lv.tokens] = st[lv.ends] > 0
+            else:
+                tok = lv.token_at[idx]
+                out[tok[(tok >= 0) & (st > 0)]] = True
+        out[trie.twins] = out[trie.twin_of]                           # tokens of the same bytes
         return out
 
     def matcher(self, tokenizer: Any) -> GrammarMatcher:
@@ -274,39 +309,82 @@ class GrammarMatcher:
         self.state = self.grammar.state(sid)
 
 
-class VocabTrie:
-    """A vocabulary's token bytes as a trie stored level by level, for :meth:`Grammar.mask`.
+@dataclass
+class TrieLevel:
+    """The nodes of one depth d of a :class:`VocabTrie` (n_d of them, in byte order, so the children
+    of a node are contiguous): ``parent`` (n_d,) int32, each node's parent's index in level d-1 (the
+    root: 0); ``byte`` (n_d,) uint8, the byte it adds; ``child_start``/``child_end`` (n_parents,)
+    int64, where each parent's children lie in this level; ``ends`` (m,) int32 and ``tokens`` (m,)
+    int64, the nodes where tokens of d+1 bytes end and those tokens; ``token_at`` (n_d,) int64, the
+    token ending at each node (-1: none)."""
+    parent: np.ndarray
+    byte: np.ndarray
+    child_start: np.ndarray
+    child_end: np.ndarray
+    ends: np.ndarray
+    tokens: np.ndarray
+    token_at: np.ndarray
 
-    ``levels[d]`` = (parent (n_d,) int32: index of each node's parent in level d-1 (level 0: the
-    root, 0), byte (n_d,) uint8: the byte it adds, ends (m_d,) int32: the nodes where tokens of d+1
-    bytes end, tokens (m_d,) int64: those tokens). ``eog``: end-of-generation ids; ``pieces``: each
-    token's bytes (b"" for control tokens, which the trie leaves out)."""
+    @property
+    def n_parents(self) -> int:
+        return self.child_start.shape[0]
+
+
+class VocabTrie:
+    """A vocabulary's token bytes as a trie stored level by level (:class:`TrieLevel`), for
+    :meth:`Grammar.mask`. ``eog``: end-of-generation ids; ``pieces``: each token's bytes (b"" for
+    control tokens, which the trie leaves out); ``twins``/``twin_of``: tokens whose bytes another
+    token (the one ``token_at`` names) already has."""
 
     def __init__(self, tokenizer: Any):
         self.n_vocab = tokenizer.n_vocab
         self.pieces = [tokenizer.token_bytes(i) for i in range(self.n_vocab)]
         self.eog_set = frozenset(int(t) for t in tokenizer.eog_ids)
         self.eog = np.array(sorted(self.eog_set), dtype=np.int64)
-        index: dict[bytes, int] = {b"": 0}
-        by_len: dict[int, list[int]] = {}
-        for tid, piece in enumerate(self.pieces):
-            if piece and tid not in self.eog_set:
-                by_len.setdefault(len(piece), []).append(tid)
-        prefixes = sorted({p[:k] for p in self.pieces if p for k in range(1, len(p) + 1)}, key=len)
-        levels: list[list[tuple[int, int]]] = []
-        for p in prefixes:
-            d = len(p) - 1
-            if d == len(levels):
-                levels.append([])
-            index[p] = len(levels[d])
-            levels[d].append((index[p[:-1]], p[-1]))
-        self.levels = []
-        for d, nodes in enumerate(levels):
-            toks = by_len.get(d + 1, [])
-            self.levels.append((np.array([n[0] for n in nodes], dtype=np.int32),
-                                np.array([n[1] for n in nodes], dtype=np.uint8),
-                                np.array([index[self.pieces[t]] for t in toks], dtype=np.int32),
-                                np.array(toks, dtype=np.int64)))
+        held = sorted((p, t) for t, p in enumerate(self.pieces) if p and t not in self.eog_set)
+        self.levels: list[TrieLevel] = []
+        self.twins = self.twin_of = np.zeros(0, dtype=np.int64)
+        if held:
+            self._build([p for p, _ in held], np.array([t for _, t in held], dtype=np.int64))
+
+    def _build(self, pieces: list[bytes], ids: np.ndarray) -> None:
+        """The levels from the tokens' bytes in byte order (``pieces``, their ``ids``): in that order the
+        tokens that share a prefix of d+1 bytes are neighbours, so a node of level d starts at a token
+        whose first d+1 bytes are not the previous token's (numpy, a level at a time)."""
+        n = len(pieces)
+        lens = np.array([len(p) for p in pieces], dtype=np.int64)              # (n,)
+        width = int(lens.max())
+        wide = min(width, GRID_BYTES)                       # the bytes held in a grid; past them, per row
+        grid = np.frombuffer(b"".join(p[:wide].ljust(wide, b"\0") for p in pieces), dtype=np.uint8).reshape(n, wide)
+
+        def column(d: int, rows: np.ndarray) -> np.ndarray:
+            if d < wide:
+                return grid[rows, d]
+            return np.array([pieces[i][d] if len(pieces[i]) > d else 0 for i in rows.tolist()], dtype=np.uint8)
+        differs = np.zeros(n, dtype=bool)                   # the prefix so far is not the previous token's
+        differs[0] = True
+        node = np.zeros(n, dtype=np.int64)                  # each token's node at the level before (root 0)
+        twins, twin_of, n_parents = [], [], 1
+        for d in range(width):
+            rows = np.flatnonzero(lens > d)                                     # tokens with a byte d
+            r = rows[rows > 0]
+            differs[r] |= (lens[r - 1] <= d) | (column(d, r) != column(d, r - 1))
+            new = rows[differs[rows]]                                           # tokens that start a node
+            parent = node[new].astype(np.int32)
+            node[rows] = np.cumsum(differs[rows]) - 1
+            end = rows[lens[rows] == d + 1]                                     # tokens of d+1 bytes
+            first = end[differs[end]]
+            twin = end[~differs[end]]
+            token_at = np.full(new.shape[0], -1, dtype=np.int64)
+            token_at[node[first]] = ids[first]
+            twins.append(ids[twin])
+            twin_of.append(token_at[node[twin]])
+            self.levels.append(TrieLevel(
+                parent, column(d, new).copy(), np.searchsorted(parent, np.arange(n_parents), side="left"),
+                np.searchsorted(parent, np.arange(n_parents), side="right"), node[first].astype(np.int32),
+                ids[first], token_at))
+            n_parents = new.shape[0]
+        self.twins, self.twin_of = np.concatenate(twins), np.concatenate(twin_of)
 
 
 _TRIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -320,4 +398,4 @@ def vocab_trie(tokenizer: Any) -> VocabTrie:
     return trie
 
 
-__all__ = ["Grammar", "GrammarError", "GrammarMatcher", "VocabTrie", "vocab_trie"]
+__all__ = ["Grammar", "GrammarError", "GrammarMatcher", "TrieLevel", "VocabTrie", "vocab_trie"]
