@@ -199,3 +199,16 @@ def test_replies_of_the_real_models_parse_and_validate(engine):
             continue
         jsonschema.validate(json.loads(text), schema)
     assert not failures, failures
+
+
+@pytest.mark.real_model
+def test_a_small_budget_still_closes_every_reply(engine):
+    """A budget of 4 tokens more than the schema's shortest sentence has bytes (15 to 56), fewer than the
+    replies above take: every reply is still a whole value that validates (the budget closes it)."""
+    for prompt, schema in SCHEMAS:
+        g = Grammar.from_gbnf(schema_to_gbnf(schema))
+        budget = int(g.dist[g.start]) + 4
+        turn = ChatSession(engine, grammar=g).send(prompt, GREEDY, max_tokens=budget)
+        text = "".join(turn)
+        assert len(turn.ids) <= budget
+        jsonschema.validate(json.loads(text), schema)

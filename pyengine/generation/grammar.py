@@ -19,13 +19,14 @@ walks it. The mask of a step walks the tokenizer's vocabulary as a trie of bytes
 level, with numpy: each level's states are ``table[parent states, bytes]``, only the pairs not
 seen before computed in Python, and once few nodes of a level are live only their children are
 walked. Tokens sharing a prefix share its walk; a mask already made
-for a state is reused (``MASKS_KEPT`` per grammar). End-of-generation tokens are allowed only
+for a state is reused (``MASK_BYTES`` of them per grammar). End-of-generation tokens are allowed only
 where the grammar is complete; tokens with no bytes (control tokens) never are.
 """
 
 from __future__ import annotations
 
 import bisect
+import heapq
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -38,8 +39,9 @@ from pyengine.generation.grammar_parse import CharClass, GrammarError, Rules, pa
 END = None                   # the end of an alternative in the flat program
 NO_PARTIAL = (0, 0, 0)       # (bits so far, bytes still to come, bytes in all) of a UTF-8 character
 MAX_STATES = 1 << 16         # states kept before the automaton is forgotten and learnt again
-MASKS_KEPT = 64              # masks kept per grammar (each n_vocab bytes)
+MASK_BYTES = 24 << 20        # masks kept per grammar, in bytes (a mask: 3 bytes a token)
 DENSE = 4                    # a trie level is walked whole when over 1/DENSE of it is live
+FAR = 0xFFFF                 # a mask's "refused" (and a completion of more bytes than it counts)
 GRID_BYTES = 64              # a trie is built from the tokens' first 64 bytes in one array (the rest per token)
 UTF8_LEADS = tuple((0x1F, 1) if 0xC0 <= b < 0xE0 else (0x0F, 2) if 0xE0 <= b < 0xF0 else
                    (0x07, 3) if 0xF0 <= b < 0xF8 else (0, 0) for b in range(256))   # (bits mask, bytes to come)
@@ -69,6 +71,7 @@ class Grammar:
             self.alt_starts.append(starts)
         edges = {e for c in self.program if isinstance(c, CharClass) for lo, hi in c.ranges for e in (lo, hi + 1)}
         self.bounds = sorted(edges)        # code points where some class's answer may change
+        self.rest = shortest_rests(self.program, self.alt_starts)
         self._reset()
 
     @classmethod
@@ -83,7 +86,8 @@ class Grammar:
         self._ids: dict[State, int] = {self._states[0]: 0}
         self.table = np.full((256, 256), -1, dtype=np.int32)         # (capacity, byte) -> state id
         self.table[0] = 0
-        self._masks: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        self.dist = np.full(256, FAR, dtype=np.uint16)               # (capacity,) bytes to the end at least
+        self._masks: OrderedDict[tuple[int, int], Mask] = OrderedDict()
         start: set[Stack] = set()
         for a in self.alt_starts[self.rules.root]:
             start |= self._advance((a,) if self.program[a] is not END else ())
@@ -140,7 +144,20 @@ class Grammar:
                 grown = np.full((2 * self.table.shape[0], 256), -1, dtype=np.int32)
                 grown[:self.table.shape[0]] = self.table
                 self.table = grown
+                self.dist = np.concatenate([self.dist, np.full(self.dist.shape[0], FAR, dtype=np.uint16)])
+            self.dist[sid] = self._to_end(state)
         return sid
+
+    def _to_end(self, state: State) -> int:
+        """The fewest bytes that complete the grammar from ``state`` (capped at FAR - 1): the bytes a
+        partial character still needs, then each stack's frames' shortest rests (:func:`shortest_rests`)."""
+        stacks, (bits, left, total) = state
+        if left:                                    # only the stacks whose top the character may match
+            lo, hi = (-1 - bits, -1 - bits) if bits < 0 else utf8_span(bits, left, total)
+            stacks = [st for st in stacks if st and self.program[st[-1]].may_match(lo, hi)]
+        best = min((left + sum(self.rest[p + (left and i == len(st) - 1)] for i, p in enumerate(st))
+                    for st in stacks), default=FAR - 1)
+        return min(best, FAR - 1)
 
     def state(self, sid: int) -> State:
         return self._states[sid]
@@ -169,8 +186,7 @@ class Grammar:
             return self._after(stacks, -1 - bits) if left == 0 else self.intern((stacks, (bits, left, total)))
         else:
             bits, left = (bits << 6) | (b & 0x3F), left - 1
-        lo = max(bits << (6 * left), UTF8_MIN[total])
-        hi = min((bits << (6 * left)) | ((1 << (6 * left)) - 1), 0x10FFFF)
+        lo, hi = utf8_span(bits, left, total)
         if lo > hi or 0xD800 <= lo <= hi <= 0xDFFF:
             return 0
         if left == 0:
@@ -206,31 +222,39 @@ class Grammar:
 
     # --- masks over a vocabulary
     def mask(self, sid: int, trie: VocabTrie) -> np.ndarray:
-        """(n_vocab,) bool: the tokens allowed in state ``sid``: those whose bytes the grammar can
-        take from here, and the end-of-generation tokens where it is complete. Made once per state."""
+        """(n_vocab,) uint16: for each token, the fewest bytes that complete the grammar after it
+        (:data:`FAR`: the grammar refuses it here); end-of-generation tokens 0 where the grammar is
+        complete, FAR elsewhere; tokens with no bytes FAR. ``mask(...) < FAR`` are the tokens allowed.
+        Made once per state (``MASK_BYTES`` of them kept)."""
+        return self.masks(sid, trie).reach
+
+    def masks(self, sid: int, trie: VocabTrie) -> Mask:
+        """The :class:`Mask` of state ``sid`` over ``trie``'s tokens, made once (``MASK_BYTES`` kept)."""
         key = (id(trie), sid)
-        out = self._masks.get(key)
-        if out is not None:
+        kept = self._masks.get(key)
+        if kept is not None:
             self._masks.move_to_end(key)
-            return out
+            return kept
         out = self._walk(sid, trie)
         if self.complete(sid):
-            out[trie.eog] = True
+            out[trie.eog] = 0
         if len(self._states) > MAX_STATES:                             # bounded memory: learn again
             keep = self._states[sid]
             self._reset()
             sid = self.intern(keep)
-        self._masks[(id(trie), sid)] = out
-        if len(self._masks) > MASKS_KEPT:
+        allowed = out < FAR
+        kept = self._masks[(id(trie), sid)] = Mask(out, allowed, int(out[allowed].max(initial=0)))
+        if len(self._masks) * (out.nbytes + allowed.nbytes) > MASK_BYTES:
             self._masks.popitem(last=False)
-        return out
+        return kept
 
     def _walk(self, sid: int, trie: VocabTrie) -> np.ndarray:
-        """(n_vocab,) bool: the tokens whose bytes lead from ``sid`` to a live state. The hot loop of a
+        """(n_vocab,) uint16: the shortest completion after each token's bytes from ``sid`` (FAR: they
+        lead nowhere). The hot loop of a
         mask: level by level, each node's state is ``table[its parent's state, its byte]``; a level
         whose live parents are many is gathered whole (``dense``), else only the children of the live
         ones (their ranges in the level below, ``child_start``/``child_end``)."""
-        out = np.zeros(trie.n_vocab, dtype=bool)
+        out = np.full(trie.n_vocab, FAR, dtype=np.uint16)
         idx, st = None, np.array([sid], dtype=np.int32)               # None: st holds every node of the level
         for lv in trie.levels:
             live = np.flatnonzero(st > 0)
@@ -253,16 +277,89 @@ class Grammar:
                 self._fill(prev[unknown], byte[unknown])
                 st = self.table[prev, byte]
             if idx is None:
-                out[lv.tokens] = st[lv.ends] > 0
+                out[lv.tokens] = self.dist[st[lv.ends]]
             else:
                 tok = lv.token_at[idx]
-                out[tok[(tok >= 0) & (st > 0)]] = True
+                ends = (tok >= 0) & (st > 0)
+                out[tok[ends]] = self.dist[st[ends]]
         out[trie.twins] = out[trie.twin_of]                           # tokens of the same bytes
         return out
 
     def matcher(self, tokenizer: Any) -> GrammarMatcher:
         """A new reply's position in this grammar, for ``tokenizer``'s tokens."""
         return GrammarMatcher(self, vocab_trie(tokenizer))
+
+
+def utf8_span(bits: int, left: int, total: int) -> tuple[int, int]:
+    """The code points lo..hi a UTF-8 character of ``total`` bytes may be, its first bits ``bits`` with
+    ``left`` bytes to come (none overlong, none past U+10FFFF; lo > hi: none)."""
+    lo = max(bits << (6 * left), UTF8_MIN[total])
+    return lo, min((bits << (6 * left)) | ((1 << (6 * left)) - 1), 0x10FFFF)
+
+
+def shortest_rests(program: list, alt_starts: list[list[int]]) -> list[int]:
+    """For each position of the flat program, the fewest UTF-8 bytes that finish its alternative from
+    there (a class: its smallest character's length; a rule: its shortest alternative; FAR: none).
+    The rules' shortest lengths come first, settled in increasing order as Dijkstra's algorithm does
+    (Knuth's shortest derivations): an alternative is ready once every rule in it is settled."""
+    owner, alts = [], []                                    # per alternative: its rule, its positions
+    for r, starts in enumerate(alt_starts):
+        for a in starts:
+            end = a
+            while program[end] is not END:
+                end += 1
+            owner.append(r)
+            alts.append(range(a, end))
+    total = [0] * len(alts)                                 # bytes of the classes and settled rules so far
+    waiting = [0] * len(alts)                               # rule references not yet settled
+    uses: list[list[int]] = [[] for _ in alt_starts]        # rule -> the alternatives that refer to it
+    for i, span in enumerate(alts):
+        for p in span:
+            e = program[p]
+            if isinstance(e, CharClass):
+                total[i] = min(FAR, total[i] + min_utf8(e))
+            else:
+                waiting[i] += 1
+                uses[e].append(i)
+    rule = [FAR] * len(alt_starts)
+    heap = [(total[i], owner[i]) for i in range(len(alts)) if not waiting[i]]
+    heapq.heapify(heap)
+    while heap:
+        v, r = heapq.heappop(heap)
+        if rule[r] < FAR or v >= FAR:
+            continue
+        rule[r] = v
+        for i in uses[r]:
+            total[i] = min(FAR, total[i] + v)
+            waiting[i] -= 1
+            if not waiting[i]:
+                heapq.heappush(heap, (total[i], owner[i]))
+    rest = [0] * len(program)
+    for p in range(len(program) - 2, -1, -1):
+        e = program[p]
+        rest[p] = 0 if e is END else min(FAR, (min_utf8(e) if isinstance(e, CharClass) else rule[e]) + rest[p + 1])
+    return rest
+
+
+def min_utf8(c: CharClass) -> int:
+    """The UTF-8 length of the smallest character ``c`` matches (FAR: none)."""
+    if c.negated:
+        covered = sorted(c.ranges)
+        cp = 0
+        for lo, hi in covered:
+            if lo <= cp <= hi:
+                cp = hi + 1
+        return FAR if cp > 0x10FFFF else len(chr(cp).encode("utf-8", "surrogatepass"))
+    return min((len(chr(lo).encode("utf-8", "surrogatepass")) for lo, _ in c.ranges), default=FAR)
+
+
+@dataclass
+class Mask:
+    """What a state allows: ``reach`` (n_vocab,) uint16, the shortest completion after each token (FAR:
+    refused), ``allowed`` (n_vocab,) bool (reach < FAR), ``farthest`` the largest reach allowed."""
+    reach: np.ndarray
+    allowed: np.ndarray
+    farthest: int
 
 
 class GrammarMatcher:
@@ -277,19 +374,27 @@ class GrammarMatcher:
     def _sid(self) -> int:
         return self.grammar.intern(self.state)
 
-    def allowed(self) -> np.ndarray:
-        """(n_vocab,) bool: the tokens the grammar allows next."""
-        return self.grammar.mask(self._sid(), self.trie)
+    def allowed(self, left: int | None = None) -> np.ndarray:
+        """(n_vocab,) bool: the tokens the grammar allows next. With ``left``, the tokens the reply may
+        still take (this one included), only those after which the grammar can still be completed in
+        ``left`` - 1 tokens of a byte each, when there are such tokens: a reply whose budget allows the
+        grammar's shortest completion then ends complete within it."""
+        m = self.grammar.masks(self._sid(), self.trie)
+        if left is None or left - 1 >= m.farthest:
+            return m.allowed                                           # every allowed token still fits
+        in_time = m.reach <= max(left - 1, 0)
+        return in_time if in_time.any() else m.allowed
 
-    def apply(self, logits: np.ndarray) -> np.ndarray:
-        """A copy of ``logits`` ((n_vocab,) float32) with every token the grammar refuses at -inf.
-        Raises GrammarError when it allows none (a grammar the vocabulary cannot write)."""
-        allowed = self.allowed()
+    def apply(self, logits: np.ndarray, left: int | None = None) -> np.ndarray:
+        """A copy of ``logits`` ((n_vocab,) float32) with every token the grammar refuses at -inf
+        (``left``: the reply's tokens left, see :meth:`allowed`). Raises GrammarError when it allows
+        none (a grammar the vocabulary cannot write)."""
+        allowed = self.allowed(left)
         n = min(allowed.shape[0], logits.shape[0])
         if not allowed[:n].any():
             raise GrammarError(f"{self.grammar.source}: no token of the vocabulary can continue the grammar here")
         out = np.full_like(logits, -np.inf)
-        out[:n][allowed[:n]] = logits[:n][allowed[:n]]
+        np.copyto(out[:n], logits[:n], where=allowed[:n])
         return out
 
     def accept(self, tok: int) -> None:
@@ -398,4 +503,4 @@ def vocab_trie(tokenizer: Any) -> VocabTrie:
     return trie
 
 
-__all__ = ["Grammar", "GrammarError", "GrammarMatcher", "TrieLevel", "VocabTrie", "vocab_trie"]
+__all__ = ["Grammar", "GrammarError", "GrammarMatcher", "Mask", "TrieLevel", "VocabTrie", "vocab_trie"]

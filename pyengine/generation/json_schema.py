@@ -17,7 +17,9 @@ null, ``oneOf``/``anyOf``, ``allOf`` of objects, ``$ref`` within the schema (``#
 :func:`json_mode_grammar` is any JSON object.
 
 Numbers are bounded as llama.cpp bounds them (16 digits a part); strings are not unless the schema
-says so (``maxLength``, ``enum``, ``pattern``, ``format``): a reply can run to its token limit.
+says so (``maxLength``, ``enum``, ``pattern``, ``format``), but a reply near its token limit is closed
+by it (:meth:`pyengine.generation.grammar.GrammarMatcher.allowed`) when the limit holds the schema's
+shortest value.
 """
 
 from __future__ import annotations

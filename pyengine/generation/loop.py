@@ -18,7 +18,9 @@ temperature, before truncation): its probability and the N likeliest alternative
 ``grammar`` (:mod:`pyengine.generation.grammar`), every step's logits are masked to the tokens that
 can continue it before anything else sees them: the sampler, and the probabilities recorded
 (each record then says ``"masked": True``); an end-of-generation token is allowed only where the
-grammar is complete, and a reply ``max_tokens`` cuts is a prefix of a sentence, not a sentence.
+grammar is complete. Near ``max_tokens`` only tokens after which the grammar's shortest completion
+still fits the tokens left are allowed (:meth:`GrammarMatcher.allowed`), so a reply whose budget
+holds the grammar's shortest sentence ends complete: a JSON object is closed rather than cut.
 """
 
 from __future__ import annotations
@@ -233,7 +235,7 @@ class Generation:
         piece, reason, sampled, accepted = "", None, 0, 0
         for row in logits:
             if self.grammar is not None:
-                row = self.grammar.apply(row)                          # (n_vocab,) refused tokens at -inf
+                row = self.grammar.apply(row, self.max_tokens - len(self.ids))   # (n_vocab,) refused: -inf
             seen = self.sampler.probabilities(row, self._history) if self._probs else None   # (n_vocab,)
             tok = self.sampler.sample(row, self._history)              # the history as plain decoding's
             if self.grammar is not None:
