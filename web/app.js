@@ -8,6 +8,8 @@
 //   loading.js        the file picker, the drop zone, the demo model
 //   saved_models.js   the models kept in the browser (opfs.js): saved after a load, Load and Forget
 //   settings_form.js  the sampling fields (drawn from Python's rules), Memory and Workers
+//   structure.js      the Structured output setting (none, JSON, a schema, a grammar) and its checked editor
+//   tools_panel.js    the Tools setting: tool definitions (checked as typed); a reply's calls are cards
 //   composer.js       the message box: Send, Stop, New chat, and the settings' check before every reply
 //   layout.js         the phone layout: the settings fold away, the chat first
 //   theme.js          the Theme setting: the system's colour scheme, light or dark
@@ -34,6 +36,8 @@ import { drawModels, modelLoaded, wireSavedModels } from "./app/saved_models.js"
 import { hideModel, showInspector, showModel, useCards, wireModelView } from "./app/model_view.js";
 import { drawSettings, showWorkers, useRules, wireSettings, workersWanted } from "./app/settings_form.js";
 import { hideProgress, replying, setPhase, settle, showError, showProgress, status, wireStatus } from "./app/status.js";
+import { drawStructure, structureChecked } from "./app/structure.js";
+import { toolsChecked } from "./app/tools_panel.js";
 import { worker } from "./app/worker_client.js";
 import { boundedName } from "./app/format.js";
 import { openTrace, showTrace, traceFailed } from "./app/trace_view.js";
@@ -45,6 +49,7 @@ const handlers = {
   booted(msg) { // Python is up: msg.page holds what the settings and the card are drawn from
     hideProgress();
     drawSettings(msg.page);
+    drawStructure(msg.page);
     useCards(msg.page.cards);
     useStopWords(msg.page.stop_words);
     usePageWords(msg.page);
@@ -95,9 +100,11 @@ const handlers = {
     setPhase("starting");
   },
   checked,
+  "structure-checked": structureChecked,
+  "tools-checked": toolsChecked,
   piece(msg) { addPiece(msg.text, msg.tokens); },
   done(msg) {
-    replyDone(msg.stopped, msg.stats);
+    replyDone(msg.stopped, msg.stats, msg);
     replyEnded();
     showStats(msg.stats);
     if (replying()) settle();

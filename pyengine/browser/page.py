@@ -18,8 +18,9 @@ STOP_WORDS = {"eog": "end of turn", "stop_string": "stop string", "max_tokens": 
 CONTINUED = ("context", "max_tokens", "stopped")
 # What the token probabilities view shades a token by (pyengine.generation.sampling.Sampler.probabilities).
 PROBS_NOTE = ("Each token is shaded by the probability it had after the repetition penalty and the temperature, "
-              "before top-k, top-p and min-p (temperature 0: the softmax of the penalized logits). Click a token of "
-              "the last reply, or press Space on it, to look inside the step that wrote it.")
+              "before top-k, top-p and min-p (temperature 0: the softmax of the penalized logits); with a "
+              "Structured output, after its mask: the tokens it refuses at 0. Click a token of the last reply, or "
+              "press Space on it, to look inside the step that wrote it.")
 
 SHOWN_CHARS = 20_000  # a metadata string longer than this is cut in the inspector (a chat template fits)
 INSPECT_ROWS = 10_000  # metadata keys and tensors sent to the inspector (real models: a few hundred)

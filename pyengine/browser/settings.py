@@ -163,3 +163,39 @@ def memory_options() -> list[dict]:
 def weight_cards() -> dict[str, str]:
     """The model card's line for each weight policy (``Model.weights``)."""
     return {k: w.card for k, w in WEIGHT_FORMS.items()}
+
+
+# The Structured output setting: its options in the page's order, (value, label, what the editor holds).
+STRUCTURES: tuple[tuple[str, str, str], ...] = (
+    ("none", "None", ""),
+    ("json", "JSON object", ""),
+    ("schema", "JSON schema", "a JSON Schema"),
+    ("grammar", "Grammar (GBNF)", "a GBNF grammar (llama.cpp's format)"),
+)
+MAX_STRUCTURE_CHARS = 200_000   # what the editor may hold
+
+
+def structure_options() -> list[dict]:
+    """The Structured output options: ``{value, label, editor}`` (editor: what its text is; "" for none)."""
+    return [{"value": v, "label": label, "editor": editor} for v, label, editor in STRUCTURES]
+
+
+def structure_gbnf(kind: str, text: str) -> str | None:
+    """The GBNF of the Structured output setting ``kind`` with the editor's ``text`` (None for "none").
+    Raises GrammarError naming the line and column of bad text (a schema's JSON or a grammar's GBNF,
+    parsed here so the error is the editor's)."""
+    from pyengine.generation.grammar_parse import GrammarError, parse_gbnf
+    from pyengine.generation.json_schema import json_mode_gbnf, parse_schema, schema_to_gbnf
+    kinds = [v for v, _, _ in STRUCTURES]
+    if kind not in kinds:
+        raise GrammarError(f"Structured output must be one of {', '.join(kinds)} (it is {kind!r})")
+    if len(text) > MAX_STRUCTURE_CHARS:
+        raise GrammarError(f"the {kind} has {len(text):,} characters, more than {MAX_STRUCTURE_CHARS:,}")
+    if kind == "none":
+        return None
+    if kind == "json":
+        return json_mode_gbnf()
+    if kind == "schema":
+        return schema_to_gbnf(parse_schema(text, "schema"))
+    parse_gbnf(text, "grammar")                     # the editor's own line and column
+    return text

@@ -22,11 +22,18 @@ command        fields                                              replies
                the model's), ``thinking`` (the template's
                ``enable_thinking``; absent: its default),
                ``settings`` (:data:`SETTINGS` names -> numbers,
-               None for a blank field)
+               None for a blank field), ``structure``
+               (``{kind, text}``: the reply held to it),
+               ``tools`` (``{text, required}``: the definitions;
+               required: a reply to a user message is a call)
 ``trace``      ``back`` (a token of the last reply, counted back   ``traced`` (``back``, and
                from its last: 0 is the last; a continued reply's   ``trace``: the record of
                records run on), ``id`` (its id), ``heads`` (the    pyengine.generation.trace)
                q heads kept; absent: all)
+``check-``     ``kind`` (a Structured output option: none, json,    ``structure-checked``
+``structure``  schema, grammar), ``text`` (the editor's)
+``check-``     ``text`` (the Tools editor's: tool definitions as   ``tools-checked``
+``tools``      JSON, OpenAI's)
 ``new-chat``   --                                                  ``cleared``
 (Stop)         a load under way (cross-origin isolated pages)      ``load-stopped``
 =============  ==================================================  ==============================
@@ -78,6 +85,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -95,11 +103,14 @@ from pyengine.browser.page import (
     weights_failed,
 )
 from pyengine.browser.settings import (
+    MAX_STRUCTURE_CHARS,
     check_fields,
     memory_options,
     sampler_params,
     setting_rules,
     settings_hint,
+    structure_gbnf,
+    structure_options,
     weight_cards,
 )
 from pyengine.browser.shared_memory import new_block
@@ -190,6 +201,7 @@ class WorkerSession:
         self.pool, self.heap = pool, heap   # helper workers (worker.js's pool), this worker's wasm bytes
         self.chat = None     # pyengine.generation.ChatSession
         self.rules = setting_rules()  # the settings' ranges for the model loaded (setting_rules)
+        self._structure: tuple = (("none", ""), None)   # the Structured output setting and its Grammar
         self.model = None    # the model (a parallel.driver.SplitModel when helpers hold shards of it)
 
     # --- load
@@ -332,14 +344,18 @@ class WorkerSession:
         self.post({"type": "checked", "settings": values, "errors": errors})
 
     async def reply(self, text: str | None, system: str, settings: dict, messages: list | None = None,
-                    probs: int = 0, resume: bool = False, thinking: bool | None = None) -> None:
+                    probs: int = 0, resume: bool = False, thinking: bool | None = None,
+                    structure: tuple[str, str] | None = None, tools: tuple[str, bool] | None = None) -> None:
         """Stream the reply to ``messages`` (the whole conversation, as the page keeps it: the cache's
         common prefix with the last turn is reused, so a regenerated or edited turn prefills only what
         changed), or to the conversation so far and one more user message ``text``: a ``piece``
         message per piece of text (``resume``: ``messages`` ends with the model's reply, which goes on:
         :meth:`ChatSession.resume`; ``thinking``: the template's ``enable_thinking``, where it has
-        one, None for its default; with ``probs`` > 0 also ``tokens``: the records of the tokens
-        sampled since the last piece, :class:`pyengine.generation.loop.Generation`'s ``token_probs``),
+        one, None for its default; ``structure``: (kind, text) of the Structured output setting; ``tools``:
+        (the Tools editor's text, whether a reply to a user message must be a call), ``done`` then lists
+        the reply's ``tool_calls`` and its ``content`` outside them; with
+        ``probs`` > 0 also ``tokens``: the records of the tokens sampled since the last piece,
+        :class:`pyengine.generation.loop.Generation`'s ``token_probs``),
         then ``done`` (``stopped``, ``stats``). A stopped reply keeps the text the page has shown; a
         failed one (an exception, which handle() posts as ``error``) leaves the conversation as it was
         before, so the next turn is not sent the failed one."""
@@ -348,9 +364,13 @@ class WorkerSession:
         if isinstance(probs, bool) or not isinstance(probs, int) or not 0 <= probs <= MAX_PROBS:
             raise PyEngineError(f"probs must be a whole number of alternatives from 0 to {MAX_PROBS}, got {probs!r}")
         params, max_tokens = sampler_params(settings, self.rules)
+        self.chat.grammar = self.structure(*structure) if structure else None
         self.chat.set_system(system)
         switch = thinking is not None and thinking_switch(self.chat.engine.template)
         self.chat.options = {THINKING: bool(thinking)} if switch else {}
+        last = "user" if messages is None else messages[-1].get("role") if messages else None
+        required = bool(tools and tools[1]) and last == "user" and not resume
+        self.chat.set_tools(read_tools(tools[0]) if tools else None, "required" if required else "auto")
         shown, turn, before, base = [], None, list(self.chat.messages), ""
         try:
             if messages is None:
@@ -374,7 +394,9 @@ class WorkerSession:
         stopped = turn is None or turn.stats.stop_reason == "stopped"
         if turn is not None and stopped and self.chat.messages[-1]["role"] == "assistant":
             self.chat.messages[-1]["content"] = base + "".join(shown)  # what the page shows, to the last character
-        self.post({"type": "done", "stopped": stopped, "stats": turn.stats.as_dict() if turn else None})
+        calls = self.chat.messages[-1].get("tool_calls") if turn is not None and not stopped else None
+        extra = {"tool_calls": calls, "content": self.chat.messages[-1]["content"]} if calls else {}
+        self.post({"type": "done", "stopped": stopped, "stats": turn.stats.as_dict() if turn else None, **extra})
 
     async def _stream(self, turn, shown: list[str]) -> None:
         """Post the reply's pieces (and token records) until it ends or the page stops it; each piece
@@ -408,6 +430,34 @@ class WorkerSession:
         rec = trace(self.chat.engine.model, self.chat.engine.tokenizer, ids[:n + 1], n, heads, cache=self.chat.cache)
         self.post({"type": "traced", "back": back, "trace": rec})
 
+    def structure(self, kind: str, text: str):
+        """The Grammar of a Structured output setting (None for none), the same object while the setting
+        stays (its masks kept from reply to reply). Raises GrammarError with the line and column."""
+        from pyengine.generation.grammar import Grammar
+        key = (kind, text)
+        if self._structure[0] != key:
+            gbnf = structure_gbnf(kind, text)
+            self._structure = (key, Grammar.from_gbnf(gbnf, kind) if gbnf is not None else None)
+        return self._structure[1]
+
+    def check_tools(self, text: str) -> None:
+        """Post ``tools-checked {ok, message}``: whether the Tools editor's text is tool definitions, else
+        why (its line and column, or the definition at fault)."""
+        try:
+            read_tools(text)
+            self.post({"type": "tools-checked", "ok": True, "message": ""})
+        except PyEngineError as e:
+            self.post({"type": "tools-checked", "ok": False, "message": str(e)})
+
+    def check_structure(self, kind: str, text: str) -> None:
+        """Post ``structure-checked {kind, ok, message}``: whether the editor's text makes a grammar,
+        else why, with its line and column."""
+        try:
+            self.structure(kind, text)
+            self.post({"type": "structure-checked", "kind": kind, "ok": True, "message": ""})
+        except PyEngineError as e:
+            self.post({"type": "structure-checked", "kind": kind, "ok": False, "message": str(e)})
+
     def new_chat(self) -> None:
         """Forget the conversation (the system prompt is sent with every message)."""
         if self.chat is not None:
@@ -439,15 +489,31 @@ def setup(post: Callable[[Any], None], should_stop: Callable[[], bool] = lambda:
     _session = WorkerSession(post, should_stop, interruptible, pool, heap)
 
 
+def read_tools(text: str) -> list | None:
+    """The Tools editor's text as tool definitions (None when blank). Raises PyEngineError naming the
+    line and column of bad JSON, or the definition at fault."""
+    from pyengine.generation.tools import check_tools
+    if not text.strip():
+        return None
+    if len(text) > MAX_STRUCTURE_CHARS:
+        raise PyEngineError(f"tools: {len(text):,} characters, more than {MAX_STRUCTURE_CHARS:,}")
+    try:
+        tools = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise PyEngineError(f"tools: line {e.lineno}, column {e.colno}: {e.msg}") from None
+    return check_tools(tools)
+
+
 def page_data() -> Any:
     """What the page builds its settings from before any model is loaded (worker.js sends it with
     ``booted``): ``settings`` (:func:`setting_rules` with no model limits), ``hint`` (the line under
     them), ``memory`` (the Memory options), ``cards`` (the model card's line per weight policy),
     ``stop_words`` (why a reply ended, in words, per stop reason), ``continued`` (the stop reasons of a
-    reply Continue goes on with) and ``probs_note`` (what the probabilities view shows)."""
+    reply Continue goes on with), ``probs_note`` (what the probabilities view shows) and ``structures``
+    (the Structured output options)."""
     return _to_js({"settings": setting_rules(), "hint": settings_hint(), "memory": memory_options(),
                    "cards": weight_cards(), "stop_words": STOP_WORDS, "continued": list(CONTINUED),
-                   "probs_note": PROBS_NOTE})
+                   "probs_note": PROBS_NOTE, "structures": structure_options()})
 
 
 def _to_js(value: Any) -> Any:
@@ -476,10 +542,19 @@ async def handle(msg: Any) -> None:
         elif kind == "chat":
             messages = msg.get("messages")
             text = None if messages is not None else str(msg["text"])
+            shape = msg.get("structure") or {}
+            structure = (str(shape.get("kind") or "none"), str(shape.get("text") or ""))
+            tools = msg.get("tools") or {}
+            tools = (str(tools.get("text") or ""), bool(tools.get("required"))) if tools.get("text") else None
             await _session.reply(text, str(msg.get("system") or ""), msg.get("settings") or {}, messages,
-                                 msg.get("probs") or 0, bool(msg.get("continue")), msg.get("thinking"))
+                                 msg.get("probs") or 0, bool(msg.get("continue")), msg.get("thinking"), structure,
+                                 tools)
         elif kind == "trace":
             _session.trace(msg.get("back"), msg.get("id"), msg.get("heads"))
+        elif kind == "check-tools":
+            _session.check_tools(str(msg.get("text") or ""))
+        elif kind == "check-structure":
+            _session.check_structure(str(msg.get("kind") or "none"), str(msg.get("text") or ""))
         elif kind == "new-chat":
             _session.new_chat()
         else:

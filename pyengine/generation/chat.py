@@ -22,7 +22,9 @@ from itertools import accumulate
 from typing import Any
 
 from pyengine.errors import PyEngineError, TemplateError
+from pyengine.generation import tools as tool_calls
 from pyengine.generation.engine import Engine
+from pyengine.generation.grammar import Grammar
 from pyengine.generation.lookup import LOOKUP_DEFAULT
 from pyengine.generation.loop import Generation
 from pyengine.generation.sampling import Sampler, SamplerParams
@@ -97,22 +99,60 @@ class ChatSession:
     conversation is what it copies from); ``probs`` the alternatives each reply token's record lists
     (:class:`Generation`'s ``token_probs``; 0 = none). Only one reply runs at a time: a new one
     closes the last. ``system`` is sent as a first ``system`` message (the template decides what it
-    does); ``options`` go to the template as variables (``enable_thinking``, see :func:`thinking_switch`).
+    does); ``options`` go to the template as variables (``enable_thinking``, see :func:`thinking_switch`;
+``tools``: the tool definitions, :mod:`pyengine.generation.tools`: a reply's calls are kept in its
+message's ``tool_calls``, :meth:`add_tool_result` answers one; ``tool_choice="required"`` holds each
+reply to one call); ``grammar`` (:mod:`pyengine.generation.grammar`) holds each reply to a grammar.
     """
     engine: Engine
     system: str | None = None
     n_ctx: int | None = None
     messages: list[dict] = field(default_factory=list)
     options: dict = field(default_factory=dict)   # more template variables: {"enable_thinking": False}
+    grammar: Grammar | None = None                  # every reply held to it (structured output)
+    tools: list | None = None                       # tool definitions, OpenAI's form (tools.py)
+    tool_choice: str = "auto"                       # "required": the next reply is one call, by a grammar
 
     def __post_init__(self):
         if self.engine.template is None:
             raise TemplateError(self.engine.template_error or "this model has no usable chat template")
+        self.tool_format, self._call_grammar = None, (None, None)
+        self.set_tools(self.tools, self.tool_choice)
         self.cache = self.engine.model.new_cache(self.n_ctx)
         self.tokens: list[int] = []      # the ids whose keys and values the cache holds
         self.turn: Generation | None = None
         self.prompt = ""                 # the last rendered prompt text
         self._counts: dict[str, int] = {}   # the messages' tokens (:meth:`_count`), by content
+
+    def set_tools(self, tools: list | None, tool_choice: str = "auto") -> None:
+        """The tool definitions from the next reply on (None or []: none): checked, given to the template
+        as ``tools``, and the format its text writes calls in found (TemplateError if it takes none);
+        ``tool_choice`` "required" holds the next reply to one call (its grammar kept while the tools stay)."""
+        self.tools, self.tool_choice, self.tool_format = tools or None, tool_choice, None
+        self.options = {k: v for k, v in self.options.items() if k != "tools"}
+        if not self.tools:
+            return
+        self.tools = tool_calls.check_tools(self.tools)
+        fmt = tool_calls.tool_format(self.engine.template.source)
+        if fmt is None:
+            raise TemplateError(f"this model's chat template ({self.template_name}) takes no tools pyengine reads "
+                                f"(formats: {', '.join(f.name for f in tool_calls.TOOL_FORMATS)})")
+        self.tool_format, self.options = fmt, {**self.options, "tools": self.tools}
+        gbnf = tool_calls.tool_call_gbnf(self.tools, fmt)
+        if self._call_grammar[0] != gbnf:
+            self._call_grammar = (gbnf, Grammar.from_gbnf(gbnf, "tools"))
+
+    def add_tool_result(self, call_id: str, content: str) -> None:
+        """Put the result of the call ``call_id`` of the last reply into the conversation (the ``tool``
+        role); :meth:`respond` then goes on. Raises PyEngineError for a call the last reply did not make."""
+        last = len(self.messages)
+        while last > 0 and self.messages[last - 1]["role"] == "tool":
+            last -= 1                                        # the reply before the results given so far
+        calls = self.messages[last - 1].get("tool_calls", []) if last > 0 else []
+        call = next((c for c in calls if c["id"] == call_id), None)
+        if call is None or any(m.get("tool_call_id") == call_id for m in self.messages[last:]):
+            raise PyEngineError(f"no call {call_id!r} of the last reply is waiting for its result")
+        self.messages.append(tool_calls.tool_result(call, content))
 
     @property
     def template_name(self) -> str:
@@ -182,10 +222,22 @@ class ChatSession:
         self.prompt = prompt
         sampler = params if isinstance(params, Sampler) else Sampler(params)
         done = self._finished if tail is None else self._resumed
-        self.turn = Generation(engine.model, engine.tokenizer, ids, sampler, max_tokens,
-                               stop_strings, self.cache, on_finish=done, lookup=lookup, probs=probs)
+        grammar = self._grammar()
+        grammar = grammar.matcher(engine.tokenizer) if grammar is not None else None
+        if grammar is not None and tail:
+            grammar.feed(tail.encode("utf-8"))
+        self.turn = Generation(engine.model, engine.tokenizer, ids, sampler, max_tokens, stop_strings,
+                               self.cache, on_finish=done, lookup=lookup, probs=probs, grammar=grammar)
         self.turn.stats.dropped_messages = dropped
         return self.turn
+
+    def _grammar(self) -> Grammar | None:
+        """The grammar this reply holds to: :attr:`grammar`, else one call when ``tool_choice`` is "required"."""
+        if self.tool_choice not in ("auto", "required"):
+            raise PyEngineError(f"tool_choice must be 'auto' or 'required', got {self.tool_choice!r}")
+        if self.grammar is None and self.tool_format is not None and self.tool_choice == "required":
+            return self._call_grammar[1]
+        return self.grammar
 
     def _fit(self, conversation: list[dict], max_tokens: int, tail: str | None) -> tuple[str, list[int], int]:
         """The prompt (text, ids) of ``conversation`` (and the reply's start ``tail``) within the context:
@@ -247,7 +299,12 @@ class ChatSession:
         return self._counts[content]
 
     def _finished(self, turn: Generation) -> None:
-        self.messages.append({"role": "assistant", "content": turn.text})
+        message = {"role": "assistant", "content": turn.text}
+        if self.tool_format is not None:
+            made = sum(len(m.get("tool_calls", ())) for m in self.messages)
+            content, calls = tool_calls.parse_tool_calls(turn.text, self.tool_format, made)
+            message = {**message, "content": content, "tool_calls": calls} if calls else message
+        self.messages.append(message)
         self.tokens = turn.tokens
 
     def _resumed(self, turn: Generation) -> None:

@@ -14,7 +14,13 @@ the context limit (``n_ctx``); they fall on the same token with lookup as
 without, a draft running past them is cut there. Statistics per reply:
 :class:`TurnStats`. With ``probs`` = N > 0, ``token_probs`` holds for each reply token what it was
 drawn from (:meth:`pyengine.generation.sampling.Sampler.probabilities`: after penalties and
-temperature, before truncation): its probability and the N likeliest alternatives.
+temperature, before truncation): its probability and the N likeliest alternatives. With a
+``grammar`` (:mod:`pyengine.generation.grammar`), every step's logits are masked to the tokens that
+can continue it before anything else sees them: the sampler, and the probabilities recorded
+(each record then says ``"masked": True``); an end-of-generation token is allowed only where the
+grammar is complete. Near ``max_tokens`` only tokens after which the grammar's shortest completion
+still fits the tokens left are allowed (:meth:`GrammarMatcher.allowed`), so a reply whose budget
+holds the grammar's shortest sentence ends complete: a JSON object is closed rather than cut.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from pyengine.errors import PyEngineError
+from pyengine.generation.grammar import Grammar, GrammarMatcher
 from pyengine.generation.lookup import LOOKUP_DEFAULT, NgramIndex
 from pyengine.generation.sampling import Sampler, SamplerParams, top_probs
 
@@ -119,6 +126,7 @@ class Generation:
     ``on_finish(gen)`` is called once when the reply ends, however it ends.
 
     ``probs``: how many alternatives each token's record in ``token_probs`` lists (0 = no records).
+    ``grammar``: a Grammar, or a matcher already part-way through one (a resumed reply), the reply holds to.
 
     Attributes: ``prompt_ids``, ``ids`` (generated), ``text`` (emitted so far), ``tokens`` (the
     ids whose keys and values the cache holds), ``stats``, ``done``, ``token_probs`` (a record per
@@ -129,7 +137,8 @@ class Generation:
                  max_tokens: int, stop_strings: Iterable[str] = (), cache: Any = None,
                  should_stop: Callable[[], bool] | None = None,
                  on_finish: Callable[[Generation], None] | None = None, n_ctx: int | None = None,
-                 lookup: int = LOOKUP_DEFAULT, probs: int = 0):
+                 lookup: int = LOOKUP_DEFAULT, probs: int = 0,
+                 grammar: Grammar | GrammarMatcher | None = None):
         from pyengine.text.stream import StreamDecoder
         self.model, self.tokenizer, self.sampler = model, tokenizer, sampler
         self.prompt_ids = [int(t) for t in prompt_ids]
@@ -158,6 +167,7 @@ class Generation:
         self._eog = tokenizer.eog_ids
         self._probs = probs
         self.token_probs: list[dict] = []
+        self.grammar = grammar.matcher(tokenizer) if isinstance(grammar, Grammar) else grammar
 
     # --- the iterator protocol, for `for piece in gen`
     def __iter__(self) -> Generation:
@@ -224,8 +234,12 @@ class Generation:
         the cache then holds what plain decoding's would. Returns the step's text."""
         piece, reason, sampled, accepted = "", None, 0, 0
         for row in logits:
+            if self.grammar is not None:
+                row = self.grammar.apply(row, self.max_tokens - len(self.ids))   # (n_vocab,) refused: -inf
             seen = self.sampler.probabilities(row, self._history) if self._probs else None   # (n_vocab,)
             tok = self.sampler.sample(row, self._history)              # the history as plain decoding's
+            if self.grammar is not None:
+                self.grammar.accept(tok)
             sampled += 1
             hit = sampled <= len(draft) and tok == draft[sampled - 1]
             accepted += hit
@@ -249,7 +263,8 @@ class Generation:
         def token(i: int) -> str:
             return self.tokenizer.token_bytes(i).decode("utf-8", "replace")
         top = [{"id": i, "token": token(i), "p": p} for i, p in top_probs(probs, self._probs)]
-        return {"id": tok, "token": token(tok), "text": text, "p": float(probs[tok]), "top": top}
+        record = {"id": tok, "token": token(tok), "text": text, "p": float(probs[tok]), "top": top}
+        return record | {"masked": True} if self.grammar is not None else record
 
     def _take(self, tok: int) -> tuple[str, str | None]:
         """Add a sampled token to the reply: (the text it completes, the stop reason or None)."""
@@ -311,12 +326,13 @@ class Generation:
 def generate(model: Any, tokenizer: Any, prompt_ids: Sequence[int], params: SamplerParams | None = None,
              max_tokens: int = 128, stop_strings: Iterable[str] = (), cache: Any = None,
              should_stop: Callable[[], bool] | None = None, n_ctx: int | None = None,
-             lookup: int = LOOKUP_DEFAULT, probs: int = 0) -> Generation:
+             lookup: int = LOOKUP_DEFAULT, probs: int = 0, grammar: Grammar | None = None) -> Generation:
     """Continue ``prompt_ids``: a :class:`Generation` to iterate for text pieces (see its doc).
     ``params`` default to llama.cpp's sampling defaults; ``n_ctx`` sizes a new cache (default: the
     model's training context); ``lookup`` is the most tokens drafted per step (0 = off); ``probs``
-    the alternatives each token's record in ``token_probs`` lists (0 = none). Raises
+    the alternatives each token's record in ``token_probs`` lists (0 = none); ``grammar`` holds the
+    reply to a grammar (:class:`pyengine.generation.grammar.Grammar`). Raises
     PyEngineError for an empty prompt, one longer than the context, or a bad ``lookup``."""
     return Generation(model, tokenizer, prompt_ids, Sampler(params), max_tokens, stop_strings, cache,
-                      should_stop, n_ctx=n_ctx, lookup=lookup, probs=probs)
+                      should_stop, n_ctx=n_ctx, lookup=lookup, probs=probs, grammar=grammar)
 

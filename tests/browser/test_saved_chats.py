@@ -172,8 +172,12 @@ def export_and_import(page, shown) -> None:
 BAD_IMPORTS = [
     ("not json", "bad.json: not JSON"),
     ('{"messages": 3}', 'bad.json: "messages" must be a list of {role, content} (it is number)'),
-    ('[{"role": "robot", "content": "x"}]', 'bad.json: messages[0].role must be one of system, user, assistant '
-                                            '(it is "robot")'),
+    ('[{"role": "robot", "content": "x"}]', 'bad.json: messages[0].role must be one of system, user, assistant, '
+                                            'tool (it is "robot")'),
+    ('[{"role": "assistant", "content": "", "tool_calls": [{"id": 1}]}]',
+     'bad.json: messages[0].tool_calls[0] must be {id, function: {name, arguments: {...}}} (it is {"id":1})'),
+    ('[{"role": "tool", "content": "sunny"}]', 'bad.json: messages[0]: a tool\'s result must have "tool_call_id"'),
+    ('{"messages": [], "tools": {"text": 3}}', 'bad.json: "tools" must be {"text": tool definitions as text'),
     ('[{"role": "user", "content": 5}]', "bad.json: messages[0].content must be text (it is number)"),
     ('[{"role": "user", "content": "a"}, {"role": "system", "content": "b"}]',
      "bad.json: messages[1]: a system message may only come first"),

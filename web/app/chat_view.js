@@ -49,7 +49,9 @@ const ACTIONS = {
     ["delete", "Delete", "Delete this message and its reply"]],
   assistant: [["copy", "Copy", "Copy this reply"], ["regenerate", "Regenerate", "Regenerate: write this reply again"],
     ["continue", "Continue", "Continue this reply"]],
+  tool: [["copy", "Copy", "Copy this result"]],
 };
+const WHO = { user: "You", assistant: "Model", tool: "Tool result" };
 
 function actionBar(role) {
   const bar = make("div", "actions");
@@ -71,7 +73,7 @@ function messageItem(role, text, index, tokens, how = {}) {
   li.dataset.testid = "message";
   li.dataset.role = role;
   if (index !== undefined) li.dataset.index = index;
-  li.append(make("div", "who", role === "user" ? "You" : "Model"), make("div", "body"), actionBar(role));
+  li.append(make("div", "who", WHO[role] ?? role), make("div", "body"), actionBar(role));
   if (tokens?.length) records.set(li, tokens);
   setText(li, text, how);
   return li;
@@ -153,7 +155,50 @@ export function drawMessages(messages, hasModel) {
     const li = addMessage(m.role, m.content, i, m.tokens, how[i]);
     if (m.note === "stopped") addNote(li, "stopped", "stopped");
     showContext(li, m);
+    if (m.tool_calls?.length) showCalls(li, m, waitingCalls(messages, i));
   });
+}
+
+// The ids of the calls of message ``i`` still waiting for a result: none unless it is the last reply.
+export function waitingCalls(messages, i) {
+  const after = messages.slice(i + 1);
+  if (after.some((m) => m.role !== "tool")) return new Set();
+  const answered = new Set(after.map((m) => m.tool_call_id));
+  return new Set((messages[i].tool_calls ?? []).map((c) => c.id).filter((id) => !answered.has(id)));
+}
+
+// A reply's calls as cards (m: its message, {content, tool_calls}): the tool's name and arguments, and for
+// each call in ``waiting`` a box for its result, with Send result and Decline (turns.js acts on them).
+export function showCalls(li, m, waiting) {
+  li.querySelectorAll(".tool-call").forEach((c) => c.remove());
+  setText(li, m.content);
+  for (const call of m.tool_calls) {
+    const card = make("div", "tool-call");
+    card.dataset.testid = "tool-call";
+    card.dataset.id = call.id;
+    const name = call.function.name;
+    card.append(make("p", "tool-name", `Call: ${name}`),
+      make("pre", "tool-args", JSON.stringify(call.function.arguments, null, 1)));
+    if (waiting.has(call.id)) {
+      const box = make("textarea", "tool-result");
+      box.dataset.testid = "tool-result";
+      box.rows = 2;
+      box.setAttribute("aria-label", `The result of ${name}`);
+      const result = make("label", "field", "Result ");
+      result.append(box);
+      card.append(result);
+      for (const [action, label, aria] of [["tool-result", "Send result", `Send result: the result of ${name}`],
+        ["tool-decline", "Decline", `Decline: do not run ${name}`]]) {
+        const b = make("button", "action", label);
+        b.type = "button";
+        b.dataset.action = action;
+        b.dataset.call = call.id;
+        b.setAttribute("aria-label", aria);
+        card.append(b);
+      }
+    }
+    li.insertBefore(card, li.querySelector(".actions"));
+  }
 }
 
 // What the context did to a reply (m: its message): data-stop (why it ended, when Continue can go on with

@@ -1,10 +1,13 @@
 // The saved chats (store.js, IndexedDB): the list in the sidebar (open, rename, delete), New chat, and
 // export and import. The chat shown is saved whenever its messages, system prompt or settings change,
-// so a reload or a browser restart brings every chat back, each with its own system prompt and settings.
+// so a reload or a browser restart brings every chat back, each with its own system prompt, settings,
+// Structured output and tools.
 import { el, make } from "./dom.js";
 import { chatToJSON, chatToMarkdown, readChatFile } from "./chat_file.js";
 import { boundedName } from "./format.js";
 import { readFields, setFields } from "./settings_form.js";
+import { readStructure, setStructure, wireStructure } from "./structure.js";
+import { readTools, setTools, wireTools } from "./tools_panel.js";
 import { status } from "./status.js";
 import { chat, useMessages } from "./turns.js";
 import { deleteChat, getChat, listChats, newChat, putChat } from "./store.js";
@@ -34,7 +37,7 @@ function note(text) {
 export async function saveChat() {
   clearTimeout(saveTimer);
   Object.assign(current, { messages: chat.messages, system: el.systemPrompt.value,
-    settings: readFields().settings, updated: Date.now() });
+    settings: readFields().settings, structure: readStructure(), tools: readTools(), updated: Date.now() });
   if (modelName && chat.messages.length) current.model = modelName;
   if (!current.title && chat.messages.length) current.title = chat.messages[0].content.trim().slice(0, TITLE_CHARS);
   if (!current.messages.length && !stored) return "";
@@ -63,6 +66,8 @@ function show(record, saved = true) {
   stored = saved;
   el.systemPrompt.value = record.system;
   setFields(record.settings);
+  setStructure(record.structure);
+  setTools(record.tools);
   localStorage.setItem(DRAWING, record.id);
   useMessages(record.messages.map((m) => ({ ...m }))); // drawn and laid out (scrolled to its end)
   localStorage.removeItem(DRAWING);
@@ -91,7 +96,8 @@ function frozen(id, froze) {
 
 // An empty chat shown, with the system prompt and settings as they are (saved once it has a message).
 function showBlank() {
-  current = newChat({ system: el.systemPrompt.value, settings: readFields().settings });
+  current = newChat({ system: el.systemPrompt.value, settings: readFields().settings, structure: readStructure(),
+    tools: readTools() });
   stored = false;
   useMessages([]);
 }
@@ -243,6 +249,8 @@ export const useModelName = (name) => { modelName = boundedName(name); };
 export async function wireChats() {
   el.systemPrompt.addEventListener("input", saveSoon);
   el.settings.addEventListener("input", saveSoon);
+  wireStructure(saveSoon);
+  wireTools(saveSoon);
   el.exportJson.addEventListener("click", () => download(fileName("json"), "application/json", chatToJSON(current)));
   el.exportMarkdown.addEventListener("click", () => download(fileName("md"), "text/markdown", chatToMarkdown(current)));
   el.importChat.addEventListener("click", () => el.importFile.click());

@@ -6,11 +6,14 @@
 // as far as it was shown); one that fails leaves the conversation as it was.
 import { el } from "./dom.js";
 import {
-  drawMessages, editMessage, endTurn, failTurn, resumeReply, showContext, showTokens, startReply, startTurn,
+  drawMessages, editMessage, endTurn, failTurn, resumeReply, showCalls, showContext, showTokens, startReply, startTurn,
+  waitingCalls,
 } from "./chat_view.js";
 import { PROBS_SHOWN } from "./token_view.js";
 import { copyAndSay, copyCode } from "./markdown.js";
 import { setPhase, status } from "./status.js";
+import { readStructure } from "./structure.js";
+import { readTools } from "./tools_panel.js";
 import { worker } from "./worker_client.js";
 
 // messages: [{role, content, note?, tokens?}] (note "stopped"; tokens: a reply's token records), the
@@ -24,7 +27,9 @@ const PROBS_KEY = "pyengine.probs"; // localStorage: the probabilities toggle
 // (CONTINUED), and what the probabilities view shows (PROBS_NOTE).
 const words = { continued: [], probsNote: "" };
 
-const plain = (messages) => messages.map(({ role, content }) => ({ role, content }));
+// A message as the worker takes it: {role, content}, and a reply's tool_calls or a result's tool_call_id, name.
+const plain = (messages) => messages.map(({ role, content, tool_calls, tool_call_id, name }) => ({
+  role, content, ...(tool_calls ? { tool_calls } : {}), ...(tool_call_id ? { tool_call_id, name } : {}) }));
 
 // kind: "send", "regenerate", "edit" or "continue"; messages: the conversation before the reply (for
 // "continue", before the reply that goes on, which is sent last).
@@ -34,7 +39,7 @@ function ask(kind, messages, settings, resumed = null) {
   const probs = el.showProbs.checked ? PROBS_SHOWN : 0;
   const thinking = el.thinking.closest("label").hidden ? null : el.thinking.checked;
   worker.chat(plain(resumed ? [...messages, resumed] : messages), el.systemPrompt.value, settings, probs,
-    resumed !== null, thinking);
+    resumed !== null, thinking, readStructure(), readTools());
 }
 
 // A new message of the user, once its settings are checked.
@@ -73,17 +78,20 @@ function deleteTurn(index) {
 
 const lastUser = () => chat.messages.map((m) => m.role).lastIndexOf("user");
 
-// The worker's "done" (stats: the reply's, pyengine TurnStats): the reply joins the conversation.
-export function replyDone(stopped, stats) {
+// The worker's "done" (stats: the reply's, pyengine TurnStats; done: the message, with the reply's
+// tool_calls and its content outside them when it made calls): the reply joins the conversation.
+export function replyDone(stopped, stats, done = {}) {
   const li = el.messages.querySelector(".message.streaming");
   const { text, tokens } = endTurn(stopped, pending?.messages.length);
   if (!pending) return;
   const stop = words.continued.includes(stats?.stop_reason) ? stats.stop_reason : undefined;
   const reply = { role: "assistant", content: text, ...(stopped ? { note: "stopped" } : {}),
     ...(tokens.length ? { tokens } : {}), ...(stop ? { stop } : {}),
-    ...(stats?.dropped_messages ? { dropped: stats.dropped_messages } : {}) };
+    ...(stats?.dropped_messages ? { dropped: stats.dropped_messages } : {}),
+    ...(done.tool_calls?.length ? { content: done.content, tool_calls: done.tool_calls } : {}) };
   if (li) showContext(li, reply);
   chat.messages = [...pending.messages, reply];
+  if (li && reply.tool_calls) showCalls(li, reply, waitingCalls(chat.messages, chat.messages.length - 1));
   pending = null;
   hooks.changed();
 }
@@ -116,6 +124,7 @@ function onAction(button) {
   const action = button.dataset.action;
   if (action === "copy") return void copyAndSay(button, li.dataset.text);
   if (status.phase !== "ready" || index < 0) return; // nothing changes while a reply runs
+  if (action === "tool-result" || action === "tool-decline") return void answerCall(button, action);
   if (action === "delete") deleteTurn(index);
   else if (action === "regenerate") hooks.request((s) => regenerate(s));
   else if (action === "continue") hooks.request((s) => continueReply(s));
@@ -123,6 +132,26 @@ function onAction(button) {
     editMessage(li, (text) => text.trim() && hooks.sendable(text) && hooks.request((s) => resend(index, text, s)),
       () => drawMessages(chat.messages, status.hasModel));
   }
+}
+
+// A call's card answered: its result (or that the user declined) joins the conversation as the tool's
+// message; once every call of the reply has one, the model goes on.
+const DECLINED = "The user declined to run this tool.";
+
+function answerCall(button, action) {
+  const card = button.closest(".tool-call");
+  const i = chat.messages.findLastIndex((m) => m.tool_calls?.some((c) => c.id === button.dataset.call));
+  if (i < 0 || !waitingCalls(chat.messages, i).has(button.dataset.call)) return;
+  const call = chat.messages[i].tool_calls.find((c) => c.id === button.dataset.call);
+  const content = action === "tool-decline" ? DECLINED : card.querySelector("textarea").value;
+  chat.messages = [...chat.messages, { role: "tool", tool_call_id: call.id, name: call.function.name, content }];
+  drawMessages(chat.messages, status.hasModel);
+  hooks.changed();
+  if (waitingCalls(chat.messages, i).size) return;
+  hooks.request((settings) => {
+    startReply();
+    ask("tool", chat.messages, settings);
+  });
 }
 
 // page: what Python sends once it is up (pyengine.browser.worker.page_data).

@@ -34,10 +34,17 @@ export const worker = {
   check: (settings, badInput) => post({ type: "check", settings, bad_input: badInput }),
   // messages: the whole conversation the reply answers, [{role, content}], its last one the user's;
   // probs: the alternatives each token's record lists (0: no records); resume: the last message is the
-  // model's reply, which goes on; thinking: the template's enable_thinking (null: its default).
-  chat: (messages, system, settings, probs = 0, resume = false, thinking = null) => post({
-    type: "chat", messages, system, settings, probs, continue: resume, ...(thinking === null ? {} : { thinking }),
-  }),
+  // model's reply, which goes on; thinking: the template's enable_thinking (null: its default); structure:
+  // the Structured output setting, {kind, text};
+  // tools: {text, required}: the tool definitions (text "": none).
+  chat: (messages, system, settings, probs = 0, resume = false, thinking = null, structure = null, tools = null) =>
+    post({
+      type: "chat", messages, system, settings, probs, continue: resume, ...(thinking === null ? {} : { thinking }),
+      ...(structure ? { structure } : {}), ...(tools?.text.trim() ? { tools } : {}),
+    }),
+  checkTools: (text) => post({ type: "check-tools", text }),
+  // kind: a Structured output option; text: its editor's.
+  checkStructure: (kind, text) => post({ type: "check-structure", kind, text }),
   newChat: () => post({ type: "new-chat" }),
   // The trace of the step that wrote a token of the last reply: back, how many tokens come after it in the
   // reply (a continued reply's first tokens came from a turn before); id, its id.
