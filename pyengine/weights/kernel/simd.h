@@ -89,6 +89,31 @@ INLINE i32x8 madd(i16x16 a, i16x16 b) {
 #define CODE_BYTES 1
 typedef int8_t code;
 
+#if !defined(__wasm_relaxed_simd__)
+/* pmaddubsw on 32 bytes (AVX2: one instruction; SSSE3: two halves): 16 int16 sums of adjacent products of w
+   (unsigned) and x (signed); `sign`: w signed, taken as |w| times x with w's sign (ggml's mul_sum_i8_pairs) */
+INLINE i16x16 maddubs32(u8x32 w, const code *a, int sign) {
+#if defined(__AVX2__)
+    __m256i x, wv = (__m256i)w;
+    __builtin_memcpy(&x, a, 32);
+    if (sign) x = _mm256_sign_epi8(x, wv), wv = _mm256_sign_epi8(wv, wv);
+    return (i16x16)_mm256_maddubs_epi16(wv, x);
+#else
+    __m128i d[2];
+    for (int h = 0; h < 2; h++) {
+        __m128i wh, xh;
+        __builtin_memcpy(&wh, (const uint8_t *)&w + 16 * h, 16);
+        __builtin_memcpy(&xh, a + 16 * h, 16);
+        if (sign) xh = _mm_sign_epi8(xh, wh), wh = _mm_sign_epi8(wh, wh);
+        d[h] = _mm_maddubs_epi16(wh, xh);
+    }
+    i16x16 r;
+    __builtin_memcpy(&r, d, 32);
+    return r;
+#endif
+}
+#endif
+
 /* 32 weight codes w, unsigned < 128, times 32 activation codes a: 16 int16 sums of adjacent products (lane m:
    bytes 2m and 2m + 1), exact for |a| <= 127 (an activation code of -128 only comes with a NaN scale) */
 INLINE i16x16 byte_products(u8x32 w, const code *a) {
@@ -100,27 +125,14 @@ INLINE i16x16 byte_products(u8x32 w, const code *a) {
     const i16x8 lo = (i16x8)wasm_i16x8_relaxed_dot_i8x16_i7x16(x[0], wh[0]);
     const i16x8 hi = (i16x8)wasm_i16x8_relaxed_dot_i8x16_i7x16(x[1], wh[1]);
     return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-#elif defined(__AVX2__)
-    __m256i x;
-    __builtin_memcpy(&x, a, 32);
-    return (i16x16)_mm256_maddubs_epi16((__m256i)w, x);
 #else
-    __m128i d[2];
-    for (int h = 0; h < 2; h++) {
-        __m128i wh, xh;
-        __builtin_memcpy(&wh, (const uint8_t *)&w + 16 * h, 16);
-        __builtin_memcpy(&xh, a + 16 * h, 16);
-        d[h] = _mm_maddubs_epi16(wh, xh);
-    }
-    i16x16 r;
-    __builtin_memcpy(&r, d, 32);
-    return r;
+    return maddubs32(w, a, 0);
 #endif
 }
 
 /* The same for signed codes w (|w| <= 127), scaled: 8 int32 lanes summing to sc0 * (products of bytes 0-15) +
-   sc1 * (products of bytes 16-31). x86: |w| times a with w's sign (ggml's mul_sum_i8_pairs); relaxed SIMD
-   (whose byte product wants 7-bit w): both widened to int16. */
+   sc1 * (products of bytes 16-31). x86: |w| times a with w's sign; relaxed SIMD (whose byte product wants
+   7-bit w): both widened to int16. */
 INLINE i32x8 signed_products(u8x32 w, const code *a, i16x16 sc) {
 #if defined(__wasm_relaxed_simd__)
     i8x16 x[2];
@@ -130,22 +142,8 @@ INLINE i32x8 signed_products(u8x32 w, const code *a, i16x16 sc) {
     const i16x16 w1 = i8_to_i16((i8x16)__builtin_shufflevector(w, w, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27,
                                                                28, 29, 30, 31));
     return madd(w0 * sc[0], i8_to_i16(x[0])) + madd(w1 * sc[8], i8_to_i16(x[1]));
-#elif defined(__AVX2__)
-    __m256i x;
-    __builtin_memcpy(&x, a, 32);
-    return madd((i16x16)_mm256_maddubs_epi16(_mm256_sign_epi8((__m256i)w, (__m256i)w), _mm256_sign_epi8(x, (__m256i)w)),
-                sc);
 #else
-    __m128i d[2];
-    for (int h = 0; h < 2; h++) {
-        __m128i wh, xh;
-        __builtin_memcpy(&wh, (const uint8_t *)&w + 16 * h, 16);
-        __builtin_memcpy(&xh, a + 16 * h, 16);
-        d[h] = _mm_maddubs_epi16(_mm_sign_epi8(wh, wh), _mm_sign_epi8(xh, wh));
-    }
-    i16x16 r;
-    __builtin_memcpy(&r, d, 32);
-    return madd(r, sc);
+    return madd(maddubs32(w, a, 1), sc);
 #endif
 }
 #else
