@@ -559,11 +559,31 @@ INLINE void row_dot_32(const type_info *t, const uint8_t *row, ptrdiff_t nb, con
     *y = rest[0];
 }
 
-INLINE void row_dot_32_tile(const type_info *t, const uint8_t *row, ptrdiff_t nb, const act_view *acts, int nt,
-                            float *y, ptrdiff_t ldy) {
+/* A prompt tile's columns: for MAX_TILE tokens, each block's activation scale, offset sum (offset_sum) and
+   Q8_1's s, token by token in one place, so a block's lanes load them at once (not one token's record at a
+   time) while every row passes. COLS blocks at a time: 24 KB on the stack. */
+#define COLS 256
+typedef struct { float d[COLS][MAX_TILE], s[COLS][MAX_TILE]; int32_t off[COLS][MAX_TILE]; } tile_cols;
+
+INLINE void fill_cols(const type_info *t, const act_view *acts, int nt, ptrdiff_t b0, ptrdiff_t b1, tile_cols *c) {
+    for (ptrdiff_t b = b0; b < b1; b++)
+        UNROLL for (int i = 0; i < nt; i++) {
+            c->d[b - b0][i] = acts[i].d[b];
+            c->s[b - b0][i] = t->mins ? acts[i].s[b] : 0;
+            c->off[b - b0][i] = offset_sum(t, 0, &acts[i], b);
+        }
+}
+
+INLINE f32x4 load_f32x4(const float *p) { f32x4 v; __builtin_memcpy(&v, p, sizeof v); return v; }
+INLINE i32x4 load_i32x4(const int32_t *p) { i32x4 v; __builtin_memcpy(&v, p, sizeof v); return v; }
+
+/* blocks b0..b1 of a row times a tile of nt tokens (columns c: fill_cols's of b0..b1), added to y[i * ldy]
+   (first: y starts at 0) */
+INLINE void row_dot_32_tile(const type_info *t, const uint8_t *row, ptrdiff_t b0, ptrdiff_t b1, const act_view *acts,
+                            const tile_cols *c, int nt, int first, float *y, ptrdiff_t ldy) {
     f32x4 acc[MAX_TILE / 4];
-    UNROLL for (int g = 0; g < nt / 4; g++) acc[g] = (f32x4){0};
-    for (ptrdiff_t b = 0; b < nb; b++) {
+    UNROLL for (int i = 0; i < nt; i++) acc[i / 4][i % 4] = first ? 0 : y[i * ldy];
+    for (ptrdiff_t b = b0; b < b1; b++) {
         const uint8_t *blk = row + b * t->bytes;
         head h;
         t->head(blk, &h);
@@ -572,21 +592,28 @@ INLINE void row_dot_32_tile(const type_info *t, const uint8_t *row, ptrdiff_t nb
         UNROLL for (int g = 0; g < nt / 4; g++) {           /* four tokens' sums at a time */
             const act_view *a = acts + 4 * g;
             i32x8 s[4];
-            f32x4 dx, sx;
-            i32x4 offsets;
             UNROLL for (int i = 0; i < 4; i++) {
                 s[i] = (i32x8){0};
                 UNROLL for (int j = 0; j < 2; j += SUBS) s[i] += products(t, w[j / SUBS], a[i].q + b * QK + 16 * j);
-                offsets[i] = offset_sum(t, 0, &a[i], b);
-                dx[i] = a[i].d[b];
-                if (t->mins) sx[i] = a[i].s[b];
             }
-            f32x4 v = scaled4(s, offsets, (f32x4){0} + h.d, dx);
-            if (t->mins) v += h.m * sx;
+            f32x4 v = scaled4(s, load_i32x4(c->off[b - b0] + 4 * g), (f32x4){0} + h.d, load_f32x4(c->d[b - b0] + 4 * g));
+            if (t->mins) v += h.m * load_f32x4(c->s[b - b0] + 4 * g);
             acc[g] += v;
         }
     }
     UNROLL for (int i = 0; i < nt; i++) y[i * ldy] = acc[i / 4][i % 4];
+}
+
+/* rows of a 32-weight type times a tile of nt tokens, COLS blocks at a time (each row's sums carried in y) */
+INLINE void rows_32_tile(const type_info *t, const uint8_t *w, ptrdiff_t rows, ptrdiff_t nb, const act_view *acts,
+                         int nt, float *y, ptrdiff_t ldy) {
+    tile_cols c;
+    for (ptrdiff_t b0 = 0; b0 < nb; b0 += COLS) {
+        const ptrdiff_t b1 = b0 + COLS < nb ? b0 + COLS : nb;
+        fill_cols(t, acts, nt, b0, b1, &c);
+        for (ptrdiff_t r = 0; r < rows; r++)
+            row_dot_32_tile(t, w + r * nb * t->bytes, b0, b1, acts, &c, nt, b0 == 0, y + r, ldy);
+    }
 }
 
 /* row r times nt tokens into y[i * ldy + r] */
@@ -612,18 +639,14 @@ INLINE void mul_mat_type(const type_info *t, const uint8_t *w, ptrdiff_t rows, p
             for (; i + MAX_TILE <= t1; i += MAX_TILE) {
                 act_view a[MAX_TILE];
                 UNROLL for (int k = 0; k < MAX_TILE; k++) a[k] = act_at(t->act, act + (i + k) * rec, n);
-                for (ptrdiff_t r = 0; r < rows; r++) {
-                    if (t->qk == QK) row_dot_32_tile(t, w + r * row_bytes, nb, a, MAX_TILE, y + i * ldy + r, ldy);
-                    else row_dot(t, w + r * row_bytes, nb, a, MAX_TILE, y + i * ldy + r, ldy);
-                }
+                if (t->qk == QK) rows_32_tile(t, w, rows, nb, a, MAX_TILE, y + i * ldy, ldy);
+                else for (ptrdiff_t r = 0; r < rows; r++) row_dot(t, w + r * row_bytes, nb, a, MAX_TILE, y + i * ldy + r, ldy);
             }
         for (; i + TILE <= t1; i += TILE) {
             act_view a[TILE];
             UNROLL for (int k = 0; k < TILE; k++) a[k] = act_at(t->act, act + (i + k) * rec, n);
-            for (ptrdiff_t r = 0; r < rows; r++) {
-                if (SUMS4 && t->qk == QK) row_dot_32_tile(t, w + r * row_bytes, nb, a, TILE, y + i * ldy + r, ldy);
-                else row_dot(t, w + r * row_bytes, nb, a, TILE, y + i * ldy + r, ldy);
-            }
+            if (SUMS4 && t->qk == QK) rows_32_tile(t, w, rows, nb, a, TILE, y + i * ldy, ldy);
+            else for (ptrdiff_t r = 0; r < rows; r++) row_dot(t, w + r * row_bytes, nb, a, TILE, y + i * ldy + r, ldy);
         }
         for (; i < t1; i++) {
             const act_view a = act_at(t->act, act + i * rec, n);
