@@ -569,8 +569,8 @@ INLINE void fill_cols(const type_info *t, const act_view *acts, int nt, ptrdiff_
     for (ptrdiff_t b = b0; b < b1; b++)
         UNROLL for (int i = 0; i < nt; i++) {
             c->d[b - b0][i] = acts[i].d[b];
-            c->s[b - b0][i] = t->mins ? acts[i].s[b] : 0;
-            c->off[b - b0][i] = offset_sum(t, 0, &acts[i], b);
+            c->s[b - b0][i] = t->mins && t->qk == QK ? acts[i].s[b] : 0;
+            c->off[b - b0][i] = t->qk == QK ? offset_sum(t, 0, &acts[i], b) : 0;    /* (K types: their scales') */
         }
 }
 
@@ -604,14 +604,55 @@ INLINE void row_dot_32_tile(const type_info *t, const uint8_t *row, ptrdiff_t b0
     UNROLL for (int i = 0; i < nt; i++) y[i * ldy] = acc[i / 4][i % 4];
 }
 
-/* rows of a 32-weight type times a tile of nt tokens, COLS blocks at a time (each row's sums carried in y) */
-INLINE void rows_32_tile(const type_info *t, const uint8_t *w, ptrdiff_t rows, ptrdiff_t nb, const act_view *acts,
-                         int nt, float *y, ptrdiff_t ldy) {
+#if WIDE_TILE
+/* A K type's row times MAX_TILE tokens (blocks b0..b1, columns c): block_dot's integers and float steps, each
+   token a lane, the eight tokens' sums taken at once (hsum8_i32) */
+INLINE void row_dot_k_tile(const type_info *t, const uint8_t *row, ptrdiff_t b0, ptrdiff_t b1, const act_view *acts,
+                           const tile_cols *c, int first, float *y, ptrdiff_t ldy) {
+    f32x8 acc;
+    UNROLL for (int i = 0; i < MAX_TILE; i++) acc[i] = first ? 0 : y[i * ldy];
+    for (ptrdiff_t b = b0; b < b1; b++) {
+        const uint8_t *blk = row + b * t->bytes;
+        head h;
+        t->head(blk, &h);
+        int16_t sc[QK_K / 16];
+        UNROLL for (int j = 0; j < QK_K / 16; j++) sc[j] = h.sc[j];
+        i32x8 s[MAX_TILE];
+        UNROLL for (int i = 0; i < MAX_TILE; i++) s[i] = (i32x8){0};
+        UNROLL for (int j = 0; j < QK_K / 16; j += SUBS) {
+            const wcodes w = codes_at(t, blk, j, sc + j);
+            UNROLL for (int i = 0; i < MAX_TILE; i++) s[i] += products(t, w, acts[i].q + b * QK_K + 16 * j);
+        }
+        i32x8 sum = hsum8_i32(s);
+        if (t->off > 0) {                                 /* offset_sum's, eight at once */
+            UNROLL for (int i = 0; i < MAX_TILE; i++) s[i] = madd(h.sc, load_i16x16(acts[i].bsum + b * (QK_K / 16)));
+            sum -= t->off * hsum8_i32(s);
+        }
+        const f32x8 dx = load_f32x8(c->d[b - b0]);
+        f32x8 v = (h.d * dx) * __builtin_convertvector(sum, f32x8);
+        if (t->mins) {                                    /* - dmin * d_x * sum_j min_j bsum_j */
+            UNROLL for (int i = 0; i < MAX_TILE; i++) s[i] = madd(h.mins, load_i16x16(acts[i].bsum + b * (QK_K / 16)));
+            v -= (h.m * dx) * __builtin_convertvector(hsum8_i32(s), f32x8);
+        }
+        acc += v;
+    }
+    UNROLL for (int i = 0; i < MAX_TILE; i++) y[i * ldy] = acc[i];
+}
+#endif
+
+/* rows times a tile of nt tokens, COLS blocks at a time (each row's sums carried in y): the 32-weight types,
+   and on x86 the K types' tiles of MAX_TILE */
+INLINE void rows_tile(const type_info *t, const uint8_t *w, ptrdiff_t rows, ptrdiff_t nb, const act_view *acts,
+                      int nt, float *y, ptrdiff_t ldy) {
     tile_cols c;
     for (ptrdiff_t b0 = 0; b0 < nb; b0 += COLS) {
         const ptrdiff_t b1 = b0 + COLS < nb ? b0 + COLS : nb;
         fill_cols(t, acts, nt, b0, b1, &c);
         for (ptrdiff_t r = 0; r < rows; r++)
+#if WIDE_TILE
+            if (t->qk == QK_K) row_dot_k_tile(t, w + r * nb * t->bytes, b0, b1, acts, &c, b0 == 0, y + r, ldy);
+            else
+#endif
             row_dot_32_tile(t, w + r * nb * t->bytes, b0, b1, acts, &c, nt, b0 == 0, y + r, ldy);
     }
 }
@@ -639,13 +680,12 @@ INLINE void mul_mat_type(const type_info *t, const uint8_t *w, ptrdiff_t rows, p
             for (; i + MAX_TILE <= t1; i += MAX_TILE) {
                 act_view a[MAX_TILE];
                 UNROLL for (int k = 0; k < MAX_TILE; k++) a[k] = act_at(t->act, act + (i + k) * rec, n);
-                if (t->qk == QK) rows_32_tile(t, w, rows, nb, a, MAX_TILE, y + i * ldy, ldy);
-                else for (ptrdiff_t r = 0; r < rows; r++) row_dot(t, w + r * row_bytes, nb, a, MAX_TILE, y + i * ldy + r, ldy);
+                rows_tile(t, w, rows, nb, a, MAX_TILE, y + i * ldy, ldy);
             }
         for (; i + TILE <= t1; i += TILE) {
             act_view a[TILE];
             UNROLL for (int k = 0; k < TILE; k++) a[k] = act_at(t->act, act + (i + k) * rec, n);
-            if (SUMS4 && t->qk == QK) rows_32_tile(t, w, rows, nb, a, TILE, y + i * ldy, ldy);
+            if (SUMS4 && t->qk == QK) rows_tile(t, w, rows, nb, a, TILE, y + i * ldy, ldy);
             else for (ptrdiff_t r = 0; r < rows; r++) row_dot(t, w + r * row_bytes, nb, a, TILE, y + i * ldy + r, ldy);
         }
         for (; i < t1; i++) {

@@ -193,5 +193,11 @@ INLINE i32x4 hsum4_i32(i32x8 a, i32x8 b, i32x8 c, i32x8 d) {
     const i32x8 v = hadd_i32(hadd_i32(a, b), hadd_i32(c, d));   /* a0123 b0123 c0123 d0123 a4567 b4567 ... */
     return __builtin_shufflevector(v, v, 0, 1, 2, 3) + __builtin_shufflevector(v, v, 4, 5, 6, 7);
 }
+/* the lanes' sums of eight vectors at once: (sum s[0], ..., sum s[7]) */
+INLINE i32x8 hsum8_i32(const i32x8 s[8]) {
+    const i32x8 u = hadd_i32(hadd_i32(s[0], s[1]), hadd_i32(s[2], s[3]));   /* s0..s3's low halves, high halves */
+    const i32x8 v = hadd_i32(hadd_i32(s[4], s[5]), hadd_i32(s[6], s[7]));
+    return __builtin_shufflevector(u, v, 0, 1, 2, 3, 8, 9, 10, 11) + __builtin_shufflevector(u, v, 4, 5, 6, 7, 12, 13, 14, 15);
+}
 
 #endif
