@@ -522,47 +522,64 @@ INLINE void block_dot(const type_info *t, const uint8_t *blk, const act_view *ac
     }
 }
 
-/* The 32-weight types, four sums at once: four blocks of a row times one token (decode; the row read in
-   order, as memory streams best: four rows side by side ran at half the speed on a matrix past the
-   caches), or one row times a tile of tokens (a prompt). Each lane's float products are block_dot's,
-   (d_w * d_x) * sum (+ m_w * s_x: Q4_1, Q5_1), and the row's sum adds them in block order, so the bits are
-   block_dot's. */
+/* The 32-weight types' rows sum their blocks in LANES running sums, block b's product in sum b % LANES, then
+   (s0 + s1) + (s2 + s3): four chains of float adds, not one, on every target and for every tile (so the
+   bits are the same in wasm and native, one token or a prompt's). The K types, eight times fewer blocks a
+   row, keep one sum in block order. */
+#define LANES 4
+INLINE float lane_sum(const float *s, ptrdiff_t step) { return (s[0] + s[step]) + (s[2 * step] + s[3 * step]); }
+
+/* x86: four sums at once: four blocks of a row times one token (decode; the row read in order, as memory
+   streams best: four rows side by side ran at half the speed on a matrix past the caches), or one row times
+   a tile of tokens (a prompt). Each lane's float products are block_dot's, (d_w * d_x) * sum (+ m_w * s_x:
+   Q4_1, Q5_1). */
 INLINE f32x4 scaled4(i32x8 s[4], i32x4 offsets, f32x4 dw, f32x4 dx) {
     return (dw * dx) * __builtin_convertvector(hsum4_i32(s[0], s[1], s[2], s[3]) - offsets, f32x4);
 }
 
+INLINE f32x4 load_f32x4(const float *p) { f32x4 v; __builtin_memcpy(&v, p, sizeof v); return v; }
+INLINE i32x4 load_i32x4(const int32_t *p) { i32x4 v; __builtin_memcpy(&v, p, sizeof v); return v; }
+
+/* offset_sum of four 32-weight blocks b..b+3 at once */
+INLINE i32x4 offset_sums4(const type_info *t, const act_view *a, ptrdiff_t b) {
+    if (!OFFSET_BY_SUMS || t->off <= 0) return (i32x4){0};
+    i16x8 p;
+    __builtin_memcpy(&p, a->bsum + 2 * b, sizeof p);
+    const i32x4 lo = __builtin_convertvector(__builtin_shufflevector(p, p, 0, 2, 4, 6), i32x4);
+    return t->off * (lo + __builtin_convertvector(__builtin_shufflevector(p, p, 1, 3, 5, 7), i32x4));
+}
+
 INLINE void row_dot_32(const type_info *t, const uint8_t *row, ptrdiff_t nb, const act_view *a, float *y) {
-    float acc = 0;
+    f32x4 acc = {0};                                          /* lane k: the blocks b % 4 == k */
     ptrdiff_t b = 0;
     for (; b + 4 <= nb; b += 4) {
         i32x8 s[4];
-        f32x4 dw, dx, mw = {0}, sx = {0};
-        i32x4 offsets;
+        f32x4 dw, mw = {0};
         UNROLL for (int k = 0; k < 4; k++) {
             const uint8_t *blk = row + (b + k) * t->bytes;
             head h;
             t->head(blk, &h);
             dw[k] = h.d;
-            dx[k] = a->d[b + k];
-            if (t->mins) mw[k] = h.m, sx[k] = a->s[b + k];
-            offsets[k] = offset_sum(t, 0, a, b + k);
+            if (t->mins) mw[k] = h.m;
             s[k] = (i32x8){0};
             UNROLL for (int j = 0; j < 2; j += SUBS)
                 s[k] += products(t, codes_at(t, blk, j, ONES), a->q + (b + k) * QK + 16 * j);
         }
-        f32x4 v = scaled4(s, offsets, dw, dx);
-        if (t->mins) v += mw * sx;
-        UNROLL for (int k = 0; k < 4; k++) acc += v[k];          /* in block order, as block_dot adds them */
+        f32x4 v = scaled4(s, offset_sums4(t, a, b), dw, load_f32x4(a->d + b));
+        if (t->mins) v += mw * load_f32x4(a->s + b);
+        acc += v;
     }
-    float rest[1] = {acc};
-    for (; b < nb; b++) block_dot(t, row + b * t->bytes, a, 1, b, rest);
-    *y = rest[0];
+    float lanes[LANES] = {acc[0], acc[1], acc[2], acc[3]};
+    for (; b < nb; b++) block_dot(t, row + b * t->bytes, a, 1, b, lanes + b % LANES);
+    *y = lane_sum(lanes, 1);
 }
 
 /* A prompt tile's columns: for MAX_TILE tokens, each block's activation scale, offset sum (offset_sum) and
    Q8_1's s, token by token in one place, so a block's lanes load them at once (not one token's record at a
-   time) while every row passes. COLS blocks at a time: 24 KB on the stack. */
-#define COLS 256
+   time) while every row passes. COLS blocks at a time (48 KB on the stack): the K types' rows in pieces,
+   their sums carried in y; a 32-weight type's whole row (its four sums cannot be carried), or row_dot for
+   a row past COLS blocks (n > 16384). */
+#define COLS 512
 typedef struct { float d[COLS][MAX_TILE], s[COLS][MAX_TILE]; int32_t off[COLS][MAX_TILE]; } tile_cols;
 
 INLINE void fill_cols(const type_info *t, const act_view *acts, int nt, ptrdiff_t b0, ptrdiff_t b1, tile_cols *c) {
@@ -574,16 +591,14 @@ INLINE void fill_cols(const type_info *t, const act_view *acts, int nt, ptrdiff_
         }
 }
 
-INLINE f32x4 load_f32x4(const float *p) { f32x4 v; __builtin_memcpy(&v, p, sizeof v); return v; }
-INLINE i32x4 load_i32x4(const int32_t *p) { i32x4 v; __builtin_memcpy(&v, p, sizeof v); return v; }
-
-/* blocks b0..b1 of a row times a tile of nt tokens (columns c: fill_cols's of b0..b1), added to y[i * ldy]
-   (first: y starts at 0) */
-INLINE void row_dot_32_tile(const type_info *t, const uint8_t *row, ptrdiff_t b0, ptrdiff_t b1, const act_view *acts,
-                            const tile_cols *c, int nt, int first, float *y, ptrdiff_t ldy) {
-    f32x4 acc[MAX_TILE / 4];
-    UNROLL for (int i = 0; i < nt; i++) acc[i / 4][i % 4] = first ? 0 : y[i * ldy];
-    for (ptrdiff_t b = b0; b < b1; b++) {
+/* a row of nb <= COLS blocks times a tile of nt tokens (columns c: fill_cols's), into y[i * ldy] */
+INLINE void row_dot_32_tile(const type_info *t, const uint8_t *row, ptrdiff_t nb, const act_view *acts,
+                            const tile_cols *c, int nt, float *y, ptrdiff_t ldy) {
+    f32x4 acc[LANES][MAX_TILE / 4];
+    UNROLL for (int k = 0; k < LANES; k++) UNROLL for (int g = 0; g < nt / 4; g++) acc[k][g] = (f32x4){0};
+    for (ptrdiff_t b4 = 0; b4 < nb; b4 += LANES) UNROLL for (int k = 0; k < LANES; k++) {
+        const ptrdiff_t b = b4 + k;
+        if (b >= nb) break;
         const uint8_t *blk = row + b * t->bytes;
         head h;
         t->head(blk, &h);
@@ -596,12 +611,15 @@ INLINE void row_dot_32_tile(const type_info *t, const uint8_t *row, ptrdiff_t b0
                 s[i] = (i32x8){0};
                 UNROLL for (int j = 0; j < 2; j += SUBS) s[i] += products(t, w[j / SUBS], a[i].q + b * QK + 16 * j);
             }
-            f32x4 v = scaled4(s, load_i32x4(c->off[b - b0] + 4 * g), (f32x4){0} + h.d, load_f32x4(c->d[b - b0] + 4 * g));
-            if (t->mins) v += h.m * load_f32x4(c->s[b - b0] + 4 * g);
-            acc[g] += v;
+            f32x4 v = scaled4(s, load_i32x4(c->off[b] + 4 * g), (f32x4){0} + h.d, load_f32x4(c->d[b] + 4 * g));
+            if (t->mins) v += h.m * load_f32x4(c->s[b] + 4 * g);
+            acc[k][g] += v;
         }
     }
-    UNROLL for (int i = 0; i < nt; i++) y[i * ldy] = acc[i / 4][i % 4];
+    UNROLL for (int i = 0; i < nt; i++) {
+        const float lanes[LANES] = {acc[0][i / 4][i % 4], acc[1][i / 4][i % 4], acc[2][i / 4][i % 4], acc[3][i / 4][i % 4]};
+        y[i * ldy] = lane_sum(lanes, 1);
+    }
 }
 
 #if WIDE_TILE
@@ -640,10 +658,17 @@ INLINE void row_dot_k_tile(const type_info *t, const uint8_t *row, ptrdiff_t b0,
 }
 #endif
 
-/* rows times a tile of nt tokens, COLS blocks at a time (each row's sums carried in y): the 32-weight types,
-   and on x86 the K types' tiles of MAX_TILE */
+INLINE void row_dot(const type_info *t, const uint8_t *row, ptrdiff_t nb, const act_view *acts, int nt,
+                    float *y, ptrdiff_t ldy);
+
+/* rows times a tile of nt tokens with the tile's columns: the 32-weight types, and on x86 the K types' tiles
+   of MAX_TILE (COLS blocks at a time, each row's sum carried in y) */
 INLINE void rows_tile(const type_info *t, const uint8_t *w, ptrdiff_t rows, ptrdiff_t nb, const act_view *acts,
                       int nt, float *y, ptrdiff_t ldy) {
+    if (t->qk == QK && nb > COLS) {
+        for (ptrdiff_t r = 0; r < rows; r++) row_dot(t, w + r * nb * t->bytes, nb, acts, nt, y + r, ldy);
+        return;
+    }
     tile_cols c;
     for (ptrdiff_t b0 = 0; b0 < nb; b0 += COLS) {
         const ptrdiff_t b1 = b0 + COLS < nb ? b0 + COLS : nb;
@@ -653,17 +678,19 @@ INLINE void rows_tile(const type_info *t, const uint8_t *w, ptrdiff_t rows, ptrd
             if (t->qk == QK_K) row_dot_k_tile(t, w + r * nb * t->bytes, b0, b1, acts, &c, b0 == 0, y + r, ldy);
             else
 #endif
-            row_dot_32_tile(t, w + r * nb * t->bytes, b0, b1, acts, &c, nt, b0 == 0, y + r, ldy);
+            row_dot_32_tile(t, w + r * nb * t->bytes, nb, acts, &c, nt, y + r, ldy);
     }
 }
 
-/* row r times nt tokens into y[i * ldy + r] */
+/* row r times nt tokens into y[i * ldy + r]: block_dot's products summed in block order (K types) or in
+   LANES sums (32-weight types) */
 INLINE void row_dot(const type_info *t, const uint8_t *row, ptrdiff_t nb, const act_view *acts, int nt,
                     float *y, ptrdiff_t ldy) {
-    float acc[MAX_TILE];
-    UNROLL for (int i = 0; i < nt; i++) acc[i] = 0;
-    for (ptrdiff_t b = 0; b < nb; b++) block_dot(t, row + b * t->bytes, acts, nt, b, acc);
-    UNROLL for (int i = 0; i < nt; i++) y[i * ldy] = acc[i];
+    const int lanes = t->qk == QK ? LANES : 1;
+    float acc[LANES][MAX_TILE];
+    UNROLL for (int k = 0; k < LANES; k++) UNROLL for (int i = 0; i < nt; i++) acc[k][i] = 0;
+    for (ptrdiff_t b = 0; b < nb; b++) block_dot(t, row + b * t->bytes, acts, nt, b, acc[b % lanes]);
+    UNROLL for (int i = 0; i < nt; i++) y[i * ldy] = lanes == 1 ? acc[0][i] : lane_sum(&acc[0][i], MAX_TILE);
 }
 
 /* y (T, ldy) [:, :rows] = W (rows, n) x^T for one type, a row at a time (the weights read in the order
