@@ -1,3 +1,4 @@
+// @ts-check
 // The page: pick or drop a GGUF, see what is inside it, chat with it. All the work happens in the
 // worker (Python + numpy under Pyodide); the page sends it commands and draws what it posts back.
 // This file only wires the parts together and starts them. The parts, in app/:

@@ -1,3 +1,4 @@
+// @ts-check
 // A helper worker: started by worker.js when the page is cross-origin isolated and more than one
 // worker is chosen. It holds its shard of the model (some attention heads, FFN units and
 // vocabulary rows) and runs every forward pass in step with the main worker, meeting the others

@@ -1,3 +1,4 @@
+// @ts-check
 // The module worker: starts Python (Pyodide 0.27.7) with numpy and the wheels (pyodide_boot.js),
 // then hands every command from the page to pyengine.browser.worker, one at a time. Python posts its
 // replies (progress, text pieces, errors) straight to the page with postMessage.

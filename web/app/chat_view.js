@@ -1,3 +1,4 @@
+// @ts-check
 // The conversation as the page shows it: the messages (a reply as Markdown, a message of the user as
 // typed), each with its actions (copy; edit and delete a turn on the user's; regenerate on the last
 // reply), the reply streaming into the last one, the notes under a stopped or failed message, and the
@@ -233,7 +234,7 @@ export function startReply() {
 
 // The last reply drawn again as it streams on (Continue): the pieces are added to its text.
 export function resumeReply() {
-  const li = [...el.messages.querySelectorAll("[data-role=assistant]")].pop();
+  const li = /** @type {HTMLLIElement[]} */ ([...el.messages.querySelectorAll("[data-role=assistant]")]).pop();
   if (!li) return;
   turn.reply = written = li;
   turn.text = turn.drawn = li.dataset.text;

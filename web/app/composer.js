@@ -1,3 +1,4 @@
+// @ts-check
 // The message box and its buttons: Send, Stop, New chat; and the gate every reply passes. A reply is
 // asked in two steps: the worker first checks the settings as typed ("check"), and only when it names
 // no bad field does the action run (a message sent, a reply regenerated, an edit sent) with the numbers

@@ -1,3 +1,4 @@
+// @ts-check
 // A model for the worker: the file picker, the drop zone, and the demo model, a file beside the page
 // (static/models/, described by models/demo.json) that the page downloads first.
 import { el, make } from "./dom.js";

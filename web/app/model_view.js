@@ -1,3 +1,4 @@
+// @ts-check
 // The model loaded: its card in the sidebar, and the inspector's tab (the file's parts to scale, its
 // metadata, its tensor types, a searchable tensor table). Also the tabs between the chat and the inspector.
 import { el, make } from "./dom.js";
@@ -24,8 +25,8 @@ export function showModel(card, info) {
 // The model loaded before is gone (a new one is on its way).
 export function hideModel() {
   el.modelInfo.hidden = true;
-  el.inspector.querySelector(".empty").hidden = false;
-  el.inspector.querySelector(".inspect-body").hidden = true;
+  /** @type {HTMLElement} */ (el.inspector.querySelector(".empty")).hidden = false;
+  /** @type {HTMLElement} */ (el.inspector.querySelector(".inspect-body")).hidden = true;
 }
 
 function showCard(card) {
@@ -50,6 +51,7 @@ function showCard(card) {
   }));
 }
 
+/** @param {string[]} cells @param {"td" | "th"} [tag] */
 function row(cells, tag = "td") {
   const tr = make("tr");
   tr.append(...cells.map((c) => make(tag, "", c)));
@@ -94,7 +96,7 @@ function drawPart(part, named) {
     piece.title = `${s.name}: bytes ${withCommas(s.start)}–${withCommas(s.end)} (${formatBytes(size)})`;
     bar.append(piece);
     const tr = row([s.name, `${withCommas(s.start)} – ${withCommas(s.end)}`, formatBytes(size)]);
-    tr.firstChild.classList.add(`key-${i}`);
+    tr.firstElementChild.classList.add(`key-${i}`);
     body.append(tr);
   });
   box.append(bar, table);
@@ -113,11 +115,11 @@ function filterTensors() {
 
 export function wireModelView() {
   el.tensorSearch.addEventListener("input", filterTensors);
-  const tabs = document.querySelectorAll(".tab");
+  const tabs = /** @type {NodeListOf<HTMLElement>} */ (document.querySelectorAll(".tab"));
   for (const tab of tabs) {
     tab.addEventListener("click", () => {
       for (const t of tabs) t.setAttribute("aria-selected", String(t === tab));
-      for (const pane of document.querySelectorAll(".tabpane")) pane.hidden = pane.dataset.pane !== tab.dataset.tab;
+      for (const pane of /** @type {NodeListOf<HTMLElement>} */ (document.querySelectorAll(".tabpane"))) pane.hidden = pane.dataset.pane !== tab.dataset.tab;
     });
   }
 }

@@ -1,3 +1,4 @@
+// @ts-check
 // The settings beside the chat: the sampling fields, the Memory select and the Workers select.
 // The sampling fields are drawn from Python's rules (pyengine.browser.settings.SETTINGS: label, range,
 // default), and only Python checks them: the page sends the fields as typed and marks the ones the

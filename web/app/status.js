@@ -1,3 +1,4 @@
+// @ts-check
 // What the page is doing, and the three places that say so: the status badge (and which controls
 // each phase allows), the progress bar, the error banner.
 import { el } from "./dom.js";

@@ -1,3 +1,4 @@
+// @ts-check
 // The Structured output setting: none, a JSON object, a JSON schema or a GBNF grammar (the options are
 // Python's: pyengine.browser.settings.STRUCTURES), and its editor, which Python checks as you type
 // ("check-structure" -> "structure-checked": the line and column of what is wrong). Saved with the chat

@@ -1,3 +1,4 @@
+// @ts-check
 // The Tools setting: tool definitions as JSON (OpenAI's form), which Python checks as you type
 // ("check-tools" -> "tools-checked": the line and column, or the definition at fault), and whether a
 // reply to a message must be a call. Saved with the chat (chats.js), sent with every reply (turns.js);

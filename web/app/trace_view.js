@@ -1,3 +1,4 @@
+// @ts-check
 // Inside one step: the panel a reply token opens (click it, or Space on it, with Token probabilities on).
 // The worker runs the step that wrote the token again on the conversation's cache and sends its trace
 // (pyengine.generation.trace): drawn here as the logit lens (a table: each layer's likeliest next tokens,
@@ -161,6 +162,7 @@ function attentionBody(trace, il, head) {
   return box;
 }
 
+/** @returns {[HTMLLabelElement, HTMLSelectElement]} */
 function picker(label, options, onChange) {
   const wrap = make("label", "picker", `${label} `);
   const select = make("select");

@@ -1,3 +1,4 @@
+// @ts-check
 // The conversation the page keeps, and what can be done with its turns: send a message, regenerate the
 // last reply, edit a message of the user and send it again, delete a turn, copy a message. The page owns
 // the messages: every reply is asked with the whole conversation it answers ("chat" with ``messages``),
@@ -15,12 +16,16 @@ import { setPhase, status } from "./status.js";
 import { readStructure } from "./structure.js";
 import { readTools } from "./tools_panel.js";
 import { worker } from "./worker_client.js";
+/** @typedef {import("./messages.js").ChatMessage} ChatMessage */
+/** @typedef {import("./messages.js").Settings} Settings */
+/** @typedef {(action: (settings: Settings) => void) => void} Request run action once the settings are checked */
 
 // messages: [{role, content, note?, tokens?}] (note "stopped"; tokens: a reply's token records), the
 // conversation the next reply answers.
 export const chat = { messages: [] };
 // The reply running: kind ("send", "regenerate", "edit") and the messages it answers.
 let pending = null;
+/** @type {{request: Request, sendable: (text: string) => boolean, changed: () => void}} */
 let hooks = { request: null, sendable: () => true, changed: () => {} };
 const PROBS_KEY = "pyengine.probs"; // localStorage: the probabilities toggle
 // From Python once it is up (pyengine.browser.page): the stop reasons of a reply Continue goes on with
@@ -175,7 +180,7 @@ export function wireTurns(request, sendable, changed) {
   el.showProbs.addEventListener("change", useProbs);
   useProbs();
   el.messages.addEventListener("click", (e) => {
-    const button = e.target.closest("button");
+    const button = /** @type {Element} */ (e.target).closest("button");
     if (!button) return;
     if (button.classList.contains("copy-code")) copyCode(button);
     else if (button.dataset.action) onAction(button);

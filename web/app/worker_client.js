@@ -1,3 +1,4 @@
+// @ts-check
 // The Web Worker that runs Python (worker.js, then pyengine.browser.worker): started here, sent the
 // page's commands through `worker`, and each message it posts handed to the handler of its type.
 // pyengine/browser/worker.py lists the commands and their replies.
