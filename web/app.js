@@ -43,7 +43,8 @@ import { worker } from "./app/worker_client.js";
 import { boundedName } from "./app/format.js";
 import { openTrace, showTrace, traceFailed } from "./app/trace_view.js";
 
-// What the worker posts, by type (pyengine/browser/worker.py describes each one).
+// What the worker posts, by type (pyengine/browser/worker.py describes each one; app/messages.js types it).
+/** @type {import("./app/messages.js").Handlers} */
 const handlers = {
   boot(msg) { showProgress(msg.stage, null); },
   stage(msg) { showProgress(msg.stage, null); }, // a step of a load with no byte count (the helper workers)

@@ -7,6 +7,8 @@ import { el, make } from "./dom.js";
 import { drawReply } from "./markdown.js";
 import { drawTokens, wireTokens } from "./token_view.js";
 import { withCommas } from "./format.js";
+/** @typedef {import("./messages.js").TokenRecord} TokenRecord */
+/** @typedef {import("./messages.js").TurnStats} TurnStats */
 
 // A reply longer than MARKDOWN_CHARS is drawn as plain text (markdown-it takes seconds, or minutes, on
 // some texts of a few MB: 16 M chars of "[x" took 35 s), and so are the older replies of a chat once its
@@ -37,6 +39,7 @@ export const showTokens = (on) => { probs.shown = on; };
 
 // Why a reply ended, in words: stop reason -> words (pyengine.browser.page.STOP_WORDS, sent with booted).
 let stopWords = {};
+/** @param {Record<string, string>} words */
 export const useStopWords = (words) => { stopWords = words; };
 
 // The list follows a reply only while it is scrolled to its end: a reader who scrolled up stays put.
@@ -247,6 +250,7 @@ export function resumeReply() {
 }
 
 // text: the piece; tokens: the records of the tokens it holds (none unless probabilities were asked for).
+/** @param {string} text @param {TokenRecord[]} [tokens] */
 export function addPiece(text, tokens = []) {
   turn.tokens.push(...tokens);
   turn.text += text;
@@ -350,6 +354,7 @@ export function editMessage(li, onSend, onCancel) {
 }
 
 // s: the reply's statistics (pyengine TurnStats.as_dict()).
+/** @param {TurnStats | null} s */
 export function showStats(s) {
   if (!s) return;
   const parts = [

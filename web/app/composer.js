@@ -12,6 +12,7 @@ import { clearError, setPhase, status } from "./status.js";
 import { stopLoad } from "./loading.js";
 import { sendText } from "./turns.js";
 import { worker } from "./worker_client.js";
+/** @typedef {import("./messages.js").CheckedMessage} CheckedMessage */
 
 // action: what runs once the settings are right (null: none waits); checks: checks sent and not answered yet.
 const sending = { action: null, checks: 0 };
@@ -49,6 +50,7 @@ function checkSettings() {
 }
 
 // The worker's "checked" message: {settings: name -> number, errors: [{name, message}]}.
+/** @param {CheckedMessage} msg */
 export function checked(msg) {
   sending.checks -= 1;
   if (sending.checks > 0) return; // the fields changed since: the answer to the newest check counts

@@ -78,7 +78,7 @@
 /** @typedef {Record<string, number | null>} Settings the sampling fields read: name -> number (null: blank) */
 /** @typedef {{name: string, message: string}} FieldError a field the worker found wrong, and why */
 /** @typedef {{kind: string, text: string}} Structure the Structured output setting: an option and its editor's text */
-/** @typedef {{text: string, required: boolean}} Tools the Tools setting: the definitions, and whether a call is a must */
+/** @typedef {{text: string, required: boolean}} Tools the Tools setting: its definitions; required: a reply calls */
 
 /**
  * What the page draws its settings from before a model is loaded (pyengine.browser.worker.page_data).
@@ -172,17 +172,17 @@
  */
 
 // ---------------------------------------------------------------------------------------------------
-// The worker's events to the page (app.js's handlers, one per type)
+// The worker's messages to the page (app.js's handlers, one per type)
 
-/** @typedef {{type: "boot", stage: string}} BootEvent a step of Python's start */
+/** @typedef {{type: "boot", stage: string}} BootMessage a step of Python's start */
 /**
- * @typedef {{type: "booted", seconds: number, isolated: boolean, workers: number, page: PageData}} BootedEvent
+ * @typedef {{type: "booted", seconds: number, isolated: boolean, workers: number, page: PageData}} BootedMessage
  */
-/** @typedef {{type: "boot-error", message: string}} BootErrorEvent */
-/** @typedef {{type: "stage", stage: string}} StageEvent a step of a load with no byte count */
+/** @typedef {{type: "boot-error", message: string}} BootErrorMessage */
+/** @typedef {{type: "stage", stage: string}} StageMessage a step of a load with no byte count */
 /**
  * A load's progress: the header ("reading header") or the tensors ("reading tensors", with their count).
- * @typedef {object} ProgressEvent
+ * @typedef {object} ProgressMessage
  * @property {"progress"} type
  * @property {string} stage
  * @property {number} bytes
@@ -190,9 +190,9 @@
  * @property {number} [tensors]
  * @property {number} [n_tensors]
  */
-/** @typedef {{type: "unloaded"}} UnloadedEvent the model loaded before is gone */
+/** @typedef {{type: "unloaded"}} UnloadedMessage the model loaded before is gone */
 /**
- * @typedef {object} ModelEvent
+ * @typedef {object} ModelMessage
  * @property {"model"} type
  * @property {ModelCard} card
  * @property {Inspector} inspect
@@ -201,36 +201,36 @@
  * @property {SettingRule[]} settings the rules with the model's limits
  * @property {boolean} thinking the chat template has an enable_thinking switch
  */
-/** @typedef {{type: "inspect", inspect: Inspector}} InspectEvent a file whose architecture is not run */
-/** @typedef {{type: "load-stopped", has_model: boolean}} LoadStoppedEvent */
-/** @typedef {{type: "checked", settings: Settings, errors: FieldError[]}} CheckedEvent */
-/** @typedef {{type: "structure-checked", kind: string, ok: boolean, message: string}} StructureCheckedEvent */
-/** @typedef {{type: "tools-checked", ok: boolean, message: string}} ToolsCheckedEvent */
-/** @typedef {{type: "piece", text: string, tokens?: TokenRecord[]}} PieceEvent */
+/** @typedef {{type: "inspect", inspect: Inspector}} InspectMessage a file whose architecture is not run */
+/** @typedef {{type: "load-stopped", has_model: boolean}} LoadStoppedMessage */
+/** @typedef {{type: "checked", settings: Settings, errors: FieldError[]}} CheckedMessage */
+/** @typedef {{type: "structure-checked", kind: string, ok: boolean, message: string}} StructureCheckedMessage */
+/** @typedef {{type: "tools-checked", ok: boolean, message: string}} ToolsCheckedMessage */
+/** @typedef {{type: "piece", text: string, tokens?: TokenRecord[]}} PieceMessage */
 /**
  * A reply ended: stopped (by Stop), its numbers (null: it ended before a step), and a reply that is tool
  * calls, its calls and its text outside them.
- * @typedef {object} DoneEvent
+ * @typedef {object} DoneMessage
  * @property {"done"} type
  * @property {boolean} stopped
  * @property {TurnStats | null} stats
  * @property {ToolCall[]} [tool_calls]
  * @property {string} [content]
  */
-/** @typedef {{type: "traced", back: number, trace: Trace}} TracedEvent */
-/** @typedef {{type: "cleared"}} ClearedEvent */
-/** @typedef {{type: "error", during: string, message: string}} ErrorEvent during: the command that failed */
+/** @typedef {{type: "traced", back: number, trace: Trace}} TracedMessage */
+/** @typedef {{type: "cleared"}} ClearedMessage */
+/** @typedef {{type: "error", during: string, message: string}} ErrorMessage during: the command that failed */
 
 /**
- * @typedef {BootEvent | BootedEvent | BootErrorEvent | StageEvent | ProgressEvent | UnloadedEvent | ModelEvent
- *   | InspectEvent | LoadStoppedEvent | CheckedEvent | StructureCheckedEvent | ToolsCheckedEvent | PieceEvent
- *   | DoneEvent | TracedEvent | ClearedEvent | ErrorEvent} WorkerEvent
+ * @typedef {BootMessage | BootedMessage | BootErrorMessage | StageMessage | ProgressMessage | UnloadedMessage
+ *   | ModelMessage | InspectMessage | LoadStoppedMessage | CheckedMessage | StructureCheckedMessage
+ *   | ToolsCheckedMessage | PieceMessage | DoneMessage | TracedMessage | ClearedMessage | ErrorMessage} WorkerMessage
  */
 
 /**
  * The page's handler of each event, by its type (app.js); `restarted` is called by worker_client.js when it
  * started the worker again (no message).
- * @typedef {{[T in WorkerEvent["type"]]: (msg: Extract<WorkerEvent, {type: T}>) => void}
+ * @typedef {{[T in WorkerMessage["type"]]: (msg: Extract<WorkerMessage, {type: T}>) => void}
  *   & {restarted?: () => void}} Handlers
  */
 
@@ -244,7 +244,7 @@
  */
 /**
  * @typedef {{type: "booted"} | {type: "boot-error", message: string} | {type: "ready", bytes: number, heap: number}
- *   | {type: "error", message: string} | {type: "exited"}} HelperEvent
+ *   | {type: "error", message: string} | {type: "exited"}} HelperMessage
  */
 
 export {};

@@ -3,6 +3,8 @@
 // metadata, its tensor types, a searchable tensor table). Also the tabs between the chat and the inspector.
 import { el, make } from "./dom.js";
 import { formatBytes, formatCount, withCommas } from "./format.js";
+/** @typedef {import("./messages.js").ModelCard} ModelCard */
+/** @typedef {import("./messages.js").Inspector} Inspector */
 
 // The tables show at most MAX_ROWS rows: real models have a few hundred tensors, a hostile file
 // may claim millions. The search looks through every tensor the worker sent.
@@ -12,11 +14,13 @@ let weightCards = {}; // the card's line per weight form (pyengine.weights.budge
 let tensors = [];     // the inspector's tensors, each with the text the search looks in
 
 // cards: weight form -> the card's line, sent once Python is up.
+/** @param {Record<string, string>} cards */
 export function useCards(cards) {
   weightCards = cards;
 }
 
 // card: pyengine.browser.page.model_card; info: pyengine.browser.page.inspector.
+/** @param {ModelCard} card @param {Inspector} info */
 export function showModel(card, info) {
   showCard(card);
   showInspector(info);
@@ -61,6 +65,7 @@ function row(cells, tag = "td") {
 const shownOf = (shown, total) => (shown < total ? `${withCommas(shown)} of ${withCommas(total)}` : withCommas(total));
 
 // info: pyengine.browser.page.inspector (also of a file that could not be loaded).
+/** @param {Inspector} info */
 export function showInspector(info) {
   const find = (selector) => el.inspector.querySelector(selector);
   find(".empty").hidden = true;
@@ -119,7 +124,8 @@ export function wireModelView() {
   for (const tab of tabs) {
     tab.addEventListener("click", () => {
       for (const t of tabs) t.setAttribute("aria-selected", String(t === tab));
-      for (const pane of /** @type {NodeListOf<HTMLElement>} */ (document.querySelectorAll(".tabpane"))) pane.hidden = pane.dataset.pane !== tab.dataset.tab;
+      const panes = /** @type {NodeListOf<HTMLElement>} */ (document.querySelectorAll(".tabpane"));
+      for (const pane of panes) pane.hidden = pane.dataset.pane !== tab.dataset.tab;
     });
   }
 }

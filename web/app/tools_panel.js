@@ -5,6 +5,7 @@
 // the calls a reply makes are drawn as cards (chat_view.js) that the user answers or declines.
 import { el } from "./dom.js";
 import { worker } from "./worker_client.js";
+/** @typedef {import("./messages.js").ToolsCheckedMessage} ToolsCheckedMessage */
 
 const CHECK_MS = 250;
 let timer = 0;
@@ -27,6 +28,7 @@ export function setTools(value) {
 }
 
 // Python's answer to a check.
+/** @param {ToolsCheckedMessage} msg */
 export function toolsChecked(msg) {
   el.tools.setAttribute("aria-invalid", String(!msg.ok));
   el.toolsCheck.textContent = msg.ok ? "The tool definitions are right." : msg.message;

@@ -18,6 +18,9 @@ import { readTools } from "./tools_panel.js";
 import { worker } from "./worker_client.js";
 /** @typedef {import("./messages.js").ChatMessage} ChatMessage */
 /** @typedef {import("./messages.js").Settings} Settings */
+/** @typedef {import("./messages.js").TurnStats} TurnStats */
+/** @typedef {import("./messages.js").PageData} PageData */
+/** @typedef {import("./messages.js").DoneMessage} DoneMessage */
 /** @typedef {(action: (settings: Settings) => void) => void} Request run action once the settings are checked */
 
 // messages: [{role, content, note?, tokens?}] (note "stopped"; tokens: a reply's token records), the
@@ -85,6 +88,7 @@ const lastUser = () => chat.messages.map((m) => m.role).lastIndexOf("user");
 
 // The worker's "done" (stats: the reply's, pyengine TurnStats; done: the message, with the reply's
 // tool_calls and its content outside them when it made calls): the reply joins the conversation.
+/** @param {boolean} stopped @param {TurnStats | null} stats @param {Partial<DoneMessage>} [done] */
 export function replyDone(stopped, stats, done = {}) {
   const li = el.messages.querySelector(".message.streaming");
   const { text, tokens } = endTurn(stopped, pending?.messages.length);
@@ -114,6 +118,7 @@ export function replyFailed(message) {
 
 // The conversation replaced (another chat, a new one, an import): drawn again.
 // The model loaded: whether its chat template has a thinking switch (enable_thinking), shown as a toggle.
+/** @param {boolean} has */
 export function useThinkingSwitch(has) {
   el.thinking.closest("label").hidden = !has;
 }
@@ -160,6 +165,7 @@ function answerCall(button, action) {
 }
 
 // page: what Python sends once it is up (pyengine.browser.worker.page_data).
+/** @param {PageData} page */
 export function usePageWords(page) {
   words.continued = page.continued;
   words.probsNote = page.probs_note;
