@@ -6,6 +6,7 @@
 //   format.js         bytes and counts as the page shows them
 //   status.js         what the page is doing: the status badge, the progress bar, the error banner
 //   worker_client.js  the worker: starting it, the commands the page sends it
+//   messages.js       the types of the messages to and from the worker (for the checker, make lint)
 //   loading.js        the file picker, the drop zone, the demo model
 //   saved_models.js   the models kept in the browser (opfs.js): saved after a load, Load and Forget
 //   settings_form.js  the sampling fields (drawn from Python's rules), Memory and Workers
