@@ -8,7 +8,7 @@ import { bootPython, heapBytes } from "./pyodide_boot.js";
 /** @typedef {import("./app/messages.js").Command} Command */
 /** @typedef {import("./app/messages.js").HelperLoad} HelperLoad */
 /** @typedef {import("./app/messages.js").HelperMessage} HelperMessage */
-/** @typedef {{ok: boolean, message?: string, bytes?: number, heap?: number}} ShardLoaded a helper's load, as Python reads it */
+/** @typedef {{ok: boolean, message?: string, bytes?: number, heap?: number}} ShardLoaded a helper's load */
 /** @typedef {{worker: Worker, booted?: Promise<string | null>, failed: string | null}} Shard */
 
 /** @param {import("./app/messages.js").WorkerMessage} msg what this file posts; Python posts the others */
