@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs on a fresh Debian machine (run as root): the package with its test
 # extras (pytest, gguf, playwright + pytest-playwright from PyPI), Debian's Chromium, Node for the Pyodide
-# tests, and TypeScript for `make lint` (package.json, pinned with its hash in package-lock.json). Never `playwright install`: the browser tests drive /usr/bin/chromium.
+# tests, and TypeScript for `make lint` (build_scripts/lint/package.json, pinned with its hash in its lock file). Never `playwright install`: the browser tests drive /usr/bin/chromium.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -25,10 +25,10 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 # TypeScript, which checks the page's JavaScript (make lint): exactly the version and bytes package-lock.json names,
-# into node_modules/ (git-ignored); nothing else from npm is installed, and no install script runs
-npm ci --ignore-scripts --no-audit --no-fund --silent
+# into build_scripts/lint/node_modules/ (git-ignored); nothing else is installed, and no install script runs
+npm ci --prefix build_scripts/lint --ignore-scripts --no-audit --no-fund --silent
 # axe-core, the browser tests' accessibility rules: npm pack, sha256-checked, into .cache/ (never static/)
 $PYTHON build_scripts/fetch_vendor.py --tests
 echo "test dependencies ready: $(/usr/bin/chromium --version 2>/dev/null | head -1), node $(node --version)," \
      "playwright $($PYTHON -c 'import importlib.metadata as m; print(m.version("playwright"))'), TypeScript" \
-     "$(node_modules/.bin/tsc --version)"
+     "$(build_scripts/lint/node_modules/.bin/tsc --version)"
