@@ -112,7 +112,8 @@
  * The inspector's tables (pyengine.browser.page.inspector).
  * @typedef {object} Inspector
  * @property {{version: number, n_kv: number, n_tensors: number, alignment: number, data_offset: number}} header
- * @property {object[]} parts each file's name, size and sections
+ * @property {{name: string, size: number, sections: {name: string, start: number, end: number}[]}[]} parts each
+ *   file's name, size (bytes) and five sections (byte ranges, end exclusive)
  * @property {{key: string, type: string, value: string}[]} metadata
  * @property {{type: string, count: number, params: number, bytes: number}[]} types
  * @property {{name: string, shape: number[], type: string, offset: number, n_bytes: number}[]} tensors
