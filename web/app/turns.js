@@ -25,6 +25,7 @@ import { worker } from "./worker_client.js";
 
 // messages: [{role, content, note?, tokens?}] (note "stopped"; tokens: a reply's token records), the
 // conversation the next reply answers.
+/** @type {{messages: ChatMessage[]}} */
 export const chat = { messages: [] };
 // The reply running: kind ("send", "regenerate", "edit") and the messages it answers.
 let pending = null;
