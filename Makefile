@@ -23,8 +23,14 @@ test-deps:
 test: test-deps models build lint
 	$(PYTHON) -m pytest
 
+# ruff for the Python; TypeScript (build_scripts/lint/package.json: make test-deps installs it) for the page's
+# JavaScript, whose modules begin with // @ts-check: the page's with the page's globals, the workers' with a worker's.
+TSC = build_scripts/lint/node_modules/.bin/tsc
 lint:
 	$(PYTHON) -m ruff check .
+	@test -x $(TSC) || { echo "error: no $(TSC): make test-deps (or npm ci --prefix build_scripts/lint) installs TypeScript"; exit 1; }
+	$(TSC) --noEmit --allowJs --checkJs -p tsconfig.json
+	$(TSC) --noEmit --allowJs --checkJs -p tsconfig.workers.json
 
 unit:
 	$(PYTHON) -m pytest -m "not node and not browser"

@@ -1,4 +1,5 @@
-"""The package's shape: no import circle, ``js`` only in the browser stage, short functions and modules.
+"""The package's shape: no import circle, ``js`` only in the browser stage, short functions and modules; and
+every module of the page type-checked.
 
 Read from the source with ``ast``: every import counts, a late one inside a function too (a circle
 hidden by a late import is still a circle).
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pyengine"
+WEB = PACKAGE.parent / "web"
 MAX_FUNCTION_LINES = 60
 MAX_MODULE_LINES = 600
 BROWSER_ONLY = ("js", "pyodide")       # modules that exist only under Pyodide
@@ -92,3 +94,12 @@ def test_modules_and_functions_are_short(name):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
             and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
     assert long == []
+
+
+def test_every_page_module_begins_with_ts_check():
+    """The page's modules (web/app/*.js, and app.js and the workers' beside it) ask for TypeScript's checks
+    in their first line; make lint runs them (tsconfig.json, tsconfig.workers.json)."""
+    modules = sorted(WEB.rglob("*.js"))
+    unchecked = [p.relative_to(WEB).as_posix() for p in modules if not p.read_text().startswith("// @ts-check\n")]
+    assert len([p for p in modules if p.parent.name == "app"]) >= 20
+    assert unchecked == []

@@ -1,3 +1,4 @@
+// @ts-check
 // The page: pick or drop a GGUF, see what is inside it, chat with it. All the work happens in the
 // worker (Python + numpy under Pyodide); the page sends it commands and draws what it posts back.
 // This file only wires the parts together and starts them. The parts, in app/:
@@ -5,6 +6,7 @@
 //   format.js         bytes and counts as the page shows them
 //   status.js         what the page is doing: the status badge, the progress bar, the error banner
 //   worker_client.js  the worker: starting it, the commands the page sends it
+//   messages.js       the types of the messages to and from the worker (for the checker, make lint)
 //   loading.js        the file picker, the drop zone, the demo model
 //   saved_models.js   the models kept in the browser (opfs.js): saved after a load, Load and Forget
 //   settings_form.js  the sampling fields (drawn from Python's rules), Memory and Workers
@@ -42,7 +44,8 @@ import { worker } from "./app/worker_client.js";
 import { boundedName } from "./app/format.js";
 import { openTrace, showTrace, traceFailed } from "./app/trace_view.js";
 
-// What the worker posts, by type (pyengine/browser/worker.py describes each one).
+// What the worker posts, by type (pyengine/browser/worker.py describes each one; app/messages.js types it).
+/** @type {import("./app/messages.js").Handlers} */
 const handlers = {
   boot(msg) { showProgress(msg.stage, null); },
   stage(msg) { showProgress(msg.stage, null); }, // a step of a load with no byte count (the helper workers)

@@ -1,3 +1,4 @@
+// @ts-check
 // A browser File's bytes read straight into Pyodide's wasm memory: the model's weights go from the file
 // to their numpy array in one copy, with no Python bytes between. Python imports this as the module
 // `pyengine_file` (pyodide_boot.js registers it) and reads through Pyodide's own copies where it is missing.

@@ -1,3 +1,4 @@
+// @ts-check
 // The workers' sums (pyengine.parallel.channel.Channel.all_reduce) in one call from Python each. A call
 // through Pyodide's proxies costs microseconds, and a meeting made of Atomics and typed-array calls from
 // Python took about twenty of them; a decode step meets twice a layer. Python imports this as the module

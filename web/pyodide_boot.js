@@ -1,3 +1,4 @@
+// @ts-check
 // Python for a worker: Pyodide 0.27.7 from ./pyodide/, numpy and the wheels listed in
 // wheels/manifest.json (pyengine, jinja2, markupsafe), and pyengine's C kernel. worker.js (the main
 // worker) and shard_worker.js (its helpers) both start Python through this one function.
@@ -29,6 +30,7 @@ async function fetchKernel() {
 }
 
 // stage(text) is told what is happening; resolves to the started pyodide.
+/** @param {(text: string) => void} [stage] */
 export async function bootPython(stage = () => {}) {
   stage("starting Python");
   const manifest = fetch(new URL("./wheels/manifest.json", import.meta.url)).then((r) => r.json());

@@ -1,3 +1,4 @@
+// @ts-check
 // A helper worker: started by worker.js when the page is cross-origin isolated and more than one
 // worker is chosen. It holds its shard of the model (some attention heads, FFN units and
 // vocabulary rows) and runs every forward pass in step with the main worker, meeting the others
@@ -7,9 +8,13 @@
 //        {type: "ready", bytes, heap} once its shard is loaded (then it serves until told to exit)
 //        {type: "error", message} when the load failed;  {type: "exited"} after the serving loop
 import { bootPython, heapBytes } from "./pyodide_boot.js";
+/** @typedef {import("./app/messages.js").HelperLoad} HelperLoad */
 
+/** @param {import("./app/messages.js").HelperMessage} msg */
 const post = (msg) => self.postMessage(msg);
+/** @type {import("./pyodide/pyodide.mjs").PyodideAPI} */
 let pyodide = null;
+/** @type {import("./pyodide/pyodide.mjs").PyProxy} */
 let shard = null; // the pyengine.browser.shared_memory module
 
 const booting = bootPython().then((py) => {
@@ -18,6 +23,7 @@ const booting = bootPython().then((py) => {
   post({ type: "booted" });
 }).catch((err) => post({ type: "boot-error", message: `${err.message || err}` }));
 
+/** @param {MessageEvent<HelperLoad>} e */
 self.onmessage = async (e) => {
   const msg = e.data;
   if (msg.type !== "load") return;

@@ -1,3 +1,4 @@
+// @ts-check
 // The service worker: keeps this build's files (the page, Pyodide, numpy, the wheels, the page's libraries)
 // in the Cache API so a reload works with the server stopped.
 //
@@ -9,25 +10,28 @@
 // - fetch: only a GET of a listed file (or of the page itself) is answered, from the network first
 //   (127.0.0.1, fast) and from this build's cache when the network fails. Nothing else is touched: another
 //   app on the same origin, a model (.gguf, never cached: a dropped file needs no network), a range request.
+/** @type {{version: string, files: string[]}} */
 const BUILD = { version: "dev", files: [] }; // written by build_scripts/build_static.py
+// This worker as a service worker (the checker knows a worker's globals, not a service worker's).
+const sw = /** @type {ServiceWorkerGlobalScope} */ (/** @type {unknown} */ (self));
 const PREFIX = "pyengine-build-";
 const CACHE = PREFIX + BUILD.version;
-const SCOPE = new URL(self.registration.scope);
+const SCOPE = new URL(sw.registration.scope);
 const LISTED = new Set(["", ...BUILD.files]); // paths under the scope; "" is the page itself
 
-self.addEventListener("install", (event) => {
+sw.addEventListener("install", (event) => {
   event.waitUntil((async () => {
     const cache = await caches.open(CACHE);
     await cache.addAll([...LISTED].map((path) => new URL(path, SCOPE).href));
-    await self.skipWaiting();
+    await sw.skipWaiting();
   })());
 });
 
-self.addEventListener("activate", (event) => {
+sw.addEventListener("activate", (event) => {
   event.waitUntil((async () => {
     const old = (await caches.keys()).filter((name) => name.startsWith(PREFIX) && name !== CACHE);
     await Promise.all(old.map((name) => caches.delete(name)));
-    await self.clients.claim();
+    await sw.clients.claim();
   })());
 });
 
@@ -45,7 +49,7 @@ function listedPath(req) {
   return LISTED.has(path) ? path : null;
 }
 
-self.addEventListener("fetch", (event) => {
+sw.addEventListener("fetch", (event) => {
   const path = listedPath(event.request);
   if (path !== null) event.respondWith(networkThenCache(event.request, path));
 });

@@ -1,15 +1,26 @@
+// @ts-check
 // The module worker: starts Python (Pyodide 0.27.7) with numpy and the wheels (pyodide_boot.js),
 // then hands every command from the page to pyengine.browser.worker, one at a time. Python posts its
 // replies (progress, text pieces, errors) straight to the page with postMessage.
 // When the page is cross-origin isolated and more than one worker is chosen, this worker also
 // starts the helper workers (shard_worker.js) that share the vocabulary matrix (pyengine/parallel).
 import { bootPython, heapBytes } from "./pyodide_boot.js";
+/** @typedef {import("./app/messages.js").Command} Command */
+/** @typedef {import("./app/messages.js").HelperLoad} HelperLoad */
+/** @typedef {import("./app/messages.js").HelperMessage} HelperMessage */
+/** @typedef {{ok: boolean, message?: string, bytes?: number, heap?: number}} ShardLoaded a helper's load */
+/** @typedef {{worker: Worker, booted?: Promise<string | null>, failed: string | null}} Shard */
 
+/** @param {import("./app/messages.js").WorkerMessage} msg what this file posts; Python posts the others */
 const post = (msg) => self.postMessage(msg);
+/** @type {Int32Array | null} */
 let interrupt = null;      // Int32Array on a SharedArrayBuffer, when the page is cross-origin isolated
 let stopRequested = false; // set by a "stop" message; Python reads it between tokens
+/** @type {import("./pyodide/pyodide.mjs").PyProxy} */
 let glue = null;           // the pyengine.browser.worker module, once Python is up
+/** @type {import("./pyodide/pyodide.mjs").PyodideAPI} */
 let pyodide = null;
+/** @type {(value?: unknown) => void} */
 let setup = null;          // resolves when "init" came (the interrupt buffer and the worker count)
 const inited = new Promise((resolve) => { setup = resolve; });
 
@@ -19,11 +30,14 @@ const SHARD_MS = 600_000;  // a helper that has not booted and loaded its shard 
 // A change applies at the next load: Python sends the old helpers out of their loop first.
 const pool = {
   wanted: 1,
+  /** @type {Shard[]} */
   shards: [], // {worker, booted: Promise<string|null> (null: ok, else the error), failed}
   spawn() {
     const worker = new Worker(new URL("./shard_worker.js", import.meta.url), { type: "module" });
+    /** @type {Shard} */
     const shard = { worker, failed: null }; // failed: why it cannot start, once known
     shard.booted = new Promise((resolve) => {
+      /** @param {MessageEvent<HelperMessage>} e */
       worker.onmessage = (e) => {
         if (e.data.type === "booted") resolve(null);
         else if (e.data.type === "boot-error") resolve((shard.failed = `Python did not start: ${e.data.message}`));
@@ -42,6 +56,7 @@ const pool = {
     return Promise.all(this.shards.map((s) => Promise.race([s.booted, late])));
   },
   // Python: keep ``workers`` workers in all (helpers: one fewer), default the page's setting.
+  /** @param {number} [workers] */
   resize(workers) {
     const n = self.crossOriginIsolated ? Math.max(0, (workers ?? this.wanted) - 1) : 0;
     for (const s of this.shards.splice(n)) s.worker.terminate();
@@ -50,11 +65,13 @@ const pool = {
   // Python: how many helpers the next load may use.
   size() { return self.crossOriginIsolated ? Math.max(0, this.wanted - 1) : 0; },
   // Python: helpers 1..count load their shards of the plan; resolves to [{ok, message, bytes, heap}] in order.
+  /** @param {File[]} files @param {object} plan @param {SharedArrayBuffer} sab @param {number} count */
   load(files, plan, sab, count) {
     this.resize(count + 1);
     return Promise.all(this.shards.map((s, i) => loadShard(s, { type: "load", files, plan, index: i + 1, sab })));
   },
   // Python: the helpers that failed are replaced at the next load.
+  /** @param {Iterable<number>} failed the helpers' indices */
   drop(failed) {
     for (const i of [...failed].sort((a, b) => b - a)) this.shards.splice(i, 1)[0]?.worker.terminate();
   },
@@ -62,9 +79,12 @@ const pool = {
 
 // Posted at once, while Python still runs (the helper waits for its own Python to start): every
 // worker then reads its shard at the same time as this one.
+/** @param {Shard} s @param {HelperLoad} msg @returns {Promise<ShardLoaded>} */
 function loadShard(s, msg) {
   if (s.failed) return Promise.resolve({ ok: false, message: s.failed });
+  /** @type {Promise<ShardLoaded>} */
   const answer = new Promise((resolve) => {
+    /** @param {MessageEvent<HelperMessage>} e */
     s.worker.onmessage = (e) => {
       const m = e.data;
       if (m.type === "ready") resolve({ ok: true, bytes: m.bytes, heap: m.heap });
@@ -98,6 +118,7 @@ async function boot() {
 // in Python); without it, Python yields to this event loop between tokens to let "stop" in.
 let line = boot().catch((err) => post({ type: "boot-error", message: `Python did not start: ${err.message || err}` }));
 
+/** @param {MessageEvent<Command>} e */
 self.onmessage = (e) => {
   const msg = e.data;
   if (msg.type === "init") {
@@ -113,6 +134,7 @@ self.onmessage = (e) => {
   }
 };
 
+/** @param {Command} msg */
 async function run(msg) {
   if (!glue) return post({ type: "error", during: msg.type, message: "Python is not running (see the error above)" });
   // A Stop that came after the last reply ended must not hit this command.

@@ -1,3 +1,4 @@
+// @ts-check
 // A chat as a file: exported as JSON (OpenAI-style messages: {role, content}, the system prompt as a first
 // "system" message, a reply's tool_calls and the tool's results as OpenAI has them; the settings as typed; the
 // Structured output {kind, text}; the tools {text, required}; the model's name) or as

@@ -1,3 +1,4 @@
+// @ts-check
 // The conversation as the page shows it: the messages (a reply as Markdown, a message of the user as
 // typed), each with its actions (copy; edit and delete a turn on the user's; regenerate on the last
 // reply), the reply streaming into the last one, the notes under a stopped or failed message, and the
@@ -6,6 +7,8 @@ import { el, make } from "./dom.js";
 import { drawReply } from "./markdown.js";
 import { drawTokens, wireTokens } from "./token_view.js";
 import { withCommas } from "./format.js";
+/** @typedef {import("./messages.js").TokenRecord} TokenRecord */
+/** @typedef {import("./messages.js").TurnStats} TurnStats */
 
 // A reply longer than MARKDOWN_CHARS is drawn as plain text (markdown-it takes seconds, or minutes, on
 // some texts of a few MB: 16 M chars of "[x" took 35 s), and so are the older replies of a chat once its
@@ -36,6 +39,7 @@ export const showTokens = (on) => { probs.shown = on; };
 
 // Why a reply ended, in words: stop reason -> words (pyengine.browser.page.STOP_WORDS, sent with booted).
 let stopWords = {};
+/** @param {Record<string, string>} words */
 export const useStopWords = (words) => { stopWords = words; };
 
 // The list follows a reply only while it is scrolled to its end: a reader who scrolled up stays put.
@@ -233,7 +237,7 @@ export function startReply() {
 
 // The last reply drawn again as it streams on (Continue): the pieces are added to its text.
 export function resumeReply() {
-  const li = [...el.messages.querySelectorAll("[data-role=assistant]")].pop();
+  const li = /** @type {HTMLLIElement[]} */ ([...el.messages.querySelectorAll("[data-role=assistant]")]).pop();
   if (!li) return;
   turn.reply = written = li;
   turn.text = turn.drawn = li.dataset.text;
@@ -246,6 +250,7 @@ export function resumeReply() {
 }
 
 // text: the piece; tokens: the records of the tokens it holds (none unless probabilities were asked for).
+/** @param {string} text @param {TokenRecord[]} [tokens] */
 export function addPiece(text, tokens = []) {
   turn.tokens.push(...tokens);
   turn.text += text;
@@ -349,6 +354,7 @@ export function editMessage(li, onSend, onCancel) {
 }
 
 // s: the reply's statistics (pyengine TurnStats.as_dict()).
+/** @param {TurnStats | null} s */
 export function showStats(s) {
   if (!s) return;
   const parts = [

@@ -1,3 +1,4 @@
+// @ts-check
 // The saved chats (store.js, IndexedDB): the list in the sidebar (open, rename, delete), New chat, and
 // export and import. The chat shown is saved whenever its messages, system prompt or settings change,
 // so a reload or a browser restart brings every chat back, each with its own system prompt, settings,

@@ -1,3 +1,4 @@
+// @ts-check
 // The message box and its buttons: Send, Stop, New chat; and the gate every reply passes. A reply is
 // asked in two steps: the worker first checks the settings as typed ("check"), and only when it names
 // no bad field does the action run (a message sent, a reply regenerated, an edit sent) with the numbers
@@ -11,6 +12,7 @@ import { clearError, setPhase, status } from "./status.js";
 import { stopLoad } from "./loading.js";
 import { sendText } from "./turns.js";
 import { worker } from "./worker_client.js";
+/** @typedef {import("./messages.js").CheckedMessage} CheckedMessage */
 
 // action: what runs once the settings are right (null: none waits); checks: checks sent and not answered yet.
 const sending = { action: null, checks: 0 };
@@ -48,6 +50,7 @@ function checkSettings() {
 }
 
 // The worker's "checked" message: {settings: name -> number, errors: [{name, message}]}.
+/** @param {CheckedMessage} msg */
 export function checked(msg) {
   sending.checks -= 1;
   if (sending.checks > 0) return; // the fields changed since: the answer to the newest check counts

@@ -1,9 +1,31 @@
+// @ts-check
 // The page's elements, looked up once, and a helper that makes new ones. The elements the tests
 // use are found by their data-testid, the others by their class.
 
+/** @type {(id: string) => any} */
 export const byId = (id) => document.querySelector(`[data-testid="${id}"]`);
+/** @type {(name: string) => any} */
 const byClass = (name) => document.querySelector(`.${name}`);
 
+// Each element as index.html has it (its tag's type: the checker's, nothing is checked when the page runs).
+/** @type {{
+ *   status: HTMLSpanElement, error: HTMLDivElement, tabNote: HTMLParagraphElement, errorText: HTMLSpanElement,
+ *   errorClose: HTMLButtonElement, errorAction: HTMLButtonElement, dropzone: HTMLLabelElement,
+ *   fileInput: HTMLInputElement, loadDemo: HTMLButtonElement, savedModels: HTMLDivElement,
+ *   savedModelList: HTMLUListElement, storageNote: HTMLParagraphElement, progress: HTMLDivElement,
+ *   progressFill: HTMLDivElement, progressText: HTMLDivElement, modelInfo: HTMLElement,
+ *   systemPrompt: HTMLTextAreaElement, chatList: HTMLUListElement, chatsNote: HTMLParagraphElement,
+ *   exportJson: HTMLButtonElement, exportMarkdown: HTMLButtonElement, importChat: HTMLButtonElement,
+ *   importFile: HTMLInputElement, settings: HTMLDivElement, settingsFold: HTMLDetailsElement,
+ *   announce: HTMLParagraphElement, settingsHint: HTMLParagraphElement, structure: HTMLSelectElement,
+ *   structureText: HTMLTextAreaElement, structureCheck: HTMLParagraphElement, tools: HTMLTextAreaElement,
+ *   toolRequired: HTMLInputElement, toolsCheck: HTMLParagraphElement, workers: HTMLSelectElement,
+ *   workersNote: HTMLParagraphElement, weights: HTMLSelectElement, weightsNote: HTMLParagraphElement,
+ *   theme: HTMLSelectElement, messages: HTMLOListElement, showProbs: HTMLInputElement, probsNote: HTMLSpanElement,
+ *   thinking: HTMLInputElement, stats: HTMLDivElement, sendError: HTMLParagraphElement, composer: HTMLFormElement,
+ *   prompt: HTMLTextAreaElement, send: HTMLButtonElement, stop: HTMLButtonElement, newChat: HTMLButtonElement,
+ *   inspector: HTMLDivElement, tensorSearch: HTMLInputElement
+ * }} */
 export const el = {
   status: byId("status"),
   error: byId("error"),
@@ -60,6 +82,13 @@ export const el = {
 
 // A new element with a class and a text. Text from the model or the file is always set as
 // textContent, never parsed as HTML.
+/**
+ * @template {keyof HTMLElementTagNameMap} K
+ * @param {K} tag
+ * @param {string} [className]
+ * @param {string} [text]
+ * @returns {HTMLElementTagNameMap[K]}
+ */
 export function make(tag, className = "", text = undefined) {
   const node = document.createElement(tag);
   if (className) node.className = className;

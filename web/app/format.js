@@ -1,3 +1,4 @@
+// @ts-check
 // Numbers as the page shows them: bytes in KiB/MiB/GiB, parameters in M/B, counts with commas.
 
 export function formatBytes(n) {

@@ -1,3 +1,4 @@
+// @ts-check
 // A model for the worker: the file picker, the drop zone, and the demo model, a file beside the page
 // (static/models/, described by models/demo.json) that the page downloads first.
 import { el, make } from "./dom.js";
@@ -5,6 +6,7 @@ import { formatBytes } from "./format.js";
 import { canLoad, clearError, hideProgress, setPhase, settle, showError, showProgress } from "./status.js";
 import { memoryChoice } from "./settings_form.js";
 import { isolated, worker } from "./worker_client.js";
+/** @typedef {import("./messages.js").ProgressMessage} ProgressMessage */
 
 let demo = null; // models/demo.json: {display_name, file, url, size}
 let last = { files: [], saved: false }; // the files of the load asked last; saved: they came from OPFS
@@ -50,6 +52,7 @@ export function loadFailed(message) {
 }
 
 // The worker's "progress" message while it reads the tensors.
+/** @param {ProgressMessage} msg */
 export function showReading(msg) {
   const frac = msg.total_bytes ? msg.bytes / msg.total_bytes : null;
   const tensors = msg.n_tensors ? ` · ${msg.tensors} / ${msg.n_tensors} tensors` : "";

@@ -1,3 +1,4 @@
+// @ts-check
 // A reply's Markdown as the page shows it: markdown-it parses it (raw HTML in it stays text, only
 // absolute http(s) links become links, images are not loaded), DOMPurify cleans what it renders (no
 // script, no event attributes, no style attributes: a strict CSP holds), highlight.js colours fenced

@@ -1,7 +1,10 @@
+// @ts-check
 // The model loaded: its card in the sidebar, and the inspector's tab (the file's parts to scale, its
 // metadata, its tensor types, a searchable tensor table). Also the tabs between the chat and the inspector.
 import { el, make } from "./dom.js";
 import { formatBytes, formatCount, withCommas } from "./format.js";
+/** @typedef {import("./messages.js").ModelCard} ModelCard */
+/** @typedef {import("./messages.js").Inspector} Inspector */
 
 // The tables show at most MAX_ROWS rows: real models have a few hundred tensors, a hostile file
 // may claim millions. The search looks through every tensor the worker sent.
@@ -11,11 +14,13 @@ let weightCards = {}; // the card's line per weight form (pyengine.weights.budge
 let tensors = [];     // the inspector's tensors, each with the text the search looks in
 
 // cards: weight form -> the card's line, sent once Python is up.
+/** @param {Record<string, string>} cards */
 export function useCards(cards) {
   weightCards = cards;
 }
 
 // card: pyengine.browser.page.model_card; info: pyengine.browser.page.inspector.
+/** @param {ModelCard} card @param {Inspector} info */
 export function showModel(card, info) {
   showCard(card);
   showInspector(info);
@@ -24,8 +29,8 @@ export function showModel(card, info) {
 // The model loaded before is gone (a new one is on its way).
 export function hideModel() {
   el.modelInfo.hidden = true;
-  el.inspector.querySelector(".empty").hidden = false;
-  el.inspector.querySelector(".inspect-body").hidden = true;
+  /** @type {HTMLElement} */ (el.inspector.querySelector(".empty")).hidden = false;
+  /** @type {HTMLElement} */ (el.inspector.querySelector(".inspect-body")).hidden = true;
 }
 
 function showCard(card) {
@@ -50,6 +55,7 @@ function showCard(card) {
   }));
 }
 
+/** @param {string[]} cells @param {"td" | "th"} [tag] */
 function row(cells, tag = "td") {
   const tr = make("tr");
   tr.append(...cells.map((c) => make(tag, "", c)));
@@ -59,6 +65,7 @@ function row(cells, tag = "td") {
 const shownOf = (shown, total) => (shown < total ? `${withCommas(shown)} of ${withCommas(total)}` : withCommas(total));
 
 // info: pyengine.browser.page.inspector (also of a file that could not be loaded).
+/** @param {Inspector} info */
 export function showInspector(info) {
   const find = (selector) => el.inspector.querySelector(selector);
   find(".empty").hidden = true;
@@ -94,7 +101,7 @@ function drawPart(part, named) {
     piece.title = `${s.name}: bytes ${withCommas(s.start)}–${withCommas(s.end)} (${formatBytes(size)})`;
     bar.append(piece);
     const tr = row([s.name, `${withCommas(s.start)} – ${withCommas(s.end)}`, formatBytes(size)]);
-    tr.firstChild.classList.add(`key-${i}`);
+    tr.firstElementChild.classList.add(`key-${i}`);
     body.append(tr);
   });
   box.append(bar, table);
@@ -113,11 +120,12 @@ function filterTensors() {
 
 export function wireModelView() {
   el.tensorSearch.addEventListener("input", filterTensors);
-  const tabs = document.querySelectorAll(".tab");
+  const tabs = /** @type {NodeListOf<HTMLElement>} */ (document.querySelectorAll(".tab"));
   for (const tab of tabs) {
     tab.addEventListener("click", () => {
       for (const t of tabs) t.setAttribute("aria-selected", String(t === tab));
-      for (const pane of document.querySelectorAll(".tabpane")) pane.hidden = pane.dataset.pane !== tab.dataset.tab;
+      const panes = /** @type {NodeListOf<HTMLElement>} */ (document.querySelectorAll(".tabpane"));
+      for (const pane of panes) pane.hidden = pane.dataset.pane !== tab.dataset.tab;
     });
   }
 }

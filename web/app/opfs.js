@@ -1,3 +1,4 @@
+// @ts-check
 // Models kept in the Origin Private File System: models/<id>/ holds one saved model, under a random id
 // (never its file's name: two files of one name, or names that differ only outside ASCII, are two saves),
 // its files as dropped (every part of a split model, each a file) and meta.json ({name, files, sizes,
@@ -91,6 +92,7 @@ export function savedAs(entries, files) {
 }
 
 // One file copied into ``dir``; a copy that fails is aborted (its bytes do not keep the quota).
+/** @param {FileSystemDirectoryHandle} dir @param {File} file @param {(bytes: number) => void} progress */
 async function copyFile(dir, file, progress) {
   const out = await (await dir.getFileHandle(file.name, { create: true })).createWritable();
   try {
@@ -110,6 +112,7 @@ async function copyFile(dir, file, progress) {
 // Copy ``files`` (one model, all its parts) into OPFS under ``name``; progress(bytesDone, bytesTotal).
 // Resolves to the saved entry; asks the browser to keep the storage (navigator.storage.persist()).
 // Unfinished copies are removed first, and a failed removal stops the save.
+/** @param {File[]} files @param {string} name @param {(done: number, total: number) => void} [progress] */
 export async function saveModel(files, name, progress = () => {}) {
   const size = files.reduce((n, f) => n + f.size, 0);
   const { usage, quota } = await storageState();

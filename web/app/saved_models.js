@@ -1,3 +1,4 @@
+// @ts-check
 // The models saved in the browser (opfs.js): a model that loads from a dropped file is copied into the
 // Origin Private File System (the progress, its size and the storage used and allowed shown), listed on
 // the next visit with Load (one click, no file to choose, no network) and Forget (its space freed).

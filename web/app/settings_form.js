@@ -1,3 +1,4 @@
+// @ts-check
 // The settings beside the chat: the sampling fields, the Memory select and the Workers select.
 // The sampling fields are drawn from Python's rules (pyengine.browser.settings.SETTINGS: label, range,
 // default), and only Python checks them: the page sends the fields as typed and marks the ones the
@@ -6,12 +7,16 @@ import { el, make } from "./dom.js";
 import { formatBytes } from "./format.js";
 import { status } from "./status.js";
 import { isolated, worker } from "./worker_client.js";
+/** @typedef {import("./messages.js").PageData} PageData */
+/** @typedef {import("./messages.js").SettingRule} SettingRule */
+/** @typedef {import("./messages.js").WorkersInfo} WorkersInfo */
 
 const fields = new Map(); // setting name -> its <input>
 let waiting = null;       // the values setFields was given before the fields were drawn
 
 // page: what Python sends once it is up (pyengine.browser.worker.page_data): the sampling rules with
 // no model limits, the line under them and the Memory options.
+/** @param {PageData} page */
 export function drawSettings(page) {
   if (fields.size) return void useRules(page.settings); // a worker started again: the fields stay as typed
   el.settings.replaceChildren(...page.settings.map(drawField));
@@ -37,6 +42,7 @@ function drawField(rule) {
 }
 
 // The rules of the model loaded (its vocabulary and context bound two fields): what the fields take.
+/** @param {SettingRule[]} rules */
 export function useRules(rules) {
   for (const rule of rules) {
     const input = fields.get(rule.name);
@@ -50,7 +56,9 @@ export function useRules(rules) {
 
 // The fields as typed, for the worker's "check": {settings: name -> text, badInput: [names]}. A number
 // input reports "" for text it cannot read ("1e", "-"), so the browser's own verdict goes along.
+/** @returns {{settings: import("./messages.js").FieldTexts, badInput: string[]}} */
 export function readFields() {
+  /** @type {import("./messages.js").FieldTexts} */
   const settings = {};
   const badInput = [];
   for (const [name, input] of fields) {
@@ -79,11 +87,12 @@ export function showCheck(errors) {
 export const memoryChoice = () => el.weights.value;
 
 // How many workers compute the model, their memory, or why it runs in one.
+/** @param {WorkersInfo} w */
 export function showWorkers(w) {
   if (!w) return;
-  el.workersNote.dataset.count = w.count;
+  el.workersNote.dataset.count = String(w.count);
   el.workersNote.dataset.heap = JSON.stringify(w.heap); // bytes of wasm memory, per worker
-  el.workersNote.dataset.syncUs = w.sync_us ?? ""; // one round trip through shared memory, microseconds
+  el.workersNote.dataset.syncUs = String(w.sync_us ?? ""); // one round trip through shared memory, microseconds
   const heap = w.heap.length ? ` (${w.heap.map(formatBytes).join(" + ")} of wasm memory)` : "";
   el.workersNote.textContent = w.note || `computing in ${w.count} worker${w.count > 1 ? "s" : ""}${heap}`;
 }

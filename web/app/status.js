@@ -1,11 +1,15 @@
+// @ts-check
 // What the page is doing, and the three places that say so: the status badge (and which controls
 // each phase allows), the progress bar, the error banner.
 import { el } from "./dom.js";
 
 // phase: starting -> no model -> loading -> ready <-> generating (-> stopping); "failed" if Python cannot start.
 // hasModel: a model is loaded (it stays through a reply, and through a load that fails before "unloaded").
+/** @typedef {"starting" | "no model" | "loading" | "ready" | "generating" | "stopping" | "failed"} Phase */
+/** @type {{phase: Phase, hasModel: boolean}} */
 export const status = { phase: "starting", hasModel: false };
 
+/** @param {Phase} phase */
 export function setPhase(phase) {
   status.phase = phase;
   el.status.textContent = phase;

@@ -1,3 +1,4 @@
+// @ts-check
 // The chats kept in the browser (IndexedDB "pyengine", object store "chats", one record a chat):
 // {id, title, named (renamed by hand), messages: [{role, content, note?}], system, settings: name -> the
 // text typed, model, created, updated (ms since 1970)}. Every call opens its own transaction; a write is done when its

@@ -1,9 +1,12 @@
+// @ts-check
 // The Structured output setting: none, a JSON object, a JSON schema or a GBNF grammar (the options are
 // Python's: pyengine.browser.settings.STRUCTURES), and its editor, which Python checks as you type
 // ("check-structure" -> "structure-checked": the line and column of what is wrong). Saved with the chat
 // (chats.js), sent with every reply (turns.js).
 import { el } from "./dom.js";
 import { worker } from "./worker_client.js";
+/** @typedef {import("./messages.js").PageData} PageData */
+/** @typedef {import("./messages.js").StructureCheckedMessage} StructureCheckedMessage */
 
 const CHECK_MS = 250;     // a check this long after the last key
 let editors = {};         // option -> what its editor holds ("": no editor)
@@ -11,6 +14,7 @@ let timer = 0;
 let waiting = null;       // a chat's setting given before the options were drawn
 
 // page: what Python sends once it is up (pyengine.browser.worker.page_data).
+/** @param {PageData} page */
 export function drawStructure(page) {
   if (Object.keys(editors).length) return;
   editors = Object.fromEntries(page.structures.map((o) => [o.value, o.editor]));
@@ -48,6 +52,7 @@ export function setStructure(value) {
 }
 
 // Python's answer to a check: the editor marked, what is wrong said under it.
+/** @param {StructureCheckedMessage} msg */
 export function structureChecked(msg) {
   if (msg.kind !== el.structure.value) return;
   el.structureText.setAttribute("aria-invalid", String(!msg.ok));

@@ -1,3 +1,4 @@
+// @ts-check
 // Several tabs of the page: the first one open holds the Web Lock "pyengine-tab"; a tab that finds it
 // taken says so plainly in a banner (it works all the same, with its own model in its own memory) until
 // the first one closes. Tabs tell each other through the BroadcastChannel "pyengine" when the saved chats

@@ -1,3 +1,4 @@
+// @ts-check
 // The Theme setting: "system" follows the system's colour scheme (prefers-color-scheme), "light" and
 // "dark" pick one. It belongs to this browser, not to a chat, so it is kept in localStorage beside the
 // chat ids, and set as data-theme on <html>, where styles.css reads it (its colours are light-dark() pairs).

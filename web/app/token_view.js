@@ -1,3 +1,4 @@
+// @ts-check
 // A reply as its tokens, each shaded by its probability, with the likeliest alternatives on hover or
 // keyboard focus. By keyboard the tokens are one stop: the arrow keys (and Home, End) move between them,
 // Enter opens or closes a token's alternatives and Escape closes them. A token is a button whose name
@@ -72,9 +73,15 @@ function moveTo(span, key) {
   return null;
 }
 
+/** @typedef {import("./messages.js").TokenRecord} TokenRecord */
+
 // recordsOf(li): the token records of a message. Hover and focus show a token's alternatives; the
 // keys move the focus between tokens, open and close the alternatives; a click or Space calls
 // look(span, li, index, record).
+/**
+ * @param {(li: Element) => TokenRecord[] | undefined} recordsOf
+ * @param {(span: HTMLElement, li: Element, index: number, record: TokenRecord) => void} [look]
+ */
 export function wireTokens(list, recordsOf, look = () => {}) {
   const open = (span) => {
     const records = recordsOf(span.closest("[data-testid=message]"));

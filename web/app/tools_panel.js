@@ -1,9 +1,11 @@
+// @ts-check
 // The Tools setting: tool definitions as JSON (OpenAI's form), which Python checks as you type
 // ("check-tools" -> "tools-checked": the line and column, or the definition at fault), and whether a
 // reply to a message must be a call. Saved with the chat (chats.js), sent with every reply (turns.js);
 // the calls a reply makes are drawn as cards (chat_view.js) that the user answers or declines.
 import { el } from "./dom.js";
 import { worker } from "./worker_client.js";
+/** @typedef {import("./messages.js").ToolsCheckedMessage} ToolsCheckedMessage */
 
 const CHECK_MS = 250;
 let timer = 0;
@@ -26,6 +28,7 @@ export function setTools(value) {
 }
 
 // Python's answer to a check.
+/** @param {ToolsCheckedMessage} msg */
 export function toolsChecked(msg) {
   el.tools.setAttribute("aria-invalid", String(!msg.ok));
   el.toolsCheck.textContent = msg.ok ? "The tool definitions are right." : msg.message;

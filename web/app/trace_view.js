@@ -1,3 +1,4 @@
+// @ts-check
 // Inside one step: the panel a reply token opens (click it, or Space on it, with Token probabilities on).
 // The worker runs the step that wrote the token again on the conversation's cache and sends its trace
 // (pyengine.generation.trace): drawn here as the logit lens (a table: each layer's likeliest next tokens,
@@ -6,6 +7,8 @@
 // most as a table), and the step's cost (a bar per kind of operation, and the same as a table). Every
 // picture has a text table beside it; the panel is a <dialog> (Escape closes it, focus comes back).
 import { make } from "./dom.js";
+/** @typedef {import("./messages.js").TokenRecord} TokenRecord */
+/** @typedef {import("./messages.js").Trace} Trace */
 
 const SVG = "http://www.w3.org/2000/svg";
 const TOP_POSITIONS = 8; // the positions the attention table lists
@@ -161,6 +164,7 @@ function attentionBody(trace, il, head) {
   return box;
 }
 
+/** @returns {[HTMLLabelElement, HTMLSelectElement]} */
 function picker(label, options, onChange) {
   const wrap = make("label", "picker", `${label} `);
   const select = make("select");
@@ -255,6 +259,7 @@ function panel() {
 }
 
 // Open the panel while the worker runs the step again: record is the token's own, back the tokens after it.
+/** @param {HTMLElement} span @param {TokenRecord} record @param {number} back */
 export function openTrace(span, record, back) {
   opener = span;
   asked = back;
@@ -267,6 +272,7 @@ export function openTrace(span, record, back) {
 }
 
 // The trace the worker sent for the token back tokens before the last reply's end (only if it is the one asked).
+/** @param {Trace} trace @param {number} back */
 export function showTrace(trace, back) {
   if (back !== asked) return;
   const d = panel();
@@ -276,6 +282,7 @@ export function showTrace(trace, back) {
   d.querySelector(".trace-content").replaceChildren(summary, drawLens(trace), drawAttention(trace), drawCost(trace));
 }
 
+/** @param {string} message */
 export function traceFailed(message) {
   if (!dialog?.open) return false;
   const p = make("p", "trace-wait", message);

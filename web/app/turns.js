@@ -1,3 +1,4 @@
+// @ts-check
 // The conversation the page keeps, and what can be done with its turns: send a message, regenerate the
 // last reply, edit a message of the user and send it again, delete a turn, copy a message. The page owns
 // the messages: every reply is asked with the whole conversation it answers ("chat" with ``messages``),
@@ -15,12 +16,20 @@ import { setPhase, status } from "./status.js";
 import { readStructure } from "./structure.js";
 import { readTools } from "./tools_panel.js";
 import { worker } from "./worker_client.js";
+/** @typedef {import("./messages.js").ChatMessage} ChatMessage */
+/** @typedef {import("./messages.js").Settings} Settings */
+/** @typedef {import("./messages.js").TurnStats} TurnStats */
+/** @typedef {import("./messages.js").PageData} PageData */
+/** @typedef {import("./messages.js").DoneMessage} DoneMessage */
+/** @typedef {(action: (settings: Settings) => void) => void} Request run action once the settings are checked */
 
 // messages: [{role, content, note?, tokens?}] (note "stopped"; tokens: a reply's token records), the
 // conversation the next reply answers.
+/** @type {{messages: ChatMessage[]}} */
 export const chat = { messages: [] };
 // The reply running: kind ("send", "regenerate", "edit") and the messages it answers.
 let pending = null;
+/** @type {{request: Request, sendable: (text: string) => boolean, changed: () => void}} */
 let hooks = { request: null, sendable: () => true, changed: () => {} };
 const PROBS_KEY = "pyengine.probs"; // localStorage: the probabilities toggle
 // From Python once it is up (pyengine.browser.page): the stop reasons of a reply Continue goes on with
@@ -80,6 +89,7 @@ const lastUser = () => chat.messages.map((m) => m.role).lastIndexOf("user");
 
 // The worker's "done" (stats: the reply's, pyengine TurnStats; done: the message, with the reply's
 // tool_calls and its content outside them when it made calls): the reply joins the conversation.
+/** @param {boolean} stopped @param {TurnStats | null} stats @param {Partial<DoneMessage>} [done] */
 export function replyDone(stopped, stats, done = {}) {
   const li = el.messages.querySelector(".message.streaming");
   const { text, tokens } = endTurn(stopped, pending?.messages.length);
@@ -109,6 +119,7 @@ export function replyFailed(message) {
 
 // The conversation replaced (another chat, a new one, an import): drawn again.
 // The model loaded: whether its chat template has a thinking switch (enable_thinking), shown as a toggle.
+/** @param {boolean} has */
 export function useThinkingSwitch(has) {
   el.thinking.closest("label").hidden = !has;
 }
@@ -155,6 +166,7 @@ function answerCall(button, action) {
 }
 
 // page: what Python sends once it is up (pyengine.browser.worker.page_data).
+/** @param {PageData} page */
 export function usePageWords(page) {
   words.continued = page.continued;
   words.probsNote = page.probs_note;
@@ -175,7 +187,7 @@ export function wireTurns(request, sendable, changed) {
   el.showProbs.addEventListener("change", useProbs);
   useProbs();
   el.messages.addEventListener("click", (e) => {
-    const button = e.target.closest("button");
+    const button = /** @type {Element} */ (e.target).closest("button");
     if (!button) return;
     if (button.classList.contains("copy-code")) copyCode(button);
     else if (button.dataset.action) onAction(button);
