@@ -150,18 +150,20 @@ def delta_chunk(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: n
     lower = np.tril(np.ones(diff.shape[1:], bool))                        # (L, L) j <= i
     decay = np.where(lower, np.exp(np.where(lower, diff, 0.0)), 0.0)
     kb = k * beta[:, :, None]                                             # (H, L, Dk)
-    a = np.einsum("hid,hjd->hij", kb, k) * decay                          # (H, L, L)
+    kt = k.transpose(0, 2, 1)                                             # (H, Dk, L)
+    a = (kb @ kt) * decay                                                 # (H, L, L)
     a = np.tril(a, -1) + np.eye(a.shape[1])
     rhs = np.concatenate([v * beta[:, :, None], kb * np.exp(cg)[:, :, None]], axis=2)   # (H, L, Dv + Dk)
     u = np.linalg.solve(a, rhs)                                           # (H, L, Dv + Dk)
     dv = v.shape[2]
     vals, kcd = u[:, :, :dv], u[:, :, dv:]                                # (H, L, Dv), (H, L, Dk)
-    v_new = vals - np.einsum("hid,hjd->hij", kcd, s)                      # (H, L, Dv)
-    qk = np.einsum("hid,hjd->hij", q, k) * decay                          # (H, L, L)
-    o = np.einsum("hid,hjd->hij", q * np.exp(cg)[:, :, None], s) + np.einsum("hij,hjv->hiv", qk, v_new)
+    st = s.transpose(0, 2, 1)                                             # (H, Dk, Dv)
+    v_new = vals - kcd @ st                                               # (H, L, Dv)
+    qk = (q @ kt) * decay                                                 # (H, L, L)
+    o = (q * np.exp(cg)[:, :, None]) @ st + qk @ v_new                    # (H, L, Dv)
     last = cg[:, -1]                                                      # (H,)
     kg = k * np.exp(last[:, None] - cg)[:, :, None]                       # (H, L, Dk)
-    s = s * np.exp(last)[:, None, None] + np.einsum("hiv,hid->hvd", v_new, kg)   # (H, Dv, Dk)
+    s = s * np.exp(last)[:, None, None] + v_new.transpose(0, 2, 1) @ kg   # (H, Dv, Dk)
     return o.astype(np.float32), s.astype(np.float32)
 
 
