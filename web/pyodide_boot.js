@@ -9,6 +9,11 @@ import { registerMeeting } from "./meeting.js";
 // (module (func (result v128) v128.const 0)): valid where the browser runs WebAssembly SIMD128
 const SIMD128 = new Uint8Array([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 1, 5, 1, 0x60, 0, 1, 0x7b, 3, 2, 1, 0,
   0x0a, 0x16, 1, 0x14, 0, 0xfd, 0x0c, ...new Array(16).fill(0), 0x0b]);
+// (module (func (result v128) (i16x8.relaxed_dot_i8x16_i7x16_s (v128.const 0) (v128.const 0)))): valid
+// where the browser runs relaxed SIMD
+const RELAXED = new Uint8Array([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 1, 5, 1, 0x60, 0, 1, 0x7b, 3, 2, 1, 0,
+  0x0a, 0x2b, 1, 0x29, 0, 0xfd, 0x0c, ...new Array(16).fill(0), 0xfd, 0x0c, ...new Array(16).fill(0),
+  0xfd, 0x92, 0x02, 0x0b]);
 export const KERNEL_PATH = "/lib/pyengine_kernel.so"; // pyengine.weights.kernel.WASM_PATH
 
 async function fetchBytes(name) {
@@ -21,11 +26,15 @@ async function fetchBytes(name) {
   }
 }
 
-// pyengine's C kernel, the SIMD128 side module (build_scripts/build_kernel.py; its relaxed-SIMD build is built
-// and tested but not used yet: two workers decoded slower with it in Chromium). Resolves to {bytes, name} or
-// {why} (the browser lacks SIMD, or the file could not be had).
+// pyengine's C kernel, a wasm side module (build_scripts/build_kernel.py): the relaxed-SIMD build where the
+// browser validates a relaxed instruction, else the SIMD128 one. Resolves to {bytes, name} or {why} (the
+// browser lacks SIMD, or no file could be had).
 async function fetchKernel() {
   if (!WebAssembly.validate(SIMD128)) return { why: "this browser has no WebAssembly SIMD" };
+  if (WebAssembly.validate(RELAXED)) {
+    const relaxed = await fetchBytes("pyengine_kernel_relaxed.so");
+    if (relaxed.bytes) return relaxed;
+  }
   return fetchBytes("pyengine_kernel.so");
 }
 

@@ -5,19 +5,14 @@
 //   {type: "boot"}                      -> {boot_s, heap_bytes}    (before any file is chosen)
 //   {type: "load", file}                -> {load_s, heap_bytes}    (pyengine.browser.worker's load on a BrowserFileSource)
 //   {type: "generate", ids, n_gen}      -> TurnStats + ids + wasm_heap_bytes; a {type: "token", i} per token
-import { loadPyodide } from "/pyodide/pyodide.mjs";
+import { bootPython } from "/pyodide_boot.js";
 
 let pyodide = null;
-const quiet = { messageCallback: () => {} };
-const url = (path) => new URL(path, self.location.href).href;
 const heapBytes = () => pyodide._module.HEAP8.length;
 
 async function boot() {
   const t0 = performance.now();
-  pyodide = await loadPyodide({ indexURL: url("/pyodide/") });
-  await pyodide.loadPackage("numpy", quiet);
-  const manifest = await (await fetch("/wheels/manifest.json")).json();
-  await pyodide.loadPackage(manifest.wheels.map((w) => url(`/wheels/${w.file}`)), quiet);
+  pyodide = await bootPython();     // as web/worker.js: the wheels and the C kernel the browser runs
   pyodide.FS.mkdirTree("/bench");
   pyodide.FS.writeFile("/bench/pyengine_bench.py", await (await fetch("/bench/pyengine_bench.py")).text());
   pyodide.runPython("import sys; sys.path.insert(0, '/bench'); import pyengine_bench");
