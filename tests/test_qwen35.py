@@ -5,7 +5,8 @@ full attention in 3; float32) and its Q8_0 copy (gguf_write.quantized_copy, its 
 Reference: tests/golden/qwen35_reference.json (make_arch_golden.py: llama.cpp 0.3.36, F32 KV cache, all
 logits of the prompt [1, 5, 9, 42], 8 greedy ids, all logits of an 80-token prompt). What each test proves:
 - the float32 model gives llama.cpp's logits at every position of both prompts within 1e-3 (measured: the
-  short one 1e-5, the 80 tokens, run by DeltaNet chunks of 64 then 16, 3.2e-4) and its 8 greedy ids (no
+  short one 1e-5, the 80 tokens, run by DeltaNet chunks of 64 then 16 in numpy or token by token in the
+  C kernel, 3.2e-4) and its 8 greedy ids (no
   step's top-2 margin under 0.1), in every weight form;
 - the Q8_0 copy, rounding activations as ggml does, gives llama.cpp's logits for it within 1e-3 (measured
   1.2e-6) and its greedy ids; its 80 tokens run in two passes of 40 (a pass of 64 tokens or more takes the
@@ -104,7 +105,7 @@ def test_float32_fixture_gives_llama_cpps_logits_and_ids(weights):
     assert np.abs(prompt - np.array(REF["f32"]["prompt_logits"])).max() < 1e-3
     assert ids == REF["f32"]["greedy_ids"]
     assert np.abs(last - np.array(REF["f32"]["last_logits"])).max() < 1e-3
-    long = m.forward(LONG, m.new_cache(128), logits="all")                    # chunks of 64 and 16
+    long = m.forward(LONG, m.new_cache(128), logits="all")                    # numpy: chunks of 64 and 16
     assert np.abs(long - np.array(REF["f32"]["long"])).max() < 1e-3
 
 

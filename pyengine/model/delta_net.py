@@ -18,8 +18,9 @@ One layer (llama.cpp ``src/models/qwen35.cpp``, ``build_layer_attn_linear``; the
 Shapes: ``T`` tokens, ``H`` value heads, ``Hk`` key heads, ``Dk`` = ``Dv`` the head size,
 ``C`` the conv channels (2 Hk Dk + H Dv), ``K`` the conv taps. The state of a layer is its conv
 window, the last ``K - 1`` inputs (K - 1, C), and ``S`` for every head (H, Dv, Dk); both float32.
-A prompt runs by chunks of ``CHUNK`` tokens (the WY form of the delta rule: a triangular solve per
-chunk, then products); a batch of at most ``ONE_BY_ONE`` tokens runs token by token, as decode does,
+With the C kernel every token runs the recurrence in turn, as decode does (the kernel reads the state once
+a token). The numpy path runs a prompt by chunks of ``CHUNK`` tokens (the WY form of the delta rule: a
+triangular solve per chunk, then products), and a batch of at most ``ONE_BY_ONE`` tokens token by token,
 so a checked draft has the bits of one-token passes.
 """
 
@@ -170,10 +171,11 @@ def delta_chunk(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: n
 def delta_rule(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray,
                beta: np.ndarray, products=None) -> tuple[np.ndarray, np.ndarray]:
     """The gated delta rule over T tokens: q, k (T, H, Dk) (q scaled), v (T, H, Dv), g, beta (T, H),
-    s (H, Dv, Dk) -> (o (T, H, Dv), new s). Up to ``ONE_BY_ONE`` tokens one at a time (in the C kernel
-    when ``products`` is given), else by chunks."""
+    s (H, Dv, Dk) -> (o (T, H, Dv), new s). One token at a time in the C kernel when ``products`` is given
+    (it reads the state once a token: faster than the chunks' products, and a prompt's bits are decode's);
+    in numpy up to ``ONE_BY_ONE`` tokens one at a time, else by chunks."""
     t = q.shape[0]
-    if t <= ONE_BY_ONE:
+    if t <= ONE_BY_ONE or products is not None:
         out = np.empty(v.shape, np.float32)                               # (T, H, Dv)
         for i in range(t):
             out[i], s = delta_step(s, q[i], k[i], v[i], g[i], beta[i], products)
