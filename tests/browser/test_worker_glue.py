@@ -452,23 +452,31 @@ def test_metadata_values_as_the_inspector_shows_them():
     assert page.show_value(1e-06, "FLOAT32") == "1e-06"
 
 
+def context(model, heaps: list[int]) -> int | None:
+    """budget.context_that_fits for ``model``'s cache, as the worker asks it."""
+    from pyengine.weights.budget import context_that_fits
+    cache = model.new_cache(1)
+    return context_that_fits(heaps, cache.position_nbytes, cache.state_nbytes_max, model.config.n_ctx_train)
+
+
 def test_the_chats_context_is_what_the_heap_leaves_under_2_gib():
     """A chat's KV cache grows with it: its context is capped where the worker's heap would pass 2 GiB
     (the runtime passes nothing past it), at most the model's training context, at least 256 tokens."""
     from pyengine.model import load_model
+    from pyengine.weights import budget
     with open_gguf(TINY["qwen2"].with_name("tiny-gemma4.gguf")) as g:
         m = load_model(g)
     per = m.new_cache(1).position_nbytes
     assert per == 2 * 2 * (16 + 16) * 4 + 2 * 2 * (32 + 32) * 4    # own KV: 2 sliding layers, 2 full; 2 share
     m.config.n_ctx_train = 4096
-    near = worker.HEAP_LIMIT - worker.KV_MARGIN - 1000 * per
-    assert worker.context_that_fits(m, []) is None                  # CPython: the training context
-    assert worker.context_that_fits(m, [near]) == 1000
-    assert worker.context_that_fits(m, [2**26, near]) == 1000       # the fullest worker decides
-    assert worker.context_that_fits(m, [2**26]) == 4096
-    assert worker.context_that_fits(m, [worker.HEAP_LIMIT]) == worker.MIN_CONTEXT == 256
+    near = budget.HEAP_LIMIT - budget.KV_MARGIN - 1000 * per
+    assert context(m, []) is None                                     # CPython: the training context
+    assert context(m, [near]) == 1000
+    assert context(m, [2**26, near]) == 1000                          # the fullest worker decides
+    assert context(m, [2**26]) == 4096
+    assert context(m, [budget.HEAP_LIMIT]) == budget.MIN_CONTEXT == 256
     m.config.n_ctx_train = 128
-    assert worker.context_that_fits(m, [worker.HEAP_LIMIT]) == 128     # never past the training context
+    assert context(m, [budget.HEAP_LIMIT]) == 128                     # never past the training context
 
 
 def test_a_hybrid_models_context_leaves_room_for_its_recurrent_states():
@@ -476,11 +484,12 @@ def test_a_hybrid_models_context_leaves_room_for_its_recurrent_states():
     length: the context is what is left after them."""
     from pyengine.model import load_model
     from pyengine.model.kv_cache import MAX_CHECKPOINTS
+    from pyengine.weights import budget
     with open_gguf(TINY["qwen2"].with_name("tiny-qwen35.gguf")) as g:
         m = load_model(g)
     cache = m.new_cache(1)
     one = 4 * 4 * ((4 - 1) * (2 * 2 * 8 + 4 * 8) + 4 * 8 * 8)          # 4 DeltaNet layers: conv window and S
     assert cache.state_nbytes_max == one * (MAX_CHECKPOINTS + 3)
     m.config.n_ctx_train = 10**6
-    near = worker.HEAP_LIMIT - worker.KV_MARGIN - cache.state_nbytes_max - 700 * cache.position_nbytes
-    assert worker.context_that_fits(m, [near]) == 700
+    near = budget.HEAP_LIMIT - budget.KV_MARGIN - cache.state_nbytes_max - 700 * cache.position_nbytes
+    assert context(m, [near]) == 700
