@@ -228,7 +228,7 @@ def test_a_helper_that_fails_to_load_is_a_clear_error():
 def test_the_reply_says_how_long_the_main_worker_waited_for_the_helpers(monkeypatch):
     """TurnStats' prefill_wait_seconds and decode_wait_seconds: a helper slowed by 50 ms a forward pass
     makes the main worker wait about that long at each pass's meetings; a whole model waits for none."""
-    tok = Tokenizer.from_metadata(open_gguf(TINY["qwen2"]).metadata)
+    tok = Tokenizer(open_gguf(TINY["qwen2"]).metadata)
     model, helpers, threads = start(TINY["qwen2"], 2, "f32")
     slow = helpers[0].model.forward
 

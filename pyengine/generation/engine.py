@@ -123,7 +123,7 @@ def load_tokenizer(paths_or_gguf: Any):
 
 def _tokenizer(gguf: Any):
     from pyengine.text.tokenizer import Tokenizer
-    return Tokenizer.from_metadata(gguf.metadata)
+    return Tokenizer(gguf.metadata)
 
 
 def _open(paths_or_gguf: Any) -> tuple[Any, bool]:

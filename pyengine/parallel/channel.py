@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from pyengine.errors import PyEngineError
+from pyengine.model.transformer import LOGITS_MODES  # the LOGITS word is an index into it
 from pyengine.parallel.split import MAX_WORKERS
 
 WAIT_MS = 20            # one bounded wait; a Stop (KeyboardInterrupt) lands between two
@@ -56,7 +57,6 @@ TOKENS = LOADED + 3 * MAX_WORKERS
 CTL_WORDS = TOKENS + MAX_TOKENS
 FORWARD, PING, EXIT = 1, 2, 3
 DEAD = -2               # ctl[FAIL + i] of a helper whose serving ended for good (killed): mark_dead
-LOGITS_MODES = ("none", "last", "all")
 
 
 class AbortError(Exception):
