@@ -70,8 +70,9 @@ shown so far, and :class:`pyengine.generation.chat.ChatSession` keeps its KV cac
 consistent (the next turn reuses the common prefix).
 
 Several workers: when ``worker.js`` has helper workers (``setup``'s ``pool``: the page
-is cross-origin isolated and its "workers" setting is above 1), a load ends by giving
-each helper its rows of the vocabulary matrix (:mod:`pyengine.parallel`); ``model``'s
+is cross-origin isolated and its "workers" setting is above 1), every helper loads its
+share of the model's heads, FFN units and vocabulary while this one loads its own
+(:mod:`pyengine.parallel`); ``model``'s
 ``workers`` field says how many workers compute, the wasm memory of each, the cost of
 one sync point (``sync_us``), or why the model stayed in this one (a helper that could
 not start or load).
