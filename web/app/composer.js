@@ -14,8 +14,18 @@ import { replyRefused, replyStarted, sendText } from "./turns.js";
 import { worker } from "./worker_client.js";
 
 // waiting: a "chat" sent whose settings the worker has not answered yet; started: what runs when it takes
-// them; checks: "check"s sent (as a bad field is edited) and not answered yet.
-const sending = { waiting: false, started: null, checks: 0 };
+// them; newChat: New chat pressed meanwhile (it runs once the worker has answered, the reply stopped);
+// checks: "check"s sent (as a bad field is edited) and not answered yet.
+const sending = { waiting: false, started: null, newChat: null, checks: 0 };
+
+// The worker has answered the "chat" (started: its reply runs): New chat, if pressed meanwhile, goes on.
+function answered(started) {
+  const newChat = sending.newChat;
+  Object.assign(sending, { waiting: false, started: null, newChat: null });
+  if (!newChat) return;
+  if (started) stopReply();
+  newChat();
+}
 
 // Ask for a reply: ask(fields) sends "chat" with the fields as typed (settings_form.js readFields), or
 // returns false when there is nothing to ask; started() runs once the worker has taken them (nothing
@@ -63,31 +73,28 @@ export function checked(msg) {
 // The worker's "started": the settings were right, the reply runs (its turn drawn: turns.js).
 export function started() {
   const then = sending.started;
-  sending.waiting = false;
-  sending.started = null;
   showCheck([]);
   clearError();
   then?.();
   replyStarted();
   scrollToEnd();
+  answered(true);
 }
 
 // The worker's "refused" {errors: [{name, message}]}: the message stays in the box, the bad fields marked.
 export function refused(msg) {
-  sending.waiting = false;
-  sending.started = null;
   showCheck(msg.errors);
   scrollToEnd(); // the error line takes room from the messages
   replyRefused();
+  answered(false);
 }
 
 // A "chat" that failed in the worker: true when it failed before its reply started (nothing was drawn;
 // the message stays in the box).
 export function chatFailed() {
   const before = sending.waiting;
-  sending.waiting = false;
-  sending.started = null;
   if (before) replyRefused();
+  answered(false);
   return before;
 }
 
@@ -127,8 +134,9 @@ export function wireComposer(onNewChat) {
   });
   el.stop.addEventListener("click", stop);
   el.newChat.addEventListener("click", () => {
-    stopReply();
     clearError();
+    if (sending.waiting) return void (sending.newChat = onNewChat); // once the worker has answered the chat
+    stopReply();
     onNewChat();
   });
 }
