@@ -217,6 +217,45 @@ def test_chat_stopped_turn_keeps_what_was_shown(engines):
     assert chat.messages == [] and chat.cache.n == 0 and chat.system == "Be brief."
 
 
+def test_chat_keeps_of_a_stopped_reply_what_the_caller_showed(engines):
+    """keep_shown: a Stop that landed after a token's text was taken, before it was shown (the page's)."""
+    chat = ChatSession(engines["llama"])
+    turn = chat.send("hello", Request(GREEDY, 20))
+    shown = [turn.step() for _ in range(3)]
+    turn.step()                                              # taken, never shown
+    turn.close()
+    chat.keep_shown("".join(shown))
+    assert chat.messages[-1] == {"role": "assistant", "content": "".join(shown)}
+    more = chat.resume(Request(GREEDY, 6))
+    extra = more.step() + more.step()
+    more.close()
+    chat.keep_shown(extra)                                   # a resumed reply keeps its start too
+    assert chat.messages[-1] == {"role": "assistant", "content": "".join(shown) + extra}
+
+
+def test_a_reply_that_fails_midway_leaves_the_conversation_as_it_was(engines):
+    """A failed reply is not part of the conversation: neither the message nor its partial reply stays."""
+    class Broken:
+        def __getattr__(self, name):
+            return getattr(engines["llama"].model, name)
+
+        def forward(self, *args, **kw):
+            raise PyEngineError("the model broke")
+
+    chat = ChatSession(engines["llama"])
+    list(chat.send("hello", Request(GREEDY, 4)))
+    before = [dict(m) for m in chat.messages]
+    turn = chat.send("again", Request(GREEDY, 8))
+    turn.step()
+    turn.model = Broken()
+    with pytest.raises(PyEngineError, match="broke"):
+        list(turn)
+    assert chat.messages == before and turn.stats.stop_reason == "error"
+    with pytest.raises(PyEngineError):
+        chat.respond(Request(GREEDY, 4), [{"role": "robot", "content": "x"}])
+    assert chat.messages == before                           # messages refused: the conversation stays
+
+
 def test_special_text_typed_by_the_user_stays_plain_text(engines):
     e = engines["qwen2"]
     tok = e.tokenizer

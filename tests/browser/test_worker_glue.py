@@ -238,6 +238,23 @@ def test_check_answers_with_the_rules_of_the_model_loaded(posted):
         {"name": "seed", "message": f"{SEED_MUST} (it is not a number)"}]}]
 
 
+def test_chat_checks_the_settings_as_typed_once_and_refuses_bad_ones(posted):
+    """One round trip: "chat" brings the fields as typed; bad ones are refused with the errors "check" would
+    give and nothing else is posted (the conversation unchanged); right ones start the reply."""
+    load_tiny(posted)
+    start = len(posted)
+    typed = {"temperature": "0", "top_k": "1000", "max_tokens": "4", "seed": "1.5"}
+    run({"type": "chat", "text": "hi", "system": "", "settings": typed, "bad_input": []})
+    assert posted[start:] == [{"type": "refused", "errors": [
+        {"name": "top_k", "message": "Top-k must be a whole number from 0 to 328 (it is 1000)"},
+        {"name": "seed", "message": f"{SEED_MUST} (it is 1.5)"}]}]
+    assert worker._session.chat.messages == []
+    run({"type": "chat", "text": "hi", "system": "", "settings": {**typed, "top_k": "40", "seed": ""}})
+    new = [m["type"] for m in posted[start + 1:]]
+    assert new[0] == "started" and new[-1] == "done" and set(new[1:-1]) == {"piece"}
+    assert [m["role"] for m in worker._session.chat.messages] == ["user", "assistant"]
+
+
 def test_chat_without_a_model_and_unknown_commands_are_errors(posted):
     run({"type": "chat", "text": "hi", "system": "", "settings": {}})
     run({"type": "frobnicate"})
