@@ -31,6 +31,7 @@ sys.path[:0] = [str(ROOT)]
 from pyengine.generation import generate, load  # noqa: E402
 from pyengine.generation.grammar import Grammar, GrammarMatcher, vocab_trie  # noqa: E402
 from pyengine.generation.json_schema import schema_to_gbnf  # noqa: E402
+from pyengine.generation.request import Request  # noqa: E402
 from pyengine.generation.sampling import SamplerParams  # noqa: E402
 
 GREEDY = SamplerParams(temperature=0, top_k=1)
@@ -82,7 +83,7 @@ class Timed:
 def reply(engine, ids, n, grammar=None) -> tuple[float, float, int]:
     """(decode seconds per token, grammar seconds per token, tokens) of one greedy reply."""
     with Timed() as t:
-        gen = generate(engine.model, engine.tokenizer, ids, GREEDY, max_tokens=n, grammar=grammar)
+        gen = generate(engine, ids, Request(GREEDY, n, grammar=grammar))
         for _ in gen:
             pass
     steps = len(gen.ids) + (gen.stats.stop_reason == "eog")

@@ -92,6 +92,7 @@ def run_case(engine, task: str, setting: str, max_tokens: int, temperature: floa
     a dict plus ``ids`` and ``mode`` ("chat" through the template, "raw" for a base model)."""
     from pyengine.generation import ChatSession, SamplerParams, generate
     from pyengine.generation import lookup as ngrams
+    from pyengine.generation.request import Request
     default_min = ngrams.NGRAM_MIN
     lookup, _, n_min = setting.partition("/")
     lookup = int(lookup)
@@ -101,10 +102,10 @@ def run_case(engine, task: str, setting: str, max_tokens: int, temperature: floa
     if is_instruct(engine):
         chat = ChatSession(engine, n_ctx=2048)
         chat.messages = [{"role": "user", "content": message}]
-        gen, mode = chat.respond(params, max_tokens, lookup=lookup), "chat"
+        gen, mode = chat.respond(Request(params, max_tokens, lookup=lookup)), "chat"
     else:
         ids = engine.tokenizer.encode(raw, add_special=True, parse_special=True)
-        gen, mode = generate(engine.model, engine.tokenizer, ids, params, max_tokens, n_ctx=2048, lookup=lookup), "raw"
+        gen, mode = generate(engine, ids, Request(params, max_tokens, lookup=lookup), n_ctx=2048), "raw"
     ngrams.NGRAM_MIN = default_min
     for _ in gen:
         pass

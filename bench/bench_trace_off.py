@@ -28,9 +28,10 @@ PROMPT = [(7 * i + 3) % 1000 + 10 for i in range(32)]
 def one_run(model: str, n_gen: int) -> dict:
     """In this process (whichever pyengine PYTHONPATH gives): the decode tok/s of one greedy run."""
     from pyengine.generation import generate, load
+    from pyengine.generation.request import Request
     from pyengine.generation.sampling import SamplerParams
     engine = load([model])
-    gen = generate(engine.model, engine.tokenizer, PROMPT, SamplerParams(temperature=0.0), max_tokens=n_gen)
+    gen = generate(engine, PROMPT, Request(SamplerParams(temperature=0.0), n_gen))
     while gen.step() is not None:
         pass
     import pyengine

@@ -348,6 +348,7 @@ def long_chat_case(case: str):
     from conftest import SMOLLM2, TINY
 
     from pyengine.generation import ChatSession, load
+    from pyengine.generation.request import Request
     from pyengine.generation.sampling import SamplerParams
     jinja = case.startswith("199")
     engine = load([str(SMOLLM2 if jinja else TINY["llama"])], weights="f32")
@@ -358,7 +359,7 @@ def long_chat_case(case: str):
     def run():
         chat = ChatSession(engine, n_ctx=2048 if jinja else 4096)
         chat.messages = list(talk)
-        turn = chat.send("the last question", SamplerParams(temperature=0), max_tokens=1)
+        turn = chat.send("the last question", Request(SamplerParams(temperature=0), 1))
         turn.close()
         return turn.stats.dropped_messages
 

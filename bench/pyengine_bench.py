@@ -42,8 +42,9 @@ def run_greedy(engine: Any, prompt_ids: list[int], n_gen: int,
     prefill, the other n_gen - 1 from one decode step each); ``on_token(i)`` after each token.
     Returns TurnStats as a dict plus ``ids`` (the generated ids)."""
     from pyengine.generation import generate
+    from pyengine.generation.request import Request
     from pyengine.generation.sampling import SamplerParams
-    gen = generate(engine.model, engine.tokenizer, prompt_ids, SamplerParams(temperature=0.0), max_tokens=n_gen)
+    gen = generate(engine, prompt_ids, Request(SamplerParams(temperature=0.0), n_gen))
     while gen.step() is not None:
         if on_token is not None:
             on_token(len(gen.ids))

@@ -111,12 +111,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     """Raw completion of ``-p``: the prompt is tokenized as llama-cli does (BOS if the vocab's
     ``add_bos_token`` says so, special-token text parsed), the reply streamed to stdout."""
     from pyengine.generation import generate
-    params, n_ctx = _sampler_params(args), _n_ctx(args)      # bad options fail before the slow load
-    grammar = _grammar(args)
+    request, n_ctx = _request(args), _n_ctx(args)      # bad options fail before the slow load
     engine = _load(args.model, args.weights)
     prompt_ids = engine.tokenizer.encode(args.prompt, add_special=True, parse_special=True)
-    gen = generate(engine.model, engine.tokenizer, prompt_ids, params, args.n_predict, n_ctx=_fit_ctx(n_ctx, engine),
-                   lookup=args.lookup, probs=args.probs, grammar=grammar)
+    gen = generate(engine, prompt_ids, request, _fit_ctx(n_ctx, engine))
     _reply(gen, args.json, engine.model.weights)
     return 0
 
@@ -126,18 +124,16 @@ def cmd_chat(args: argparse.Namespace) -> int:
     otherwise each line of stdin is a user message and each reply streams to stdout (with
     ``--json``, one JSON object per reply). Ctrl-C stops a reply; the chat goes on."""
     from pyengine.generation import ChatSession
-    params, n_ctx = _sampler_params(args), _n_ctx(args)      # bad options fail before the slow load
+    request, n_ctx = _request(args), _n_ctx(args)      # bad options fail before the slow load
     messages = _read_messages(args.messages) if args.messages is not None else None
-    grammar, tools = _grammar(args), _read_tools(args.tools) if args.tools is not None else None
+    tools = _read_tools(args.tools) if args.tools is not None else None
     template = _option_file(args.chat_template_file, "--chat-template-file") if args.chat_template_file else None
     engine = _with_template(_load(args.model, args.weights), template)
-    session = ChatSession(engine, system=args.system, n_ctx=_fit_ctx(n_ctx, engine), grammar=grammar, tools=tools,
+    session = ChatSession(engine, system=args.system, n_ctx=_fit_ctx(n_ctx, engine), tools=tools,
                           tool_choice=args.tool_choice)
     weights = session.engine.model.weights
     if messages is not None:
-        session.messages = messages
-        _reply(session.respond(params, args.n_predict, lookup=args.lookup, probs=args.probs), args.json, weights,
-               session)
+        _reply(session.respond(request, messages), args.json, weights, session)
         return 0
     interactive = sys.stdin.isatty()
     while True:
@@ -151,9 +147,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
             session.add_tool_result(waiting[0]["id"], line.rstrip("\n"))
             if len(waiting) > 1:
                 continue
-            turn = session.respond(params, args.n_predict, lookup=args.lookup, probs=args.probs)
+            turn = session.respond(request)
         elif line.strip():
-            turn = session.send(line.rstrip("\n"), params, args.n_predict, lookup=args.lookup, probs=args.probs)
+            turn = session.send(line.rstrip("\n"), request)
         else:
             continue
         try:
@@ -227,7 +223,7 @@ def _load(paths: list[str], weights: str = "auto"):
     tty = sys.stderr.isatty()
     t0 = time.perf_counter()
 
-    def progress(done: int, total: int) -> None:
+    def progress(done: int, total: int, *_bytes: int) -> None:
         if tty:
             print(f"\rloading {name}: {done}/{total} tensors", end="", file=sys.stderr, flush=True)
 
@@ -239,15 +235,20 @@ def _load(paths: list[str], weights: str = "auto"):
     return engine
 
 
-def _sampler_params(args: argparse.Namespace):
+def _request(args: argparse.Namespace):
+    """The options as a :class:`pyengine.generation.Request`, each checked (the sampling, ``-n``,
+    ``--lookup``, ``--probs``, and the grammar of ``--grammar``, ``--json-schema`` or ``--json-mode``)."""
+    from pyengine.generation.request import Request
     from pyengine.generation.sampling import SamplerParams
-    return SamplerParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-                         repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
-                         seed=args.seed).check()
+    sampling = SamplerParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                             repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
+                             seed=args.seed).check()
+    _check_limits(args)
+    return Request(sampling, args.n_predict, lookup=args.lookup, probs=args.probs, grammar=_grammar(args))
 
 
-def _n_ctx(args: argparse.Namespace) -> int | None:
-    """The context size from ``-c`` (None: the model's), once ``-n``, ``-c`` and ``--lookup`` are checked."""
+def _check_limits(args: argparse.Namespace) -> None:
+    """Check ``-n``, ``--lookup`` and ``--probs``."""
     if args.n_predict < 1:
         raise PyEngineError(f"-n/--n-predict must be at least 1 token, got {args.n_predict}")
     if args.lookup < 0:
@@ -255,6 +256,10 @@ def _n_ctx(args: argparse.Namespace) -> int | None:
     if args.probs < 0 or (args.probs and not args.json):
         raise PyEngineError(f"--probs must be a number of tokens >= 0 and goes with --json, got {args.probs}"
                             + ("" if args.json else " without --json"))
+
+
+def _n_ctx(args: argparse.Namespace) -> int | None:
+    """The context size from ``-c`` (None: the model's)."""
     if args.ctx_size < 0:
         raise PyEngineError(f"-c/--ctx-size must be >= 0 (0 = the model's), got {args.ctx_size}")
     return args.ctx_size or None

@@ -9,6 +9,7 @@ from conftest import TINY
 
 from pyengine.errors import PyEngineError
 from pyengine.generation import ChatSession, load
+from pyengine.generation.request import Request
 from pyengine.generation.sampling import SamplerParams
 
 GREEDY = SamplerParams(temperature=0)
@@ -31,7 +32,7 @@ def long_talk(n: int) -> list[dict]:
 def test_a_long_conversation_keeps_the_system_prompt_and_the_newest_turns(engine):
     chat = ChatSession(engine, system="SYSTEM RULES", n_ctx=256)
     chat.messages = long_talk(12)
-    turn = chat.send("the last question", GREEDY, max_tokens=8)
+    turn = chat.send("the last question", Request(GREEDY, 8))
     text = reply(turn)
     dropped = turn.stats.dropped_messages
     assert dropped > 0 and dropped % 2 == 0
@@ -41,16 +42,16 @@ def test_a_long_conversation_keeps_the_system_prompt_and_the_newest_turns(engine
     assert len(chat.messages) == 14 and chat.messages[-1]["content"] == text   # the conversation keeps them all
     fresh = ChatSession(engine, system="SYSTEM RULES", n_ctx=256)
     fresh.messages = long_talk(12)[dropped:]
-    assert reply(fresh.send("the last question", GREEDY, max_tokens=8)) == text   # the same prompt, the same reply
+    assert reply(fresh.send("the last question", Request(GREEDY, 8))) == text   # the same prompt, the same reply
 
 
 def test_a_reply_that_fills_the_context_stops_and_goes_on(engine, monkeypatch):
     monkeypatch.setattr(engine.tokenizer, "eog_ids", frozenset())   # the tiny model would end its turn early
     chat = ChatSession(engine, n_ctx=96)
-    first = chat.send("hello", GREEDY, max_tokens=500)
+    first = chat.send("hello", Request(GREEDY, 500))
     text = reply(first)
     assert first.stats.stop_reason == "context" and len(first.tokens) == 96
-    more = chat.resume(GREEDY, max_tokens=6)
+    more = chat.resume(Request(GREEDY, 6))
     added = reply(more)
     assert added and len(more.ids) == 6 and more.stats.stop_reason == "max_tokens"
     assert chat.messages[-1] == {"role": "assistant", "content": text + added}
@@ -62,14 +63,14 @@ def test_a_reply_that_fills_the_context_stops_and_goes_on(engine, monkeypatch):
 def test_resume_needs_a_reply(engine):
     chat = ChatSession(engine, n_ctx=64)
     with pytest.raises(PyEngineError, match="there is no reply to continue"):
-        chat.resume(GREEDY)
+        chat.resume(Request(GREEDY))
 
 
 def test_a_last_message_that_cannot_fit_is_said_plainly(engine):
     chat = ChatSession(engine, n_ctx=64)
     chat.messages = long_talk(2)
     with pytest.raises(PyEngineError, match="no longer fits the context of 64 tokens: send a shorter one"):
-        chat.send("word " * 100, GREEDY, max_tokens=4)
+        chat.send("word " * 100, Request(GREEDY, 4))
     assert chat.messages == long_talk(2)
 
 
@@ -91,7 +92,7 @@ def test_the_turns_left_out_are_as_few_as_rendering_each_would_find(engine, n_ct
     chat.messages = long_talk(40)
     conversation = chat.conversation() + [{"role": "user", "content": "the last question"}]
     expected = linear_fit(chat, conversation, min(8, n_ctx // 4))
-    turn = chat.send("the last question", GREEDY, max_tokens=8)
+    turn = chat.send("the last question", Request(GREEDY, 8))
     assert turn.stats.dropped_messages == expected
     turn.close()
 
@@ -108,12 +109,12 @@ def test_a_long_chat_renders_a_few_times_and_counts_each_message_once(engine, mo
     monkeypatch.setattr(engine.tokenizer, "encode", lambda text, **k: counted.append(text) or encode(text, **k))
     chat = ChatSession(engine, n_ctx=512)
     chat.messages = long_talk(400)
-    chat.send("the last question", GREEDY, max_tokens=4).close()
+    chat.send("the last question", Request(GREEDY, 4)).close()
     contents = [m["content"] for m in chat.messages[:-1]]                        # all but the reply
     assert len(renders) <= 6 and max(renders) < 60, renders
     assert sorted(t for t in counted if t in contents) == sorted(contents)     # each message alone, once
     renders.clear(), counted.clear()
-    chat.send("one more", GREEDY, max_tokens=4).close()
+    chat.send("one more", Request(GREEDY, 4)).close()
     assert len(renders) <= 6, renders
     assert [t for t in counted if t in contents or t == "one more"] == ["one more"]   # only the new messages
 
@@ -126,7 +127,7 @@ def test_a_conversation_past_what_a_template_may_be_given_is_answered(smollm2_pa
     chat = ChatSession(engine, n_ctx=2048)
     chat.messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} " + "x" * 4990}
                      for i in range(199)]
-    turn = chat.send("the last question", GREEDY, max_tokens=4)
+    turn = chat.send("the last question", Request(GREEDY, 4))
     reply(turn)
     assert turn.stats.stop_reason in ("max_tokens", "eog") and turn.stats.dropped_messages >= 190
     assert "turn 198 " in chat.prompt and engine.template.name != "chatml"

@@ -12,6 +12,7 @@ from conftest import GOLDEN, ROOT, TINY
 
 from pyengine.cli import main
 from pyengine.generation import ChatSession, generate, load
+from pyengine.generation.request import Request
 from pyengine.generation.sampling import SamplerParams
 
 LLAMA, QWEN2 = str(TINY["llama"]), str(TINY["qwen2"])
@@ -77,7 +78,7 @@ def test_generate_json(cli, llama, fixtures_reference):
     assert set(got) == {"prompt_ids", "ids", "text", "stats", "weights"}
     assert got["weights"] == "f32"   # "auto" on a tiny model
     assert got["prompt_ids"] == fixtures_reference["fixtures"]["llama"]["reference"]["tokenize_add_bos"][prompt]["ids"]
-    gen = generate(llama.model, llama.tokenizer, got["prompt_ids"], SamplerParams(temperature=0), 8)
+    gen = generate(llama, got["prompt_ids"], Request(SamplerParams(temperature=0), 8))
     assert got["text"] == "".join(gen) and got["ids"] == gen.ids
     assert got["text"] == llama.tokenizer.decode(got["ids"])
     assert got["stats"]["generated_tokens"] == 8 and got["stats"]["prompt_tokens"] == 7
@@ -145,7 +146,7 @@ def test_generate_weights(cli, form):
     assert f"quantized products: {products}" in err
     engine = load(LLAMA, weights=form)
     assert engine.model.weights == form
-    gen = generate(engine.model, engine.tokenizer, got["prompt_ids"], SamplerParams(temperature=0), 6)
+    gen = generate(engine, got["prompt_ids"], Request(SamplerParams(temperature=0), 6))
     assert got["text"] == "".join(gen) and got["ids"] == gen.ids
 
 
@@ -198,7 +199,7 @@ def test_chat_messages_json(cli, llama, tmp_path):
     assert got["prompt_ids"] == llama.tokenizer.encode(got["prompt"], add_special=True, parse_special=True)
     chat = ChatSession(llama)
     chat.messages = messages
-    turn = chat.respond(SamplerParams(temperature=0), 5)
+    turn = chat.respond(Request(SamplerParams(temperature=0), 5))
     assert "".join(turn) == got["text"] and turn.ids == got["ids"]
 
 

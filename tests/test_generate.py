@@ -12,6 +12,7 @@ from pyengine.errors import PyEngineError, TemplateError
 from pyengine.generation import ChatSession, Engine, Generation, chat_prompt, generate, load
 from pyengine.generation.chat import common_prefix
 from pyengine.generation.loop import StopStrings
+from pyengine.generation.request import Request
 from pyengine.generation.sampling import Sampler, SamplerParams
 from pyengine.text.chat_template import ChatTemplate
 
@@ -69,8 +70,8 @@ def ids_of(text: str) -> list[int]:
 
 def run(script, max_tokens=50, stops=(), n_ctx=64, prompt=(1, 2, 3), **kw):
     model = ScriptedModel(script)
-    gen = Generation(model, ByteTokenizer(), list(prompt), Sampler(GREEDY), max_tokens, stops,
-                     model.new_cache(n_ctx), **kw)
+    gen = Generation(Engine(None, model, ByteTokenizer()), list(prompt),
+                     Request(Sampler(GREEDY), max_tokens, stop_strings=stops, **kw), model.new_cache(n_ctx))
     return gen, list(gen), model
 
 
@@ -118,7 +119,8 @@ def test_should_stop_and_close_between_tokens():
     assert gen.text == "ab" and gen.stats.stop_reason == "stopped" and len(model.calls) == 2
     model = ScriptedModel(ids_of("abcdef"))
     finished = []
-    gen = Generation(model, ByteTokenizer(), [1], Sampler(GREEDY), 50, ("cd",), on_finish=finished.append)
+    gen = Generation(Engine(None, model, ByteTokenizer()), [1], Request(Sampler(GREEDY), 50, stop_strings=("cd",)),
+                     on_finish=finished.append)
     assert [gen.step(), gen.step(), gen.step()] == ["a", "b", ""]
     gen.close()
     assert gen.text == "ab" and gen.step() is None and finished == [gen]   # the held 'c' was never shown
@@ -128,14 +130,14 @@ def test_should_stop_and_close_between_tokens():
 def test_repetition_penalty_sees_the_prompt():
     params = SamplerParams(temperature=0, repeat_penalty=2.0)
     for prompt, want in (([5], 6), ([4], 5)):        # 5 is in the prompt: 1.0 / 2 < 0.75, its runner-up wins
-        gen = Generation(ScriptedModel([5]), ByteTokenizer(), prompt, Sampler(params), 1)
+        gen = Generation(Engine(None, ScriptedModel([5]), ByteTokenizer()), prompt, Request(Sampler(params), 1))
         list(gen)
         assert gen.ids == [want]
 
 
 def test_empty_prompt_is_an_error():
     with pytest.raises(PyEngineError, match="empty"):
-        Generation(ScriptedModel([1]), ByteTokenizer(), [], Sampler(GREEDY), 5)
+        Generation(Engine(None, ScriptedModel([1]), ByteTokenizer()), [], Request(Sampler(GREEDY), 5))
 
 
 def test_stop_strings_alone():
@@ -161,7 +163,7 @@ def engines():
 def test_greedy_ids_equal_llama_cpp_on_fixtures(engines, name, fixtures_reference):
     ref = fixtures_reference["fixtures"][name]["reference"]
     e = engines[name]
-    gen = generate(e.model, e.tokenizer, ref["prompt_ids"], GREEDY, max_tokens=len(ref["greedy_next_ids"]))
+    gen = generate(e, ref["prompt_ids"], Request(GREEDY, len(ref["greedy_next_ids"])))
     text = "".join(gen)
     assert gen.ids == ref["greedy_next_ids"] and gen.stats.stop_reason == "max_tokens"
     assert text == gen.text == e.tokenizer.decode(gen.ids)
@@ -171,7 +173,7 @@ def test_greedy_ids_equal_llama_cpp_on_fixtures(engines, name, fixtures_referenc
 def test_seed_repeats_a_sampled_reply(engines):
     e = engines["qwen2"]
     params = SamplerParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=7)
-    runs = [generate(e.model, e.tokenizer, [72, 101], params, max_tokens=12) for _ in range(2)]
+    runs = [generate(e, [72, 101], Request(params, 12)) for _ in range(2)]
     for r in runs:
         list(r)
     assert runs[0].ids == runs[1].ids and len(set(runs[0].ids)) > 2
@@ -180,11 +182,11 @@ def test_seed_repeats_a_sampled_reply(engines):
 def test_chat_second_turn_prefills_only_what_is_new(engines):
     e = engines["qwen2"]
     chat = ChatSession(e)
-    first = chat.send("hello the world", GREEDY, max_tokens=6)
+    first = chat.send("hello the world", Request(GREEDY, 6))
     list(first)
     held = list(chat.tokens)                                   # the cache after turn 1
     assert held == first.prompt_ids + first.ids[:-1] and chat.cache.n == len(held)
-    second = chat.send("is it the end?", GREEDY, max_tokens=6)
+    second = chat.send("is it the end?", Request(GREEDY, 6))
     reused = common_prefix(held, second.prompt_ids)
     assert reused >= len(first.prompt_ids)                     # at least the whole first prompt
     assert second.stats.cached_tokens == reused
@@ -196,23 +198,62 @@ def test_chat_second_turn_prefills_only_what_is_new(engines):
                              {"role": "assistant", "content": second.text}]
     fresh = ChatSession(e)                                     # same conversation, no cache: same reply
     fresh.messages = chat.messages[:3]
-    again = fresh.respond(GREEDY, max_tokens=6)
+    again = fresh.respond(Request(GREEDY, 6))
     list(again)
     assert again.prompt_ids == second.prompt_ids and again.ids == second.ids
 
 
 def test_chat_stopped_turn_keeps_what_was_shown(engines):
     chat = ChatSession(engines["llama"], system="Be brief.")
-    turn = chat.send("hello", GREEDY, max_tokens=20)
+    turn = chat.send("hello", Request(GREEDY, 20))
     shown = [turn.step() for _ in range(3)]
     turn.close()
     assert chat.messages[-1] == {"role": "assistant", "content": "".join(shown)}
-    nxt = chat.send("again", GREEDY, max_tokens=2)            # the session goes on from there
+    nxt = chat.send("again", Request(GREEDY, 2))            # the session goes on from there
     list(nxt)
     assert nxt.stats.cached_tokens > 0 and len(chat.messages) == 4
     assert chat.conversation()[0] == {"role": "system", "content": "Be brief."}
     chat.reset()
     assert chat.messages == [] and chat.cache.n == 0 and chat.system == "Be brief."
+
+
+def test_chat_keeps_of_a_stopped_reply_what_the_caller_showed(engines):
+    """keep_shown: a Stop that landed after a token's text was taken, before it was shown (the page's)."""
+    chat = ChatSession(engines["llama"])
+    turn = chat.send("hello", Request(GREEDY, 20))
+    shown = [turn.step() for _ in range(3)]
+    turn.step()                                              # taken, never shown
+    turn.close()
+    chat.keep_shown("".join(shown))
+    assert chat.messages[-1] == {"role": "assistant", "content": "".join(shown)}
+    more = chat.resume(Request(GREEDY, 6))
+    extra = more.step() + more.step()
+    more.close()
+    chat.keep_shown(extra)                                   # a resumed reply keeps its start too
+    assert chat.messages[-1] == {"role": "assistant", "content": "".join(shown) + extra}
+
+
+def test_a_reply_that_fails_midway_leaves_the_conversation_as_it_was(engines):
+    """A failed reply is not part of the conversation: neither the message nor its partial reply stays."""
+    class Broken:
+        def __getattr__(self, name):
+            return getattr(engines["llama"].model, name)
+
+        def forward(self, *args, **kw):
+            raise PyEngineError("the model broke")
+
+    chat = ChatSession(engines["llama"])
+    list(chat.send("hello", Request(GREEDY, 4)))
+    before = [dict(m) for m in chat.messages]
+    turn = chat.send("again", Request(GREEDY, 8))
+    turn.step()
+    turn.model = Broken()
+    with pytest.raises(PyEngineError, match="broke"):
+        list(turn)
+    assert chat.messages == before and turn.stats.stop_reason == "error"
+    with pytest.raises(PyEngineError):
+        chat.respond(Request(GREEDY, 4), [{"role": "robot", "content": "x"}])
+    assert chat.messages == before                           # messages refused: the conversation stays
 
 
 def test_special_text_typed_by_the_user_stays_plain_text(engines):
@@ -281,7 +322,7 @@ def check_chat(engine: Engine, case: dict, jinja: bool, limit: int) -> Generatio
     want = case[key("ids")] + ([case[key("stop_id")]] if case[key("stop_id")] is not None else [])
     margins = case.get(key("margins")) or []
     sampler = RecordingSampler()
-    gen = chat.respond(sampler, max_tokens=limit)
+    gen = chat.respond(Request(sampler, limit))
     list(gen)
     assert chat.prompt == case[key("prompt")]
     assert gen.prompt_ids == case["prompt_jinja_ids" if jinja else "prompt_ids"]

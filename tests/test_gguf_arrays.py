@@ -292,7 +292,7 @@ def tiny_metadata(name: str) -> dict:
 def test_tokenizer_reads_the_arrays_as_lists_of_python_numbers():
     meta, _ = tiny_metadata("llama")
     assert isinstance(meta["tokenizer.ggml.scores"], np.ndarray)
-    tok = Tokenizer.from_metadata(meta)
+    tok = Tokenizer(meta)
     assert type(tok.scores) is list and type(tok.scores[0]) is float
     assert tok.scores == meta["tokenizer.ggml.scores"].tolist()
     assert type(tok.attrs) is list and len(tok.attrs) == tok.n_vocab
@@ -308,14 +308,14 @@ def test_tokenizer_reads_the_arrays_as_lists_of_python_numbers():
 def test_tokenizer_names_arrays_of_the_wrong_type(key, value, message):
     meta, _ = tiny_metadata("llama")
     with pytest.raises(TokenizerError, match=f"^{key}: {message}"):
-        Tokenizer.from_metadata({**meta, key: value})
+        Tokenizer({**meta, key: value})
 
 
 def test_tokenizer_takes_any_integer_dtype_for_token_types():
     meta, _ = tiny_metadata("llama")
     types = meta["tokenizer.ggml.token_type"]
-    tok = Tokenizer.from_metadata({**meta, "tokenizer.ggml.token_type": types.astype(np.uint8)})
-    assert tok.attrs == Tokenizer.from_metadata(meta).attrs
+    tok = Tokenizer({**meta, "tokenizer.ggml.token_type": types.astype(np.uint8)})
+    assert tok.attrs == Tokenizer(meta).attrs
 
 
 def gemma3_with(tmp_path, **changes) -> dict:

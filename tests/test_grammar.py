@@ -11,9 +11,10 @@ import pytest
 from conftest import TINY
 from gbnf_recognizer import accepts, viable
 
-from pyengine.generation import generate, load, load_tokenizer
+from pyengine.generation import Engine, generate, load, load_tokenizer
 from pyengine.generation.grammar import FAR, Grammar, VocabTrie, vocab_trie
 from pyengine.generation.grammar_parse import CharClass, GrammarError, parse_gbnf
+from pyengine.generation.request import Request
 from pyengine.generation.sampling import SamplerParams
 
 GREEDY = SamplerParams(temperature=0, top_k=1)
@@ -149,15 +150,15 @@ def test_masks_equal_the_recognizer_on_every_token(tiny):
 
 def test_a_grammar_that_allows_everything_changes_no_greedy_reply(tiny):
     ids = tiny.tokenizer.encode("Once upon a time")
-    plain = generate(tiny.model, tiny.tokenizer, ids, GREEDY, max_tokens=24)
-    free = generate(tiny.model, tiny.tokenizer, ids, GREEDY, max_tokens=24, grammar=Grammar.from_gbnf(ANY))
+    plain = generate(tiny, ids, Request(GREEDY, 24))
+    free = generate(tiny, ids, Request(GREEDY, 24, grammar=Grammar.from_gbnf(ANY)))
     assert "".join(free) == "".join(plain) and free.ids == plain.ids and len(free.ids) > 0
 
 
 def test_replies_follow_the_grammar_with_and_without_lookup(tiny):
     g = Grammar.from_gbnf(ARITH)
     ids = tiny.tokenizer.encode("1+1 (2*3)")
-    runs = [generate(tiny.model, tiny.tokenizer, ids, GREEDY, max_tokens=16, grammar=g, lookup=k)
+    runs = [generate(tiny, ids, Request(GREEDY, 16, grammar=g, lookup=k))
             for k in (0, 4)]
     texts = ["".join(r) for r in runs]
     assert texts[0] == texts[1] and runs[0].ids == runs[1].ids
@@ -167,8 +168,7 @@ def test_replies_follow_the_grammar_with_and_without_lookup(tiny):
 def test_probabilities_are_those_after_the_mask(tiny):
     g = Grammar.from_gbnf('root ::= ("yes" | "no") "."')
     ids = tiny.tokenizer.encode("Answer:")
-    gen = generate(tiny.model, tiny.tokenizer, ids, SamplerParams(temperature=0.7, seed=1), max_tokens=8,
-                   grammar=g, probs=5)
+    gen = generate(tiny, ids, Request(SamplerParams(temperature=0.7, seed=1), 8, grammar=g, probs=5))
     text = "".join(gen)
     assert text in ("yes.", "no.") and gen.stats.stop_reason == "eog"
     first = gen.token_probs[0]
@@ -186,7 +186,7 @@ def test_a_grammar_that_allows_everything_changes_no_greedy_chat_reply(smollm2_p
     replies = []
     for grammar in (None, Grammar.from_gbnf(ANY)):
         chat = ChatSession(e, grammar=grammar)
-        turn = chat.send("Name three colors.", GREEDY, max_tokens=20)
+        turn = chat.send("Name three colors.", Request(GREEDY, 20))
         replies.append(("".join(turn), turn.ids))
     assert replies[0] == replies[1] and replies[0][0]
 
@@ -206,12 +206,12 @@ def test_a_model_split_over_workers_gives_the_same_reply_under_a_grammar(tiny):
     from split_threads import start, stop
     g = Grammar.from_gbnf(ARITH)
     ids = tiny.tokenizer.encode("1+1 (2*3)")
-    whole = generate(tiny.model, tiny.tokenizer, ids, GREEDY, max_tokens=12, grammar=g)
+    whole = generate(tiny, ids, Request(GREEDY, 12, grammar=g))
     "".join(whole)
     model, _, threads = start(TINY["qwen2"], 2)
     assert threads                                                    # split: a helper thread computes too
     try:
-        split = generate(model, tiny.tokenizer, ids, GREEDY, max_tokens=12, grammar=g, lookup=3)
+        split = generate(Engine(None, model, tiny.tokenizer), ids, Request(GREEDY, 12, grammar=g, lookup=3))
         "".join(split)
     finally:
         stop(model, threads)

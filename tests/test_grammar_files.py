@@ -16,6 +16,7 @@ from gbnf_recognizer import accepts, viable
 from pyengine.generation import ChatSession, load
 from pyengine.generation.grammar import Grammar
 from pyengine.generation.grammar_parse import parse_gbnf
+from pyengine.generation.request import Request
 from pyengine.generation.sampling import SamplerParams
 
 sys.path.insert(0, str(ROOT / "build_scripts"))
@@ -71,7 +72,7 @@ def smollm2(smollm2_path):
 def test_replies_are_accepted_by_the_recognizer(smollm2, name):
     text = grammar_text(name)
     chat = ChatSession(smollm2, grammar=Grammar.from_gbnf(text, name))
-    turn = chat.send(PROMPTS[name], GREEDY, max_tokens=96)
+    turn = chat.send(PROMPTS[name], Request(GREEDY, 96))
     reply = "".join(turn)
     rules = parse_gbnf(text, name)
     assert reply and turn.stats.stop_reason in ("eog", "max_tokens")

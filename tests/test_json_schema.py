@@ -12,6 +12,7 @@ from pyengine.generation import ChatSession, load
 from pyengine.generation.grammar import Grammar
 from pyengine.generation.grammar_parse import GrammarError
 from pyengine.generation.json_schema import integer_range, json_mode_gbnf, parse_schema, schema_to_gbnf
+from pyengine.generation.request import Request
 from pyengine.generation.sampling import SamplerParams
 
 jsonschema = pytest.importorskip("jsonschema")
@@ -192,7 +193,7 @@ def test_replies_of_the_real_models_parse_and_validate(engine):
     failures = []
     for prompt, schema in SCHEMAS:
         chat = ChatSession(engine, grammar=Grammar.from_gbnf(schema_to_gbnf(schema)))
-        turn = chat.send(prompt, GREEDY, max_tokens=96)
+        turn = chat.send(prompt, Request(GREEDY, 96))
         text = "".join(turn)
         if turn.stats.stop_reason != "eog":
             failures.append((prompt, turn.stats.stop_reason, text))
@@ -208,7 +209,7 @@ def test_a_small_budget_still_closes_every_reply(engine):
     for prompt, schema in SCHEMAS:
         g = Grammar.from_gbnf(schema_to_gbnf(schema))
         budget = int(g.dist[g.start]) + 4
-        turn = ChatSession(engine, grammar=g).send(prompt, GREEDY, max_tokens=budget)
+        turn = ChatSession(engine, grammar=g).send(prompt, Request(GREEDY, budget))
         text = "".join(turn)
         assert len(turn.ids) <= budget
         jsonschema.validate(json.loads(text), schema)

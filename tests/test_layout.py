@@ -96,6 +96,33 @@ def test_modules_and_functions_are_short(name):
     assert long == []
 
 
+MAX_PARAMETERS = 6          # a function's parameters besides self and cls; more go in a dataclass (a Request)
+
+
+def parameter_counts(source: str) -> list[tuple[str, int]]:
+    """(name, parameters besides a first ``self`` or ``cls``; ``*args`` and ``**kw`` count one each) of
+    every function in ``source``."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            a = node.args
+            named = a.posonlyargs + a.args
+            own = named[1:] if named and named[0].arg in ("self", "cls") else named
+            out.append((node.name, len(own) + len(a.kwonlyargs) + bool(a.vararg) + bool(a.kwarg)))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if m.split(".")[1:2] != ["model"]))
+def test_functions_outside_the_model_take_at_most_6_parameters(name):
+    many = [(f, n) for f, n in parameter_counts(MODULES[name].read_text()) if n > MAX_PARAMETERS]
+    assert many == []
+
+
+def test_the_parameter_count_leaves_out_self_and_counts_the_rest():
+    source = "class A:\n    def f(self, a, b=1, *c, d, **e): pass\ndef g(cls, x): pass\ndef h(a, /, b): pass\n"
+    assert parameter_counts(source) == [("g", 1), ("h", 2), ("f", 5)]
+
+
 def test_every_page_module_begins_with_ts_check():
     """The page's modules (web/app/*.js, and app.js and the workers' beside it) ask for TypeScript's checks
     in their first line; make lint runs them (tsconfig.json, tsconfig.workers.json)."""

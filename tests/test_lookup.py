@@ -12,9 +12,10 @@ from conftest import TINY
 from test_generate import GREEDY, ByteTokenizer, FakeCache, ScriptedModel, ids_of
 
 from pyengine.errors import PyEngineError
-from pyengine.generation import ChatSession, Generation, generate, load
+from pyengine.generation import ChatSession, Engine, Generation, generate, load
 from pyengine.generation import lookup as lookup_module
 from pyengine.generation.lookup import NgramIndex
+from pyengine.generation.request import Request
 from pyengine.generation.sampling import Sampler, SamplerParams
 
 DEFAULT_NGRAMS = (lookup_module.NGRAM_MIN, lookup_module.NGRAM_MAX)      # before short_ngrams sets them
@@ -72,8 +73,8 @@ def short_ngrams(monkeypatch):
 
 def reply(script, prompt, lookup, max_tokens=40, stops=(), n_ctx=64, params=GREEDY):
     model = ScriptedModel(script)
-    gen = Generation(model, ByteTokenizer(), prompt, Sampler(params), max_tokens, stops, FakeCache(n_ctx),
-                     lookup=lookup)
+    gen = Generation(Engine(None, model, ByteTokenizer()), prompt,
+                     Request(Sampler(params), max_tokens, stop_strings=stops, lookup=lookup), FakeCache(n_ctx))
     pieces = []
     for piece in gen:
         pieces.append(piece)
@@ -142,7 +143,7 @@ def test_repetition_penalty_history_advances_inside_a_draft():
 def test_bad_lookup_is_an_error():
     for bad in (-1, 1.5, True):
         with pytest.raises(PyEngineError, match="lookup"):
-            Generation(ScriptedModel([1]), ByteTokenizer(), [1], Sampler(GREEDY), 5, lookup=bad)
+            Generation(Engine(None, ScriptedModel([1]), ByteTokenizer()), [1], Request(Sampler(GREEDY), 5, lookup=bad))
 
 
 # --- sampling: the accepted-or-resampled token is distributed as plain decoding's ----------------
@@ -170,7 +171,8 @@ N_TOKENS = 4
 
 def sampled_reply(seed: int, lookup: int) -> Generation:
     params = SamplerParams(**{**vars(SAMPLED), "seed": seed})
-    gen = Generation(MarkovModel(), ByteTokenizer(), PROMPT, Sampler(params), N_TOKENS, lookup=lookup)
+    gen = Generation(Engine(None, MarkovModel(), ByteTokenizer()), PROMPT,
+                     Request(Sampler(params), N_TOKENS, lookup=lookup))
     list(gen)
     return gen
 
@@ -248,9 +250,9 @@ def test_greedy_on_fixtures_equals_plain_decoding(engines, name):
     ids = e.tokenizer.encode("the cat sat on the mat. the cat sat on the mat. the cat", add_special=True,
                              parse_special=True)
     sampler = MarginSampler()
-    plain = Generation(e.model, e.tokenizer, ids, sampler, 40, lookup=0)
+    plain = Generation(e, ids, Request(sampler, 40, lookup=0))
     list(plain)
-    gen = generate(e.model, e.tokenizer, ids, GREEDY, 40, lookup=8)
+    gen = generate(e, ids, Request(GREEDY, 40, lookup=8))
     list(gen)
     assert same_up_to_a_near_tie(plain.ids, sampler.margins, gen.ids)
     assert gen.stats.drafted_tokens > 0 and gen.stats.decode_tokens == plain.stats.decode_tokens
@@ -275,7 +277,7 @@ def test_chat_turns_with_lookup_keep_the_cache_as_plain_decoding(engines):
     e = engines["qwen2"]
     chats = {k: ChatSession(e) for k in (0, 6)}
     for text in ("the cat sat on the mat", "the cat sat on the mat again", "and again"):
-        turns = {k: chat.send(text, GREEDY, max_tokens=16, lookup=k) for k, chat in chats.items()}
+        turns = {k: chat.send(text, Request(GREEDY, 16, lookup=k)) for k, chat in chats.items()}
         for t in turns.values():
             list(t)
         assert turns[6].ids == turns[0].ids and turns[6].stats.cached_tokens == turns[0].stats.cached_tokens
@@ -295,11 +297,11 @@ def copying_reply(e, which: str, sampler: Sampler, lookup: int) -> Generation:
     if which == "smollm2":
         chat = ChatSession(e)
         chat.messages = [{"role": "user", "content": f"Repeat this code exactly:\n```python\n{CODE}```"}]
-        gen = chat.respond(sampler, 48, lookup=lookup)
+        gen = chat.respond(Request(sampler, 48, lookup=lookup))
     else:
         ids = e.tokenizer.encode(f"Code:\n```python\n{CODE}```\nThe same code again:\n```python\n",
                                  add_special=True, parse_special=True)
-        gen = Generation(e.model, e.tokenizer, ids, sampler, 48, lookup=lookup)
+        gen = Generation(e, ids, Request(sampler, 48, lookup=lookup))
     list(gen)
     return gen
 

@@ -53,7 +53,7 @@ def crossings():
     got["block"] = [a.ctypes.data, out.ctypes.data, bool((out == a).all())]
     summer = js_block(js.SharedArrayBuffer.new(4 * (CTL_WORDS + n)))
     part, total = a[::-1].copy(), np.zeros_like(a)
-    done = summer.sum(part, 0, 0, n, 0, 1, total, 1000.0)
+    done = summer.sum(part, total, 0, n, 0, 1)
     got["sum"] = [part.ctypes.data, total.ctypes.data, done == -1 and bool((total == part).all())]
     return got
 

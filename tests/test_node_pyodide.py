@@ -108,9 +108,10 @@ def chat(path, messages, n_steps):
     the page's "auto" picks for a model past its budget; in CPython "auto" keeps float32) in both runtimes."""
     from pyengine.generation import ChatSession, load
     from pyengine.generation.sampling import SamplerParams
+    from pyengine.generation.request import Request
     engine = load(path, weights="compact")
     session = ChatSession(engine)
-    turn = session.send(messages[-1]["content"], SamplerParams(temperature=0.0), max_tokens=n_steps)
+    turn = session.send(messages[-1]["content"], Request(SamplerParams(temperature=0.0), n_steps))
     pieces = list(turn)
     return {"template": engine.template.name, "prompt": session.prompt, "prompt_ids": turn.prompt_ids,
             "pieces": pieces, "ids": turn.ids, "stop": turn.stats.stop_reason,

@@ -22,7 +22,9 @@ from test_node_pyodide import in_pyodide, static_ready  # noqa: F401 (static_rea
 
 from pyengine.browser import worker
 from pyengine.errors import PyEngineError
+from pyengine.generation.engine import Engine
 from pyengine.generation.loop import generate
+from pyengine.generation.request import Request
 from pyengine.gguf import open_gguf
 from pyengine.gguf.source import FileSource
 from pyengine.model import load_model
@@ -226,7 +228,7 @@ def test_a_helper_that_fails_to_load_is_a_clear_error():
 def test_the_reply_says_how_long_the_main_worker_waited_for_the_helpers(monkeypatch):
     """TurnStats' prefill_wait_seconds and decode_wait_seconds: a helper slowed by 50 ms a forward pass
     makes the main worker wait about that long at each pass's meetings; a whole model waits for none."""
-    tok = Tokenizer.from_metadata(open_gguf(TINY["qwen2"]).metadata)
+    tok = Tokenizer(open_gguf(TINY["qwen2"]).metadata)
     model, helpers, threads = start(TINY["qwen2"], 2, "f32")
     slow = helpers[0].model.forward
 
@@ -235,14 +237,14 @@ def test_the_reply_says_how_long_the_main_worker_waited_for_the_helpers(monkeypa
         return slow(*args, **kw)
     monkeypatch.setattr(helpers[0].model, "forward", late)
     try:
-        gen = generate(model, tok, PROMPT, max_tokens=4)
+        gen = generate(Engine(None, model, tok, wait_seconds=model.wait_seconds), PROMPT, Request(max_tokens=4))
         list(gen)
         s = gen.stats
         assert s.decode_tokens == 3 and 0.05 <= s.prefill_wait_seconds < s.ttft_seconds
         assert 3 * 0.05 <= s.decode_wait_seconds < s.decode_seconds
     finally:
         stop(model, threads)
-    gen = generate(load_model(open_gguf(TINY["qwen2"])), tok, PROMPT, max_tokens=4)
+    gen = generate(Engine(None, load_model(open_gguf(TINY["qwen2"])), tok), PROMPT, Request(max_tokens=4))
     list(gen)
     assert gen.stats.prefill_wait_seconds == gen.stats.decode_wait_seconds == 0
 
@@ -260,7 +262,7 @@ a0, a1 = (rng.standard_normal((3, 8)).astype(np.float32) * np.exp2(rng.integers(
           for _ in range(2))
 # worker 1 arrives first: nobody else has, so after its bounded wait it hands the generation back unsummed
 out1 = np.full((3, 8), -7, np.float32)
-awaited = block.sum(a1, size, 0, size, 1, 2, out1, 1)
+awaited = block.sum(a1, out1, 0, size, 1, 2)
 # the main worker arrives last, releases worker 1 and sums both slots in one call
 out0 = Channel(block, 0, lay, [4, 4]).all_reduce(a0)
 # worker 1 then reads the slots as Channel.all_reduce does after its own wait

@@ -12,6 +12,7 @@ from conftest import TINY
 from test_cli import run
 
 from pyengine.generation import generate, load
+from pyengine.generation.request import Request
 from pyengine.generation.sampling import Sampler, SamplerParams, softmax, top_probs
 
 LOGITS = np.array([2.0, -1.0, 0.5, 3.0, 3.0, -4.0], dtype=np.float32)
@@ -41,7 +42,7 @@ def engine():
 
 @pytest.mark.parametrize("params", [SamplerParams(temperature=0), SamplerParams(temperature=0.9, seed=3)])
 def test_each_reply_token_has_its_record(engine, params):
-    gen = generate(engine.model, engine.tokenizer, engine.tokenizer.encode("hello"), params, 8, probs=4)
+    gen = generate(engine, engine.tokenizer.encode("hello"), Request(params, 8, probs=4))
     text = "".join(gen)
     records = gen.token_probs
     assert [r["id"] for r in records] == gen.ids and len(records) == 8
@@ -53,13 +54,13 @@ def test_each_reply_token_has_its_record(engine, params):
         assert listed.get(r["id"], r["p"]) == r["p"] and (r["id"] in listed or r["p"] <= r["top"][-1]["p"])
     if params.temperature == 0:
         assert all(r["top"][0]["id"] == r["id"] for r in records)   # greedy: the likeliest token
-    plain = generate(engine.model, engine.tokenizer, engine.tokenizer.encode("hello"), params, 8)
+    plain = generate(engine, engine.tokenizer.encode("hello"), Request(params, 8))
     assert "".join(plain) == text and plain.token_probs == []        # the records change nothing
 
 
 def test_the_first_record_is_the_softmax_of_the_prompt_logits(engine):
     ids = engine.tokenizer.encode("hello")
-    gen = generate(engine.model, engine.tokenizer, ids, SamplerParams(temperature=0), 1, probs=3)
+    gen = generate(engine, ids, Request(SamplerParams(temperature=0), 1, probs=3))
     list(gen)
     logits = engine.model.forward(ids, engine.model.new_cache(64)).reshape(-1)
     want = top_probs(softmax(logits), 3)

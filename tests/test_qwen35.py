@@ -35,6 +35,7 @@ from test_lookup import MarginSampler, same_up_to_a_near_tie
 from test_node_pyodide import in_pyodide, static_ready  # noqa: F401  (static_ready: a fixture)
 
 from pyengine.generation import ChatSession, Generation, load
+from pyengine.generation.request import Request
 from pyengine.generation.sampling import Sampler, SamplerParams
 from pyengine.gguf import open_gguf
 from pyengine.model import load_model
@@ -284,9 +285,9 @@ def test_lookup_replies_are_plain_replies():
     e = load(str(PATH), weights="f32")
     ids = e.tokenizer.encode("the cat sat on the mat", add_special=True, parse_special=True)
     sampler = MarginSampler()
-    plain = Generation(e.model, e.tokenizer, ids, sampler, 24, lookup=0)
+    plain = Generation(e, ids, Request(sampler, 24, lookup=0))
     list(plain)
-    gen = Generation(e.model, e.tokenizer, ids, Sampler(GREEDY), 24, lookup=4)
+    gen = Generation(e, ids, Request(Sampler(GREEDY), 24, lookup=4))
     gen._ngrams = Drafts(plain.ids, e.model.config.n_vocab)
     list(gen)
     assert same_up_to_a_near_tie(plain.ids, sampler.margins, gen.ids)
@@ -300,7 +301,7 @@ def test_chat_turns_and_regenerate_reuse_the_state():
     e = load(str(PATH), weights="f32")
     chats = {k: ChatSession(e) for k in (0, 6)}
     for text in ("the cat sat on the mat", "the cat sat on the mat again"):
-        turns = {k: chat.send(text, GREEDY, max_tokens=12, lookup=k) for k, chat in chats.items()}
+        turns = {k: chat.send(text, Request(GREEDY, 12, lookup=k)) for k, chat in chats.items()}
         for t in turns.values():
             list(t)
         assert turns[6].ids == turns[0].ids and turns[6].stats.cached_tokens == turns[0].stats.cached_tokens
@@ -308,12 +309,12 @@ def test_chat_turns_and_regenerate_reuse_the_state():
     assert turns[0].stats.cached_tokens > 0                                    # the second turn: carried over
     chat = chats[0]
     first = chat.messages.pop()                                                # regenerate the last reply
-    again = chat.respond(GREEDY, max_tokens=12)
+    again = chat.respond(Request(GREEDY, 12))
     list(again)
     assert again.stats.cached_tokens > 0 and again.text == first["content"]
     alone = ChatSession(e)
     alone.messages = list(chat.messages[:-1])
-    plain = alone.respond(GREEDY, max_tokens=12)
+    plain = alone.respond(Request(GREEDY, 12))
     list(plain)
     assert plain.ids == again.ids and plain.stats.cached_tokens == 0
 

@@ -10,6 +10,7 @@ from conftest import TINY
 
 from pyengine.generation import ChatSession, load
 from pyengine.generation.chat import thinking_switch
+from pyengine.generation.request import Request
 from pyengine.generation.sampling import SamplerParams
 from pyengine.text.chat_template import ChatTemplate
 
@@ -29,7 +30,7 @@ def engine():
 
 def prompt(engine, **options) -> str:
     chat = ChatSession(engine, options=options)
-    list(chat.send("hi", SamplerParams(temperature=0), max_tokens=2))
+    list(chat.send("hi", Request(SamplerParams(temperature=0), 2)))
     return chat.prompt
 
 

@@ -47,7 +47,7 @@ def tokenizer(path, **changes) -> Tokenizer:
     if key not in _cache:
         meta = dict(metadata(path))
         meta.update(changes)
-        _cache[key] = Tokenizer.from_metadata(meta)
+        _cache[key] = Tokenizer(meta)
     return _cache[key]
 
 
@@ -145,7 +145,7 @@ def variant_tokenizer(request, entry: dict) -> Tokenizer:
     path = request.getfixturevalue(REAL[source]) if source in REAL else FIXTURES / source
     key = (str(path), json.dumps(entry["changes"]), tuple(entry["add_tokens"]))
     if key not in _cache:
-        _cache[key] = Tokenizer.from_metadata(variant_metadata(metadata(path), entry["changes"],
+        _cache[key] = Tokenizer(variant_metadata(metadata(path), entry["changes"],
                                                                entry["add_tokens"]))
     return _cache[key]
 
@@ -279,12 +279,12 @@ BAD_VOCABS = [
 @pytest.mark.parametrize("fixture,changes,message", BAD_VOCABS)
 def test_bad_vocab_is_a_tokenizer_error_naming_the_key(fixture, changes, message):
     with pytest.raises(TokenizerError, match=message):
-        Tokenizer.from_metadata(tiny_meta(fixture, **changes))
+        Tokenizer(tiny_meta(fixture, **changes))
 
 
 def test_missing_byte_token_is_a_tokenizer_error():
     tokens = ["<unk>", "<s>", "</s>", "\u2581a", "a"]
-    tok = Tokenizer.from_metadata({"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": tokens,
+    tok = Tokenizer({"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": tokens,
                                    "tokenizer.ggml.add_space_prefix": False})
     assert tok.encode("a a") == [1, 4, 3]
     with pytest.raises(TokenizerError, match="no byte token <0x62>"):
@@ -292,7 +292,7 @@ def test_missing_byte_token_is_a_tokenizer_error():
 
 
 def test_missing_pre_means_default_and_types_default_to_normal():
-    tok = Tokenizer.from_metadata(tiny_meta("qwen2", **{"tokenizer.ggml.pre": None,
+    tok = Tokenizer(tiny_meta("qwen2", **{"tokenizer.ggml.pre": None,
                                                         "tokenizer.ggml.token_type": None}))
     assert tok.pre == "default" and not tok.is_control(0)
     assert tok.is_control(301)       # the EOS: llama.cpp makes every end-of-generation token control

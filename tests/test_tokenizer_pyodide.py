@@ -40,7 +40,7 @@ def run(tok, cases, special_key):
 result = {}
 for name, ref in json.load(open("/golden/tokenize.json")).items():
     if os.path.exists(path(name)):
-        tok = Tokenizer.from_metadata(open_gguf(path(name)).metadata)
+        tok = Tokenizer(open_gguf(path(name)).metadata)
         wrong = [c["text"] for c in ref["cases"] if tok.encode(c["text"]) != c["ids"]]
         wrong += [c["text"] for c in ref["cases_special"] if tok.encode(c["text"], parse_special=True) != c["ids"]]
         wrong += [c["ids"] for c in ref["detok"] if tok.decode(c["ids"]) != c["text"]]
@@ -52,7 +52,7 @@ for name, v in json.load(open("/golden/tokenize_variants.json")).items():
             meta["tokenizer.ggml.tokens"] = meta["tokenizer.ggml.tokens"] + v["add_tokens"]
             types = [int(t) for t in meta["tokenizer.ggml.token_type"]]
             meta["tokenizer.ggml.token_type"] = types + [1] * len(v["add_tokens"])
-        result[name] = [len(v["cases"]), run(Tokenizer.from_metadata(meta), v["cases"], "ids_special")]
+        result[name] = [len(v["cases"]), run(Tokenizer(meta), v["cases"], "ids_special")]
 result
 '''
 
@@ -96,7 +96,7 @@ def wrong_texts(tok, digests):
 
 result = {}
 for name, entry in gold["vocabs"].items():
-    tok = Tokenizer.from_metadata(meta(name))
+    tok = Tokenizer(meta(name))
     wrong = wrong_texts(tok, entry["texts"])
     if "inp" in entry:
         texts = read_inp(__import__("pathlib").Path(f"/vocab/ggml-vocab-{name}.gguf.inp"))
@@ -108,9 +108,9 @@ for name, pre in PRE_TOKENIZERS.items():
         continue
     seen.add(pre)
     spec = gold["variants"][name]
-    tok = Tokenizer.from_metadata(variant_metadata(meta(spec["base"]), spec["changes"], spec["add_tokens"]))
+    tok = Tokenizer(variant_metadata(meta(spec["base"]), spec["changes"], spec["add_tokens"]))
     result["pre " + name] = [len(spec["texts"]), wrong_texts(tok, spec["texts"])]
-    oracle = Tokenizer.from_metadata(oracle_metadata(name, pre.byte_encode))
+    oracle = Tokenizer(oracle_metadata(name, pre.byte_encode))
     result["oracle " + name] = [len(spec["oracle"]) // 8, oracle_wrong(oracle, spec["oracle"])]
 result
 '''

@@ -20,12 +20,12 @@ BYTES = [f"<0x{b:02X}>" for b in range(256)]
 
 
 def rwkv(tokens: list[str], **keys) -> Tokenizer:
-    return Tokenizer.from_metadata({"tokenizer.ggml.model": "rwkv", "tokenizer.ggml.tokens": tokens, **keys})
+    return Tokenizer({"tokenizer.ggml.model": "rwkv", "tokenizer.ggml.tokens": tokens, **keys})
 
 
 def plamo2(pieces: dict[str, float]) -> Tokenizer:
     tokens = ["<|plamo:unk|>", "<|plamo:bos|>", "<|plamo:eos|>", "<|plamo:pad|>"] + BYTES + list(pieces)
-    return Tokenizer.from_metadata({
+    return Tokenizer({
         "tokenizer.ggml.model": "plamo2", "tokenizer.ggml.tokens": tokens,
         "tokenizer.ggml.scores": [0.0] * 260 + list(pieces.values()),
         "tokenizer.ggml.token_type": [2, 3, 3, 3] + [6] * 256 + [1] * len(pieces),
@@ -83,7 +83,7 @@ def test_plamo2_ties_go_to_the_longer_token():
 ])
 def test_vocabs_that_cannot_work_are_clear_errors(meta, message):
     with pytest.raises(TokenizerError, match=message):
-        Tokenizer.from_metadata(meta)
+        Tokenizer(meta)
 
 
 def test_a_hostile_vocab_of_every_length_ends_within_its_bound():

@@ -61,7 +61,7 @@ def metadata(name: str) -> dict:
 
 @cache
 def tokenizer(name: str) -> Tokenizer:
-    return Tokenizer.from_metadata(metadata(name))
+    return Tokenizer(metadata(name))
 
 
 def wrong_texts(tok: Tokenizer, digests: list[str]) -> list[str]:
@@ -134,7 +134,7 @@ for _name in GOLD["variants"]:
 def variant_tokenizer(name: str) -> Tokenizer:
     """The tokenizer of the first name of ``name``'s config (built once per config)."""
     first = FIRST_OF_CONFIG[config(name)]
-    return Tokenizer.from_metadata(variant_meta(first)) if first == name else variant_tokenizer(first)
+    return Tokenizer(variant_meta(first)) if first == name else variant_tokenizer(first)
 
 
 def test_every_pre_tokenizer_name_has_golden_values():
@@ -163,7 +163,7 @@ def test_pre_tokenizer_cuts_where_llama_cpp_cuts(name):
     if first != name:   # llama.cpp cut the oracle texts the same for every name of a pre-tokenizer
         assert spec["oracle_digest"] == GOLD["variants"][first]["oracle_digest"]
         return
-    tok = Tokenizer.from_metadata(oracle_metadata(name, pre.byte_encode))
+    tok = Tokenizer(oracle_metadata(name, pre.byte_encode))
     want = spec["oracle"]
     assert len(want) == 8 * len(oracle_texts()) == 8 * 350 and digest(want) == spec["oracle_digest"]
     assert oracle_wrong(tok, want) == []

@@ -14,6 +14,7 @@ from pyengine.errors import PyEngineError, TemplateError
 from pyengine.generation import ChatSession, load
 from pyengine.generation.engine import Engine
 from pyengine.generation.grammar import Grammar
+from pyengine.generation.request import Request
 from pyengine.generation.sampling import SamplerParams
 from pyengine.generation.tools import (
     TOOL_FORMATS,
@@ -120,7 +121,7 @@ def test_a_tool_call_round_trip(model, name, bos, eos, result_shown):
     engine = with_template(TINY[model], name, bos, eos)
     chat = ChatSession(engine, tools=TOOLS, tool_choice="required", n_ctx=2048)
     fmt = chat.tool_format
-    turn = chat.send("What will the weather be in Rome?", GREEDY, max_tokens=128)
+    turn = chat.send("What will the weather be in Rome?", Request(GREEDY, 128))
     text = "".join(turn)
     assert turn.stats.stop_reason == "eog", text
     assert '"name": "get_weather"' in chat.prompt and "The weather forecast" in chat.prompt   # the tools shown
@@ -137,7 +138,7 @@ def test_a_tool_call_round_trip(model, name, bos, eos, result_shown):
     assert chat.messages[-1] == {"role": "tool", "tool_call_id": "call_0", "name": call["function"]["name"],
                                  "content": result}
     chat.tool_choice = "auto"
-    turn = chat.respond(GREEDY, max_tokens=4)
+    turn = chat.respond(Request(GREEDY, 4))
     "".join(turn)
     args = json.dumps(call["function"]["arguments"], ensure_ascii=False)
     shown = f'{{"name": "{call["function"]["name"]}", "{fmt.args_key}": {args}}}'

@@ -43,7 +43,7 @@ GELU = {"gemma2", "gemma3", "gemma4"}      # GELU looked up in float16: a split'
 
 def load(arch: str):
     g = open_gguf(FIXTURES / f"tiny-{arch}.gguf")
-    return load_model(g, weights="f32"), Tokenizer.from_metadata(g.metadata)
+    return load_model(g, weights="f32"), Tokenizer(g.metadata)
 
 
 def chat(model, n_steps: int = 3):

@@ -12,7 +12,7 @@
 //   settings_form.js  the sampling fields (drawn from Python's rules), Memory and Workers
 //   structure.js      the Structured output setting (none, JSON, a schema, a grammar) and its checked editor
 //   tools_panel.js    the Tools setting: tool definitions (checked as typed); a reply's calls are cards
-//   composer.js       the message box: Send, Stop, New chat, and the settings' check before every reply
+//   composer.js       the message box: Send, Stop, New chat, and the settings' check of every reply
 //   layout.js         the phone layout: the settings fold away, the chat first
 //   theme.js          the Theme setting: the system's colour scheme, light or dark
 //   tabs.js           another tab open: said plainly, the saved chats and models kept in step
@@ -25,7 +25,9 @@
 //   model_view.js     the model card and the inspector
 import { el } from "./app/dom.js";
 import { addPiece, setStatsLine, showStats, useStopWords, wireChatView } from "./app/chat_view.js";
-import { checkFailed, checked, offerAgain, request, sendable, settingEdited, wireComposer } from "./app/composer.js";
+import {
+  chatFailed, checkFailed, checked, offerAgain, refused, request, sendable, settingEdited, started, wireComposer,
+} from "./app/composer.js";
 import { otherTabChanged, saveChat, startNewChat, useModelName, wireChats } from "./app/chats.js";
 import { wireTabs } from "./app/tabs.js";
 import { wireLayout } from "./app/layout.js";
@@ -103,6 +105,8 @@ const handlers = {
     setPhase("starting");
   },
   checked,
+  started,
+  refused,
   "structure-checked": structureChecked,
   "tools-checked": toolsChecked,
   piece(msg) { addPiece(msg.text, msg.tokens); },
@@ -122,7 +126,7 @@ const handlers = {
     else showError(msg.message);
     if (msg.during === "check") checkFailed();
     if (msg.during === "chat") {
-      offerAgain(replyFailed(msg.message));
+      if (!chatFailed()) offerAgain(replyFailed(msg.message));
       replyEnded();
     }
     if (msg.during === "load") hideProgress();

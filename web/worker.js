@@ -3,7 +3,8 @@
 // then hands every command from the page to pyengine.browser.worker, one at a time. Python posts its
 // replies (progress, text pieces, errors) straight to the page with postMessage.
 // When the page is cross-origin isolated and more than one worker is chosen, this worker also
-// starts the helper workers (shard_worker.js) that share the vocabulary matrix (pyengine/parallel).
+// starts the helper workers (shard_worker.js) that each hold a share of the model's heads, FFN units
+// and vocabulary (pyengine/parallel).
 import { bootPython, heapBytes } from "./pyodide_boot.js";
 /** @typedef {import("./app/messages.js").Command} Command */
 /** @typedef {import("./app/messages.js").HelperLoad} HelperLoad */

@@ -2,12 +2,12 @@
 
 The page draws its sampling fields from the rows of :data:`SETTINGS`
 (:func:`setting_rules`: sent with ``booted``, and again with ``model`` for the
-model's limits). Before a message goes, it sends the fields as typed and Python
-reads and checks them (:func:`check_fields`, the worker's ``check`` command);
-``chat`` checks the numbers again (:func:`sampler_params`). The Memory options
+model's limits). A message goes with the fields as typed, and Python reads and
+checks them once (:func:`check_fields`, in the worker's ``chat``; ``check`` does
+the same while the page shows a bad field, as it is edited). The Memory options
 and the model card's weights line come from
-:data:`pyengine.weights.budget.WEIGHT_FORMS` (:func:`memory_options`,
-:func:`weight_cards`).
+:data:`MEMORY`, the page's words for each policy of :data:`pyengine.weights.budget.WEIGHT_FORMS`
+(:func:`memory_options`, :func:`weight_cards`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,19 @@ import re
 from typing import Any
 
 from pyengine.errors import PyEngineError
-from pyengine.weights.budget import AUTO_OPTION, WEIGHT_FORMS
+from pyengine.generation.request import MAX_TOKENS
 
-MAX_TOKENS = 256      # a reply's default length limit, in tokens
+# The page's words for each weights= policy (pyengine.weights.budget.WEIGHT_FORMS): its Memory option (None
+# where only "auto" picks it) and the model card's line.
+MEMORY: dict[str, tuple[str | None, str]] = {
+    "blocks": (None, "blocks: the file's own blocks, products in the C kernel"),
+    "numpy": ("numpy, no C kernel", "numpy: auto's numpy forms, without the C kernel"),
+    "f32": ("numpy float32, most memory", "f32: float32 in numpy, the most memory"),
+    "quantized": (None, "quantized: the file's codes, a code in each int64 lane"),
+    "compact": ("numpy, least memory, slowest", "compact: the file's codes packed tight, slower"),
+    "mixed": (None, "mixed: the file's codes, expanded where the budget allows"),
+}
+AUTO_OPTION = "the C kernel where it runs (default)"   # the page's name for weights="auto"
 
 # The page's settings, one row each, in the order the page shows them (its fields are drawn from
 # these rows, see :func:`setting_rules`). Columns: the name in ``chat.settings`` (sampling ones are
@@ -109,17 +119,19 @@ def read_setting(rule: dict, text: str, bad_input: bool = False) -> Any:
 
 
 def check_fields(fields: dict, bad_input: list | tuple = (), rules: list[dict] | None = None) -> tuple[dict, list]:
-    """The page's fields as typed (name -> text), each read against ``rules`` (:func:`setting_rules`,
-    default: with no model limits) by :func:`read_setting`; ``bad_input``: the names of the fields in
-    which the browser found no number. Returns (name -> number or None for the fields that are right,
-    ``[{name, message}]`` for the others, in the page's order); a name with no rule is left out."""
+    """The page's fields as typed (name -> text; a number is read as its text), each read against
+    ``rules`` (:func:`setting_rules`, default: with no model limits) by :func:`read_setting`;
+    ``bad_input``: the names of the fields in which the browser found no number. Returns (name -> number
+    or None for the fields that are right, ``[{name, message}]`` for the others, in the page's order); a
+    name with no rule is left out."""
     values, errors = {}, []
     for rule in rules or setting_rules():
         name = rule["name"]
         if name not in fields:
             continue
         try:
-            values[name] = read_setting(rule, str(fields[name] or ""), name in bad_input)
+            text = "" if fields[name] is None else str(fields[name])
+            values[name] = read_setting(rule, text, name in bad_input)
         except PyEngineError as e:
             errors.append({"name": name, "message": str(e)})
     return values, errors
@@ -133,12 +145,17 @@ def sampler_params(settings: dict, rules: list[dict] | None = None) -> tuple[Any
 
     Raises PyEngineError naming the first bad field by the page's label, with its allowed range.
     """
+    return params_of({r["name"]: check_setting(r, settings[r["name"]])
+                      for r in rules or setting_rules() if r["name"] in settings})
+
+
+def params_of(values: dict) -> tuple[Any, int]:
+    """Settings already checked (name -> number, as :func:`check_fields` reads them) as (SamplerParams,
+    max_tokens); a field missing takes its default (SamplerParams', MAX_TOKENS)."""
     from pyengine.generation.sampling import SamplerParams
-    values = {r["name"]: check_setting(r, settings[r["name"]])
-              for r in rules or setting_rules() if r["name"] in settings}
+    values = dict(values)
     max_tokens = values.pop("max_tokens", MAX_TOKENS)
     return SamplerParams(**values).check(), max_tokens
-
 
 
 def settings_hint(rules: list[dict] | None = None) -> str:
@@ -156,13 +173,19 @@ def memory_options() -> list[dict]:
     """The page's Memory options, in order: ``{value, label}`` ("auto" first), and the model card's
     line for each weight policy, ``{value, card}``."""
     options = [{"value": "auto", "label": AUTO_OPTION}]
-    options += [{"value": k, "label": w.option} for k, w in WEIGHT_FORMS.items() if w.option]
+    options += [{"value": k, "label": option} for k, (option, _) in MEMORY.items() if option]
     return options
 
 
 def weight_cards() -> dict[str, str]:
     """The model card's line for each weight policy (``Model.weights``)."""
-    return {k: w.card for k, w in WEIGHT_FORMS.items()}
+    return {k: card for k, (_, card) in MEMORY.items()}
+
+
+def memory_names() -> dict[str, str]:
+    """What the load's errors say after a weights= choice's form: its Memory option ("(Memory: numpy,
+    least memory, slowest)"), for the choices the page offers."""
+    return {k: f" (Memory: {option})" for k, (option, _) in MEMORY.items() if option}
 
 
 # The Structured output setting: its options in the page's order, (value, label, what the editor holds).

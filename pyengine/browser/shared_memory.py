@@ -15,7 +15,15 @@ import numpy as np
 
 from pyengine.browser.file_source import BrowserFileSource
 from pyengine.gguf import open_gguf
-from pyengine.parallel.channel import COUNT, CTL_WORDS, GEN, STAMP, ThreadBlock, dead_words  # noqa: F401 (dead_words: for shard_worker.js)
+from pyengine.parallel.channel import (  # noqa: F401 (dead_words: for shard_worker.js)
+    COUNT,
+    CTL_WORDS,
+    GEN,
+    STAMP,
+    WAIT_MS,
+    ThreadBlock,
+    dead_words,
+)
 from pyengine.parallel.server import load_helper
 
 
@@ -81,16 +89,16 @@ class JsSumBlock(JsBlock):
         """Sleep while ctl[i] == v, at most ``ms``, after a short spin (web/meeting.js)."""
         self.meeting.wait(i, v, ms)
 
-    def sum(self, part: np.ndarray, mine: int, slots: int, size: int, index: int, count: int, out: np.ndarray,
-            ms: float) -> int:
-        """Write ``part`` (float32, contiguous) to data[mine:], arrive at the barrier, wait at most ``ms``;
-        once all have arrived, ``out`` (float32, contiguous, part's size) = the ``count`` slots of ``size``
-        floats from data[slots:] added in worker order, and -1 is returned; else the generation still
-        awaited (nothing is summed)."""
+    def sum(self, part: np.ndarray, out: np.ndarray, slots: int, size: int, index: int, count: int) -> int:
+        """Write ``part`` (float32, contiguous) to worker ``index``'s slot, data[slots + index * size:], arrive
+        at the barrier, wait at most ``WAIT_MS``; once all have arrived, ``out`` (float32, contiguous, part's
+        size) = the ``count`` slots of ``size`` floats from data[slots:] added in worker order, and -1 is
+        returned; else the generation still awaited (nothing is summed)."""
         if part.dtype != np.float32 or out.dtype != np.float32 or part.size != out.size \
                 or not (part.flags.c_contiguous and out.flags.c_contiguous):
             raise ValueError("sum: part and out must be contiguous float32 arrays of one size")
-        return self.meeting.sum(part.ctypes.data, part.size, mine, slots, size, index, count, out.ctypes.data, ms)
+        return self.meeting.sum(part.ctypes.data, part.size, slots + index * size, slots, size, index, count,
+                                out.ctypes.data, WAIT_MS)
 
 
 def js_block(sab: Any) -> JsBlock:

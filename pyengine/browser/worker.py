@@ -14,16 +14,16 @@ command        fields                                              replies
 ``check``      ``settings`` (:data:`SETTINGS` names -> the text    ``checked``
                typed in the field), ``bad_input`` (the names of
                the fields in which the browser found no number)
-``chat``       ``messages`` (the whole conversation to answer,     ``piece``..., ``done``
-               ``[{role, content}]``; or ``text``: one more
-               user message), ``system`` (str, may be empty),
+``chat``       ``messages`` (the whole conversation to answer,     ``refused`` (a bad setting); or
+               ``[{role, content}]``; or ``text``: one more        ``started``, ``piece``...,
+               user message), ``system`` (str, may be empty),      ``done``
                ``probs`` (alternatives per token record, 0-20),
                ``continue`` (true: go on with the last message,
                the model's), ``thinking`` (the template's
                ``enable_thinking``; absent: its default),
-               ``settings`` (:data:`SETTINGS` names -> numbers,
-               None for a blank field), ``structure``
-               (``{kind, text}``: the reply held to it),
+               ``settings``, ``bad_input`` (as for ``check``),
+               ``structure`` (``{kind, text}``: the reply held
+               to it),
                ``tools`` (``{text, required}``: the definitions;
                required: a reply to a user message is a call)
 ``trace``      ``back`` (a token of the last reply, counted back   ``traced`` (``back``, and
@@ -41,11 +41,13 @@ command        fields                                              replies
 The page draws its sampling fields from the rows of :data:`SETTINGS`
 (:func:`setting_rules`: label, range in numbers and in words, default), sent with
 ``booted`` (:func:`page_data`) and again with ``model`` for the limits of the model
-loaded. Before a message goes, the page sends ``check``, and only when
-``checked {settings, errors}`` lists no error (``errors``: ``[{name, message}]``,
-"Top-k must be a whole number from 0 to 49152 (it is -5)"; ``settings``: name ->
-number, None for a blank seed) does it send ``chat`` with those numbers, which the
-worker checks again. A ``check`` waits behind a running reply.
+loaded. A message goes as one ``chat`` with the fields as typed, read and checked
+here once: ``refused {errors}`` names the bad ones (``[{name, message}]``, "Top-k
+must be a whole number from 0 to 49152 (it is -5)") and nothing more comes;
+otherwise ``started`` says the reply runs. While the page shows a bad field, it
+sends ``check`` as the fields are edited (``checked {settings, errors}``:
+``settings``: name -> number, None for a blank seed). A ``check`` waits behind a
+running reply.
 
 Any failure is an ``error`` message (``{"type": "error", "during", "message"}``):
 the :class:`~pyengine.errors.PyEngineError` text for bad input (a setting named by
@@ -64,12 +66,13 @@ interrupt always lands in :meth:`WorkerSession.reply`. Otherwise the reply yield
 to the JS event loop after every token (``await asyncio.sleep(0)``, ~0.06 ms),
 which lets the ``stop`` message in to set the flag ``should_stop()`` reads: the
 stop comes after the token being computed. Either way the reply keeps the text
-shown so far, and :class:`pyengine.generation.ChatSession` keeps its KV cache
+shown so far, and :class:`pyengine.generation.chat.ChatSession` keeps its KV cache
 consistent (the next turn reuses the common prefix).
 
 Several workers: when ``worker.js`` has helper workers (``setup``'s ``pool``: the page
-is cross-origin isolated and its "workers" setting is above 1), a load ends by giving
-each helper its rows of the vocabulary matrix (:mod:`pyengine.parallel`); ``model``'s
+is cross-origin isolated and its "workers" setting is above 1), every helper loads its
+share of the model's heads, FFN units and vocabulary while this one loads its own
+(:mod:`pyengine.parallel`); ``model``'s
 ``workers`` field says how many workers compute, the wasm memory of each, the cost of
 one sync point (``sync_us``), or why the model stayed in this one (a helper that could
 not start or load).
@@ -89,6 +92,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pyengine.browser.file_source import BrowserFileSource
@@ -105,8 +109,9 @@ from pyengine.browser.page import (
 from pyengine.browser.settings import (
     MAX_STRUCTURE_CHARS,
     check_fields,
+    memory_names,
     memory_options,
-    sampler_params,
+    params_of,
     setting_rules,
     settings_hint,
     structure_gbnf,
@@ -115,17 +120,15 @@ from pyengine.browser.settings import (
 )
 from pyengine.browser.shared_memory import new_block
 from pyengine.errors import PyEngineError, TemplateError, UnsupportedArchitectureError
-from pyengine.generation.chat import THINKING, ChatSession, thinking_switch
-from pyengine.generation.engine import Engine, text_parts
-from pyengine.gguf.quants import dequantizer
+from pyengine.generation import engine
+from pyengine.generation.chat import ChatSession, thinking_switch
+from pyengine.generation.request import Request
 from pyengine.inspect import describe
-from pyengine.model.config import ModelConfig
-from pyengine.model.load import check_tensors, load_model, load_nbytes
+from pyengine.model.load import load_nbytes
 from pyengine.parallel.channel import Channel
 from pyengine.parallel.driver import SplitModel, channel_layout, plan_load
 from pyengine.parallel.server import plan_message
-from pyengine.text.chat_template import check_messages
-from pyengine.weights.budget import HEAP_LIMIT
+from pyengine.weights.budget import context_that_fits
 
 PROGRESS_EVERY = 0.1  # seconds between two progress messages while loading
 MAX_PROBS = 20        # the most alternatives a reply token's record may list
@@ -172,20 +175,34 @@ class LoadProgress:
                    "bytes": done_bytes, "total_bytes": total_bytes})
 
 
-KV_MARGIN = 128 * 2**20    # heap kept free past a full KV cache: a forward pass's arrays (a prompt's chunk)
-MIN_CONTEXT = 256
+@dataclass
+class ChatCommand:
+    """The page's ``chat`` (see the module doc): ``text`` (one more user message) or ``messages`` (the whole
+    conversation to answer), ``system``, ``settings`` (:data:`SETTINGS` names -> the text typed, or a
+    number) with ``bad_input`` (the names of the fields in which the browser found no number), ``probs``,
+    ``resume`` (the message's ``continue``), ``thinking`` (None: the template's default), ``structure``
+    ((kind, the editor's text)) and ``tools`` ((the Tools editor's text, whether a reply to a user message
+    must be a call), None for none)."""
+    text: str | None = None
+    messages: list | None = None
+    system: str = ""
+    settings: dict = field(default_factory=dict)
+    bad_input: list = field(default_factory=list)
+    probs: Any = 0
+    resume: bool = False
+    thinking: bool | None = None
+    structure: tuple[str, str] = ("none", "")
+    tools: tuple[str, bool] | None = None
 
-
-def context_that_fits(model, heaps: list[int]) -> int | None:
-    """The chat's context: the positions whose keys and values every worker can add to its heap (``heaps``:
-    each worker's bytes now, [] outside the browser) besides the recurrent states a hybrid model keeps,
-    before the fullest passes ``budget.HEAP_LIMIT``; at most the model's training context, at least
-    ``MIN_CONTEXT`` within it; None (the training context) outside the browser."""
-    if not heaps:
-        return None
-    cache = model.new_cache(1)
-    room = (HEAP_LIMIT - KV_MARGIN - max(heaps) - cache.state_nbytes_max) // max(cache.position_nbytes, 1)
-    return min(model.config.n_ctx_train, max(MIN_CONTEXT, room))
+    @classmethod
+    def from_message(cls, msg: dict) -> ChatCommand:
+        messages = msg.get("messages")
+        shape, tools = msg.get("structure") or {}, msg.get("tools") or {}
+        return cls(None if messages is not None else str(msg["text"]), messages, str(msg.get("system") or ""),
+                   msg.get("settings") or {}, list(msg.get("bad_input") or []), msg.get("probs") or 0,
+                   bool(msg.get("continue")), msg.get("thinking"),
+                   (str(shape.get("kind") or "none"), str(shape.get("text") or "")),
+                   (str(tools.get("text") or ""), bool(tools.get("required"))) if tools.get("text") else None)
 
 
 class WorkerSession:
@@ -223,27 +240,26 @@ class WorkerSession:
         gguf = open_gguf_plainly(sources, header_progress(self.post))
         d = describe(gguf)
         try:
-            config = ModelConfig.from_metadata(gguf.metadata, gguf.tensors)
+            checked = engine.check(gguf)                                  # everything but the weights
         except UnsupportedArchitectureError as e:                        # still a GGUF: the inspector shows it
             self.post({"type": "inspect", "inspect": inspector(d)})
             raise PyEngineError(f"{e}; the Inspector tab shows its metadata and tensors") from None
-        tokenizer, template, template_error = text_parts(gguf)
-        if template is None:
-            raise TemplateError(template_error)                              # a chat needs one
-        for name in check_tensors(gguf, config):                          # shapes, then types
-            dequantizer(gguf.tensors[name].type, name)
+        if checked.template is None:
+            raise TemplateError(checked.template_error)                  # a chat needs one
         wanted, note = await self._start_helpers()
-        plan = plan_load(gguf, config, weights, wanted)                   # an unknown form or no room fails here
+        plan = plan_load(gguf, checked.config, weights, wanted, names=memory_names())   # no room fails here
         plan.note = plan.note or note
         let_go = self._unload()
         try:
-            model, workers = await self._load_shards(gguf, config, files, plan)
+            loaded, workers = await self._load_shards(checked, files, plan)
         except Exception as e:  # noqa: BLE001 (said as a load that failed while the weights were read)
             raise PyEngineError(weights_failed(error_text(e), let_go)) from e
-        chat = ChatSession(Engine(gguf, model, tokenizer, template, template_error),
-                           n_ctx=context_that_fits(model, workers.get("heap", [])))
-        self.chat, self.model = chat, model
-        self.rules = setting_rules(config.n_vocab, chat.cache.n_ctx)
+        cache = loaded.model.new_cache(1)
+        n_ctx = context_that_fits(workers.get("heap", []), cache.position_nbytes, cache.state_nbytes_max,
+                                  checked.config.n_ctx_train)
+        chat = ChatSession(loaded, n_ctx=n_ctx)
+        self.chat, self.model = chat, loaded.model
+        self.rules = setting_rules(checked.config.n_vocab, chat.cache.n_ctx)
         card = model_card(d, chat.template_name, plan.weights)
         self.post({"type": "model", "card": card, "inspect": inspector(d),
                    "seconds": time.perf_counter() - t0, "workers": workers, "settings": self.rules,
@@ -296,17 +312,17 @@ class WorkerSession:
         n = 1 + len(failures) - len(bad)
         return n, f"running in {n} worker{'s' * (n > 1)} (worker {bad[0] + 2} failed: {failures[bad[0]]})"
 
-    async def _load_shards(self, gguf, config, files: list, plan) -> tuple:
-        """This worker's shard, read while the helpers read theirs; the model (a SplitModel over several
-        workers) and the ``workers`` field of the ``model`` message. A helper that cannot start or load
-        is a PyEngineError naming it (the page offers to load again)."""
-        n = len(plan.shards)
+    async def _load_shards(self, checked: engine.Checked, files: list, plan) -> tuple:
+        """This worker's shard, read while the helpers read theirs (:func:`pyengine.generation.engine.load`);
+        the Engine (its model a SplitModel over several workers) and the ``workers`` field of the ``model``
+        message. A helper that cannot start or load is a PyEngineError naming it (the page offers to load
+        again)."""
+        n, gguf, config = len(plan.shards), checked.gguf, checked.config
         if self.pool is not None and n == 1:
             self.pool.resize(1)                                            # helpers left from an earlier load go
         if n == 1:
-            model = load_model(gguf, LoadProgress(self.post), shard=plan.shards[0], forms=plan.forms,
-                               weights=plan.weights)
-            return model, {"count": 1, "heap": self._heap(), "note": plan.note}
+            loaded = engine.load(checked, LoadProgress(self.post), plan.weights, plan.shards[0], plan.forms)
+            return loaded, {"count": 1, "heap": self._heap(), "note": plan.note}
         lay = channel_layout(config, plan.shards)
         block = new_block(lay["n_floats"])
         self.post({"type": "stage", "stage": f"loading in {n} workers"})
@@ -314,7 +330,7 @@ class WorkerSession:
                                  getattr(block, "sab", block), n - 1)
         chan = Channel(block, 0, lay, [s.vocab[1] - s.vocab[0] for s in plan.shards])
         progress = LoadProgress(self.post, chan, sum(load_nbytes(gguf, config, s) for s in plan.shards))
-        main = load_model(gguf, progress, shard=plan.shards[0], forms=plan.forms, weights=plan.weights, comm=chan)
+        main = engine.load(checked, progress, plan.weights, plan.shards[0], plan.forms, chan)
         helpers = asyncio.ensure_future(helpers)
         while not helpers.done():                                         # the helpers still reading
             progress.post_whole()
@@ -327,9 +343,10 @@ class WorkerSession:
             self.pool.drop(_to_js(failed))
             raise PyEngineError(f"worker {failed[0] + 2} could not load its part of the model: "
                                 f"{results[failed[0]]['message']}; load the model again (or choose 1 worker)")
-        model = SplitModel(main, chan)
-        return model, {"count": n, "heap": self._heap() + [int(r["heap"]) for r in results], "note": plan.note,
-                       "sync_us": round(1e6 * model.ping(), 1)}
+        model = SplitModel(main.model, chan)
+        return replace(main, model=model, wait_seconds=model.wait_seconds), {
+            "count": n, "heap": self._heap() + [int(r["heap"]) for r in results], "note": plan.note,
+            "sync_us": round(1e6 * model.ping(), 1)}
 
     def _heap(self) -> list[int]:
         return [int(self.heap())] if self.heap is not None else []
@@ -343,48 +360,46 @@ class WorkerSession:
         values, errors = check_fields(fields, bad_input, self.rules)
         self.post({"type": "checked", "settings": values, "errors": errors})
 
-    async def reply(self, text: str | None, system: str, settings: dict, messages: list | None = None,
-                    probs: int = 0, resume: bool = False, thinking: bool | None = None,
-                    structure: tuple[str, str] | None = None, tools: tuple[str, bool] | None = None) -> None:
-        """Stream the reply to ``messages`` (the whole conversation, as the page keeps it: the cache's
-        common prefix with the last turn is reused, so a regenerated or edited turn prefills only what
-        changed), or to the conversation so far and one more user message ``text``: a ``piece``
-        message per piece of text (``resume``: ``messages`` ends with the model's reply, which goes on:
-        :meth:`ChatSession.resume`; ``thinking``: the template's ``enable_thinking``, where it has
-        one, None for its default; ``structure``: (kind, text) of the Structured output setting; ``tools``:
-        (the Tools editor's text, whether a reply to a user message must be a call), ``done`` then lists
-        the reply's ``tool_calls`` and its ``content`` outside them; with
+    async def reply(self, command: ChatCommand) -> None:
+        """Answer the page's ``chat`` (:class:`ChatCommand`). Its settings, as typed, are read against the
+        rules of the model loaded (:func:`check_fields`): a bad one posts ``refused`` (``errors``:
+        ``[{name, message}]``, "Top-k must be a whole number from 0 to 49152 (it is -5)") and nothing else;
+        right ones post ``started``, then the reply streams: a ``piece`` message per piece of text (with
         ``probs`` > 0 also ``tokens``: the records of the tokens sampled since the last piece,
-        :class:`pyengine.generation.loop.Generation`'s ``token_probs``),
-        then ``done`` (``stopped``, ``stats``). A stopped reply keeps the text the page has shown; a
-        failed one (an exception, which handle() posts as ``error``) leaves the conversation as it was
-        before, so the next turn is not sent the failed one."""
+        :class:`pyengine.generation.loop.Generation`'s ``token_probs``), then ``done`` (``stopped``,
+        ``stats``; with tools, the reply's ``tool_calls`` and its ``content`` outside them).
+
+        The reply answers ``messages`` (the whole conversation, as the page keeps it: the cache's common
+        prefix with the last turn is reused, so a regenerated or edited turn prefills only what changed),
+        or the conversation so far and one more user message ``text``; ``resume``: ``messages`` ends with
+        the model's reply, which goes on (:meth:`ChatSession.resume`). A stopped reply keeps the text the
+        page has shown; a failed one (an exception, which handle() posts as ``error``) leaves the
+        conversation as it was before, so the next turn is not sent the failed one."""
         if self.chat is None:
             raise PyEngineError("no model is loaded: drop a .gguf file first")
-        if isinstance(probs, bool) or not isinstance(probs, int) or not 0 <= probs <= MAX_PROBS:
-            raise PyEngineError(f"probs must be a whole number of alternatives from 0 to {MAX_PROBS}, got {probs!r}")
-        params, max_tokens = sampler_params(settings, self.rules)
-        self.chat.grammar = self.structure(*structure) if structure else None
-        self.chat.set_system(system)
-        switch = thinking is not None and thinking_switch(self.chat.engine.template)
-        self.chat.options = {THINKING: bool(thinking)} if switch else {}
-        last = "user" if messages is None else messages[-1].get("role") if messages else None
-        required = bool(tools and tools[1]) and last == "user" and not resume
+        values, errors = check_fields(command.settings, command.bad_input, self.rules)
+        if errors:
+            self.post({"type": "refused", "errors": errors})
+            return
+        self.post({"type": "started"})
+        request = self.request(command, values)
+        self.chat.set_system(command.system)
+        self.chat.set_thinking(command.thinking)
+        tools = command.tools
+        last = "user" if command.messages is None else command.messages[-1].get("role") if command.messages else None
+        required = bool(tools and tools[1]) and last == "user" and not command.resume
         self.chat.set_tools(read_tools(tools[0]) if tools else None, "required" if required else "auto")
-        shown, turn, before, base = [], None, list(self.chat.messages), ""
+        shown, turn = [], None
         try:
-            if messages is None:
-                turn = self.chat.send(text, params, max_tokens, probs=probs)
+            if command.messages is None:
+                turn = self.chat.send(command.text, request)
             else:
-                self.chat.messages = check_messages([dict(m) for m in messages])
-                base = self.chat.messages[-1]["content"] if resume and self.chat.messages else ""
-                start = self.chat.resume if resume else self.chat.respond
-                turn = start(params, max_tokens, probs=probs)
+                start = self.chat.resume if command.resume else self.chat.respond
+                turn = start(request, command.messages)
             await self._stream(turn, shown)
         except KeyboardInterrupt:  # Stop, through the interrupt buffer
             pass
         except BaseException as e:
-            self.chat.messages = before  # the failed message and its partial reply are not context
             if self._drop_dead_helpers():
                 raise PyEngineError(f"{e}: the model was let go; load it again") from None
             raise
@@ -392,11 +407,21 @@ class WorkerSession:
             if turn is not None:
                 turn.close()  # a no-op when the reply ended by itself
         stopped = turn is None or turn.stats.stop_reason == "stopped"
-        if turn is not None and stopped and self.chat.messages[-1]["role"] == "assistant":
-            self.chat.messages[-1]["content"] = base + "".join(shown)  # what the page shows, to the last character
+        if turn is not None and stopped:
+            self.chat.keep_shown("".join(shown))  # what the page shows, to the last character
         calls = self.chat.messages[-1].get("tool_calls") if turn is not None and not stopped else None
         extra = {"tool_calls": calls, "content": self.chat.messages[-1]["content"]} if calls else {}
         self.post({"type": "done", "stopped": stopped, "stats": turn.stats.as_dict() if turn else None, **extra})
+
+    def request(self, command: ChatCommand, values: dict) -> Request:
+        """The reply's :class:`Request`: the settings' numbers (``values``, as :func:`check_fields` read them),
+        the token records asked for, the Structured output setting's grammar. Raises PyEngineError for a
+        bad ``probs``, GrammarError for a bad grammar."""
+        probs = command.probs
+        if isinstance(probs, bool) or not isinstance(probs, int) or not 0 <= probs <= MAX_PROBS:
+            raise PyEngineError(f"probs must be a whole number of alternatives from 0 to {MAX_PROBS}, got {probs!r}")
+        params, max_tokens = params_of(values)
+        return Request(params, max_tokens, probs=probs, grammar=self.structure(*command.structure))
 
     async def _stream(self, turn, shown: list[str]) -> None:
         """Post the reply's pieces (and token records) until it ends or the page stops it; each piece
@@ -540,15 +565,7 @@ async def handle(msg: Any) -> None:
         elif kind == "check":
             _session.check(msg.get("settings") or {}, list(msg.get("bad_input") or []))
         elif kind == "chat":
-            messages = msg.get("messages")
-            text = None if messages is not None else str(msg["text"])
-            shape = msg.get("structure") or {}
-            structure = (str(shape.get("kind") or "none"), str(shape.get("text") or ""))
-            tools = msg.get("tools") or {}
-            tools = (str(tools.get("text") or ""), bool(tools.get("required"))) if tools.get("text") else None
-            await _session.reply(text, str(msg.get("system") or ""), msg.get("settings") or {}, messages,
-                                 msg.get("probs") or 0, bool(msg.get("continue")), msg.get("thinking"), structure,
-                                 tools)
+            await _session.reply(ChatCommand.from_message(msg))
         elif kind == "trace":
             _session.trace(msg.get("back"), msg.get("id"), msg.get("heads"))
         elif kind == "check-tools":

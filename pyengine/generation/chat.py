@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import re
 import weakref
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from itertools import accumulate
 from typing import Any
 
@@ -25,9 +25,8 @@ from pyengine.errors import PyEngineError, TemplateError
 from pyengine.generation import tools as tool_calls
 from pyengine.generation.engine import Engine
 from pyengine.generation.grammar import Grammar
-from pyengine.generation.lookup import LOOKUP_DEFAULT
 from pyengine.generation.loop import Generation
-from pyengine.generation.sampling import Sampler, SamplerParams
+from pyengine.generation.request import Request
 from pyengine.text.chat_template import ChatTemplate, check_messages
 from pyengine.text.template_bounds import MAX_TEXT
 
@@ -91,18 +90,18 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 class ChatSession:
     """A conversation with one model: the messages, and a KV cache reused from turn to turn.
 
-    ``send(text)`` adds a user message and returns the reply's :class:`Generation`; when the reply
-    ends (however: end of turn, limit, stop, error) its emitted text becomes the assistant message,
-    so the conversation always reads as the user saw it. ``respond()`` answers the conversation as
-    it stands (``messages`` may be set directly). ``params`` is a :class:`SamplerParams` or a ready
-    :class:`Sampler`; ``lookup`` is the most tokens prompt lookup drafts per step (0 = off; the
-    conversation is what it copies from); ``probs`` the alternatives each reply token's record lists
-    (:class:`Generation`'s ``token_probs``; 0 = none). Only one reply runs at a time: a new one
-    closes the last. ``system`` is sent as a first ``system`` message (the template decides what it
-    does); ``options`` go to the template as variables (``enable_thinking``, see :func:`thinking_switch`;
-``tools``: the tool definitions, :mod:`pyengine.generation.tools`: a reply's calls are kept in its
-message's ``tool_calls``, :meth:`add_tool_result` answers one; ``tool_choice="required"`` holds each
-reply to one call); ``grammar`` (:mod:`pyengine.generation.grammar`) holds each reply to a grammar.
+    ``send(text, request)`` adds a user message and returns the reply's :class:`Generation`, as the
+    :class:`Request` asks (the sampler, ``max_tokens``, ``lookup``: the conversation is what it copies
+    from, ``probs``...); when the reply ends (end of turn, limit, stop) its emitted text becomes the
+    assistant message, so the conversation always reads as the user saw it (:meth:`keep_shown`); a reply
+    that fails leaves the conversation as it was. ``respond()`` answers the conversation as it stands, or
+    one the caller keeps. Only one reply runs at a time: a new one closes the last.
+    ``system`` is sent as a first ``system`` message (the template decides what it does); ``options`` go
+    to the template as variables (``enable_thinking``: :meth:`set_thinking`); ``tools``: the tool
+    definitions (:mod:`pyengine.generation.tools`): a reply's calls are kept in its message's
+    ``tool_calls``, :meth:`add_tool_result` answers one; ``tool_choice="required"`` holds each reply to
+    one call; ``grammar`` (:mod:`pyengine.generation.grammar`) holds each reply to a grammar (unless its
+    request brings its own).
     """
     engine: Engine
     system: str | None = None
@@ -123,6 +122,8 @@ reply to one call); ``grammar`` (:mod:`pyengine.generation.grammar`) holds each 
         self.turn: Generation | None = None
         self.prompt = ""                 # the last rendered prompt text
         self._counts: dict[str, int] = {}   # the messages' tokens (:meth:`_count`), by content
+        self._before: list[dict] = []       # the conversation before the turn (a failed reply goes back to it)
+        self._tail, self._resumed = "", False   # the resumed message's text before the turn, whether resumed
 
     def set_tools(self, tools: list | None, tool_choice: str = "auto") -> None:
         """The tool definitions from the next reply on (None or []: none): checked, given to the template
@@ -168,67 +169,81 @@ reply to one call); ``grammar`` (:mod:`pyengine.generation.grammar`) holds each 
         self.cache.truncate(0)
         self.tokens = []
 
-    def conversation(self) -> list[dict]:
-        return ([{"role": "system", "content": self.system}] if self.system else []) + self.messages
+    def conversation(self, messages: list[dict] | None = None) -> list[dict]:
+        """The system message, if any, and ``messages`` (default: the conversation's)."""
+        return ([{"role": "system", "content": self.system}] if self.system else []) + \
+            (self.messages if messages is None else messages)
 
-    def send(self, text: str, params: SamplerParams | None = None, max_tokens: int = 256,
-             stop_strings: Iterable[str] = (), lookup: int = LOOKUP_DEFAULT, probs: int = 0) -> Generation:
-        """Add the user's ``text`` and start the reply. Raises TemplateError / PyEngineError (the
-        conversation is then left as it was)."""
+    def send(self, text: str, request: Request | None = None) -> Generation:
+        """Add the user's ``text`` and start the reply as ``request`` asks (default: :class:`Request`'s).
+        Raises TemplateError / PyEngineError (the conversation is then left as it was)."""
         self._close_turn()
-        user = {"role": "user", "content": text}
-        turn = self._start(self.conversation() + [user], params, max_tokens, stop_strings, lookup, probs)
-        self.messages.append(user)
-        return turn
+        return self._start(self.messages + [{"role": "user", "content": text}], request)
 
-    def respond(self, params: SamplerParams | None = None, max_tokens: int = 256,
-                stop_strings: Iterable[str] = (), lookup: int = LOOKUP_DEFAULT, probs: int = 0) -> Generation:
-        """Start a reply to the conversation as it stands."""
+    def respond(self, request: Request | None = None, messages: list[dict] | None = None) -> Generation:
+        """Start a reply to the conversation as it stands, or to ``messages``: the whole conversation as the
+        caller keeps it (checked, it becomes this one; the cache's common prefix with the last turn is
+        reused, so an edited or regenerated turn prefills only what changed)."""
         self._close_turn()
-        return self._start(self.conversation(), params, max_tokens, stop_strings, lookup, probs)
+        return self._start(self.messages if messages is None else check_messages([dict(m) for m in messages]),
+                           request)
 
-    def resume(self, params: SamplerParams | None = None, max_tokens: int = 256,
-               stop_strings: Iterable[str] = (), lookup: int = LOOKUP_DEFAULT, probs: int = 0) -> Generation:
-        """Go on with the last message, the assistant's (say, a reply the context or a token limit cut):
-        its text is the start of the reply, and what follows is added to it when the turn ends."""
+    def resume(self, request: Request | None = None, messages: list[dict] | None = None) -> Generation:
+        """Go on with the last message, the assistant's (say, a reply the context or a token limit cut), of
+        the conversation or of ``messages`` (as :meth:`respond` takes them): its text is the start of the
+        reply, and what follows is added to it when the turn ends."""
         self._close_turn()
-        if not self.messages or self.messages[-1]["role"] != "assistant":
+        messages = self.messages if messages is None else check_messages([dict(m) for m in messages])
+        if not messages or messages[-1]["role"] != "assistant":
             raise PyEngineError("there is no reply to continue: the last message is not the model's")
-        conversation = self.conversation()
-        return self._start(conversation[:-1], params, max_tokens, stop_strings, lookup, probs,
-                           conversation[-1]["content"])
+        return self._start(messages, request, messages[-1]["content"])
 
-    def _start(self, conversation: list[dict], *args) -> Generation:
-        """The reply to ``conversation`` (the system message first, if any). A KeyboardInterrupt (the
-        page's Stop) while the prompt is built ends the turn with an empty reply, as the page shows it:
-        the conversation keeps the user's message, and the cache starts again."""
+    def keep_shown(self, shown: str) -> None:
+        """The last reply was stopped after the caller had shown ``shown`` of it: its message keeps exactly
+        that (a Stop may land after a token's text was taken, before it was shown)."""
+        if self.messages and self.messages[-1]["role"] == "assistant":
+            self.messages[-1] = {**self.messages[-1], "content": self._tail + shown}
+
+    def set_thinking(self, thinking: bool | None) -> None:
+        """Turn a reasoning model's thinking on or off (the template's ``enable_thinking``, where it reads
+        one: :func:`thinking_switch`); None leaves it to the template's default."""
+        self.options = {k: v for k, v in self.options.items() if k != THINKING}
+        if thinking is not None and thinking_switch(self.engine.template):
+            self.options[THINKING] = bool(thinking)
+
+    def _start(self, messages: list[dict], request: Request | None, tail: str | None = None) -> Generation:
+        """The reply to ``messages`` (the system message goes first, if any), whose last one starts the reply
+        when ``tail`` is its text (:meth:`resume`); ``messages`` become the conversation once the reply starts.
+        A failure leaves the conversation as it was; so does a reply that fails later (:meth:`_ended`). A
+        KeyboardInterrupt (the page's Stop) while the prompt is built ends the turn with an empty reply, as
+        the page shows it: the conversation keeps the user's message, and the cache starts again."""
+        before = self.messages
         try:
-            return self._begin(conversation, *args)
+            turn = self._begin(self.conversation(messages[:-1] if tail is not None else messages),
+                               request or Request(), tail)
         except KeyboardInterrupt:
             self.turn, self.tokens = None, []
             self.cache.truncate(0)
-            self.messages = conversation[1 if self.system else 0:] + [{"role": "assistant", "content": ""}]
+            self.messages = (messages[:-1] if tail is not None else messages) + [{"role": "assistant", "content": ""}]
             raise
+        self.messages, self._before, self._tail, self._resumed = messages, before, tail or "", tail is not None
+        return turn
 
-    def _begin(self, conversation: list[dict], params, max_tokens: int, stop_strings, lookup: int,
-               probs: int = 0, tail: str | None = None) -> Generation:
+    def _begin(self, conversation: list[dict], request: Request, tail: str | None) -> Generation:
         """The reply's Generation: the conversation fitted to the context (:meth:`_fit`), the cache's
         common prefix kept. ``tail``: the start of the reply, for :meth:`resume` (None: a new reply)."""
         engine = self.engine
-        prompt, ids, dropped = self._fit(check_messages(conversation), max_tokens, tail)
+        prompt, ids, dropped = self._fit(check_messages(conversation), request.max_tokens, tail)
         keep = min(common_prefix(self.tokens, ids), len(ids) - 1)
         self.cache.truncate(keep)                       # a recurrent state may go back further
         self.tokens = self.tokens[:self.cache.n]
         self.prompt = prompt
-        sampler = params if isinstance(params, Sampler) else Sampler(params)
-        done = self._finished if tail is None else self._resumed
-        grammar = self._grammar()
+        grammar = request.grammar if request.grammar is not None else self._grammar()
         grammar = grammar.matcher(engine.tokenizer) if grammar is not None else None
         if grammar is not None and tail:
             grammar.feed(tail.encode("utf-8"))
-        self.turn = Generation(engine.model, engine.tokenizer, ids, sampler, max_tokens, stop_strings,
-                               self.cache, on_finish=done, lookup=lookup, probs=probs, grammar=grammar)
-        self.turn.stats.dropped_messages = dropped
+        request = replace(request, sampling=request.sampler(), grammar=grammar)
+        self.turn = Generation(engine, ids, request, self.cache, self._ended, dropped)
         return self.turn
 
     def _grammar(self) -> Grammar | None:
@@ -298,18 +313,26 @@ reply to one call); ``grammar`` (:mod:`pyengine.generation.grammar`) holds each 
             return max(0, len(self.engine.tokenizer.encode(content, add_special=False)) - 2)
         return self._counts[content]
 
-    def _finished(self, turn: Generation) -> None:
-        message = {"role": "assistant", "content": turn.text}
+    def _ended(self, turn: Generation) -> None:
+        """The reply ended: its text becomes the assistant's message (with its tool calls), or goes on with
+        the one resumed; a failed reply (``error``) is not part of the conversation, which goes back to what
+        it was before the turn."""
+        self.tokens = turn.tokens
+        if turn.stats.stop_reason == "error":
+            self.messages = self._before
+        elif self._resumed:
+            self.messages[-1] = {**self.messages[-1], "content": self.messages[-1]["content"] + turn.text}
+        else:
+            self.messages.append(self._reply_message(turn.text))
+
+    def _reply_message(self, text: str) -> dict:
+        """The assistant's message of a reply's text: with the tool calls it makes, read out of it."""
+        message = {"role": "assistant", "content": text}
         if self.tool_format is not None:
             made = sum(len(m.get("tool_calls", ())) for m in self.messages)
-            content, calls = tool_calls.parse_tool_calls(turn.text, self.tool_format, made)
+            content, calls = tool_calls.parse_tool_calls(text, self.tool_format, made)
             message = {**message, "content": content, "tool_calls": calls} if calls else message
-        self.messages.append(message)
-        self.tokens = turn.tokens
-
-    def _resumed(self, turn: Generation) -> None:
-        self.messages[-1] = {**self.messages[-1], "content": self.messages[-1]["content"] + turn.text}
-        self.tokens = turn.tokens
+        return message
 
     def _close_turn(self) -> None:
         if self.turn is not None:

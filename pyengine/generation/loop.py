@@ -33,9 +33,10 @@ from typing import Any
 import numpy as np
 
 from pyengine.errors import PyEngineError
-from pyengine.generation.grammar import Grammar, GrammarMatcher
-from pyengine.generation.lookup import LOOKUP_DEFAULT, NgramIndex
-from pyengine.generation.sampling import Sampler, SamplerParams, top_probs
+from pyengine.generation.grammar import Grammar
+from pyengine.generation.lookup import NgramIndex
+from pyengine.generation.request import Request
+from pyengine.generation.sampling import top_probs
 
 STOP_REASONS = ("eog", "stop_string", "max_tokens", "context", "stopped", "error")
 
@@ -118,33 +119,34 @@ class TurnStats:
 
 
 class Generation:
-    """One reply to ``prompt_ids``, produced a step at a time (see the module doc).
+    """One reply to ``prompt_ids``, produced a step at a time (see the module doc), by ``engine``'s model
+    and tokenizer (:class:`pyengine.generation.Engine`; its ``wait_seconds()`` gives the stats' waits), as
+    ``request`` asks (:class:`~pyengine.generation.request.Request`: the sampler, ``max_tokens``, stop
+    strings, ``lookup``, ``probs``, ``grammar``, ``should_stop``).
 
     ``cache``: a KV cache whose first ``cache.n`` positions already hold ``prompt_ids[:cache.n]``
-    (the caller's promise); only the rest is prefilled. At least the last prompt token is always
-    run, for its logits. ``lookup``: the most tokens drafted per step by prompt lookup (0 = off).
-    ``on_finish(gen)`` is called once when the reply ends, however it ends.
-
-    ``probs``: how many alternatives each token's record in ``token_probs`` lists (0 = no records).
-    ``grammar``: a Grammar, or a matcher already part-way through one (a resumed reply), the reply holds to.
+    (the caller's promise; None: a new one of the model's training context); only the rest is
+    prefilled. At least the last prompt token is always run, for its logits.
+    ``on_finish(gen)`` is called once when the reply ends, however it ends. ``dropped_messages``: the
+    messages of a chat left out of the prompt to fit the context (:mod:`pyengine.generation.chat`),
+    kept in ``stats``.
 
     Attributes: ``prompt_ids``, ``ids`` (generated), ``text`` (emitted so far), ``tokens`` (the
     ids whose keys and values the cache holds), ``stats``, ``done``, ``token_probs`` (a record per
     id of ``ids``: ``{id, token, text, p, top}``, see :meth:`_prob_record`).
     """
 
-    def __init__(self, model: Any, tokenizer: Any, prompt_ids: Sequence[int], sampler: Sampler,
-                 max_tokens: int, stop_strings: Iterable[str] = (), cache: Any = None,
-                 should_stop: Callable[[], bool] | None = None,
-                 on_finish: Callable[[Generation], None] | None = None, n_ctx: int | None = None,
-                 lookup: int = LOOKUP_DEFAULT, probs: int = 0,
-                 grammar: Grammar | GrammarMatcher | None = None):
+    def __init__(self, engine: Any, prompt_ids: Sequence[int], request: Request | None = None, cache: Any = None,
+                 on_finish: Callable[[Generation], None] | None = None, dropped_messages: int = 0):
         from pyengine.text.stream import StreamDecoder
-        self.model, self.tokenizer, self.sampler = model, tokenizer, sampler
+        request = request or Request()
+        lookup, tokenizer = request.lookup, engine.tokenizer
+        self.model, self.tokenizer, self.request = engine.model, tokenizer, request
         self.prompt_ids = [int(t) for t in prompt_ids]
         if isinstance(lookup, bool) or not isinstance(lookup, int) or lookup < 0:
             raise PyEngineError(f"lookup must be a number of tokens >= 0 (0 = off), got {lookup!r}")
-        self.cache = model.new_cache(n_ctx) if cache is None else cache
+        self.sampler = request.sampler()
+        self.cache = self.model.new_cache() if cache is None else cache
         if not self.prompt_ids:
             raise PyEngineError("the prompt is empty: there is nothing to continue")
         if len(self.prompt_ids) > self.cache.n_ctx:
@@ -152,21 +154,24 @@ class Generation:
                                 f"of {self.cache.n_ctx} tokens")
         if self.cache.n >= len(self.prompt_ids):
             self.cache.truncate(len(self.prompt_ids) - 1)
-        self.max_tokens, self.should_stop, self.on_finish = max_tokens, should_stop, on_finish
+        self.max_tokens, self.should_stop, self.on_finish = request.max_tokens, request.should_stop, on_finish
+        self._wait_seconds = engine.wait_seconds
         self.tokens = self.prompt_ids[:self.cache.n]
         self.ids: list[int] = []
         self.text = ""
         self.done = False
         self.stats = TurnStats(prompt_tokens=len(self.prompt_ids), cached_tokens=self.cache.n,
-                               prefill_tokens=len(self.prompt_ids) - self.cache.n, lookup=lookup)
+                               prefill_tokens=len(self.prompt_ids) - self.cache.n, lookup=lookup,
+                               dropped_messages=dropped_messages)
         self._history = list(self.prompt_ids)       # the repetition penalty's window: prompt + reply
         self._lookup = lookup
         self._ngrams = NgramIndex(self.prompt_ids) if lookup else None
         self._decoder = StreamDecoder(tokenizer)
-        self._stops = StopStrings(stop_strings)
+        self._stops = StopStrings(request.stop_strings)
         self._eog = tokenizer.eog_ids
-        self._probs = probs
+        self._probs = request.probs
         self.token_probs: list[dict] = []
+        grammar = request.grammar
         self.grammar = grammar.matcher(tokenizer) if isinstance(grammar, Grammar) else grammar
 
     # --- the iterator protocol, for `for piece in gen`
@@ -189,7 +194,7 @@ class Generation:
         reply is over."""
         if self.done:
             return None
-        t0, self._waited0 = time.perf_counter(), self._waited()
+        t0, self._waited0 = time.perf_counter(), self._wait_seconds()
         try:
             draft: list[int] = []
             prefill = len(self.tokens) < len(self.prompt_ids)
@@ -293,17 +298,13 @@ class Generation:
                 self._forward(again, "none")
 
     def _time(self, t0: float, prefill: bool) -> None:
-        dt, waited = time.perf_counter() - t0, self._waited() - self._waited0
+        dt, waited = time.perf_counter() - t0, self._wait_seconds() - self._waited0
         if prefill:
             self.stats.ttft_seconds = dt
             self.stats.prefill_wait_seconds = waited
         else:
             self.stats.decode_seconds += dt
             self.stats.decode_wait_seconds += waited
-
-    def _waited(self) -> float:
-        """Seconds the model has waited for other workers so far (0 for a whole model)."""
-        return getattr(self.model, "waited", 0.0)
 
     def _finish(self, reason: str, piece: str = "") -> str:
         """End the reply: release held-back text (unless stopped early or at a stop string)."""
@@ -323,16 +324,10 @@ class Generation:
         return piece
 
 
-def generate(model: Any, tokenizer: Any, prompt_ids: Sequence[int], params: SamplerParams | None = None,
-             max_tokens: int = 128, stop_strings: Iterable[str] = (), cache: Any = None,
-             should_stop: Callable[[], bool] | None = None, n_ctx: int | None = None,
-             lookup: int = LOOKUP_DEFAULT, probs: int = 0, grammar: Grammar | None = None) -> Generation:
-    """Continue ``prompt_ids``: a :class:`Generation` to iterate for text pieces (see its doc).
-    ``params`` default to llama.cpp's sampling defaults; ``n_ctx`` sizes a new cache (default: the
-    model's training context); ``lookup`` is the most tokens drafted per step (0 = off); ``probs``
-    the alternatives each token's record in ``token_probs`` lists (0 = none); ``grammar`` holds the
-    reply to a grammar (:class:`pyengine.generation.grammar.Grammar`). Raises
-    PyEngineError for an empty prompt, one longer than the context, or a bad ``lookup``."""
-    return Generation(model, tokenizer, prompt_ids, Sampler(params), max_tokens, stop_strings, cache,
-                      should_stop, n_ctx=n_ctx, lookup=lookup, probs=probs, grammar=grammar)
-
+def generate(engine: Any, prompt_ids: Sequence[int], request: Request | None = None,
+             n_ctx: int | None = None) -> Generation:
+    """Continue ``prompt_ids`` with ``engine``'s model (a :class:`pyengine.generation.Engine`): a
+    :class:`Generation` to iterate for text pieces (see its doc), as ``request`` asks (default: llama.cpp's
+    sampling defaults), in a new cache of ``n_ctx`` positions (default: the model's training context).
+    Raises PyEngineError for an empty prompt, one longer than the context, or a bad ``lookup``."""
+    return Generation(engine, prompt_ids, request, engine.model.new_cache(n_ctx))

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from pyengine.errors import PyEngineError
+from pyengine.model.transformer import LOGITS_MODES  # the LOGITS word is an index into it
 from pyengine.parallel.split import MAX_WORKERS
 
 WAIT_MS = 20            # one bounded wait; a Stop (KeyboardInterrupt) lands between two
@@ -56,7 +57,6 @@ TOKENS = LOADED + 3 * MAX_WORKERS
 CTL_WORDS = TOKENS + MAX_TOKENS
 FORWARD, PING, EXIT = 1, 2, 3
 DEAD = -2               # ctl[FAIL + i] of a helper whose serving ended for good (killed): mark_dead
-LOGITS_MODES = ("none", "last", "all")
 
 
 class AbortError(Exception):
@@ -205,8 +205,7 @@ class Channel:
             acc = out[r:r + rows]
             if hasattr(self.block, "sum"):
                 t0 = time.monotonic()
-                gen = self.block.sum(part, slots + self.index * size, slots, size, self.index, self.count, acc,
-                                     WAIT_MS)
+                gen = self.block.sum(part, acc, slots, size, self.index, self.count)
                 self.waited += time.monotonic() - t0
                 if gen < 0:
                     continue
@@ -243,8 +242,9 @@ class Channel:
 
     # --- commands: the main worker writes them, helpers serve them
     def send(self, cmd: int, tokens: np.ndarray | None = None, pos: int = 0, logits: str = "none",
-             cache: int = 0, n_ctx: int = 0, trace: int = 0) -> None:
-        """Post command ``cmd`` (the main worker), once every helper has finished the last one. Raises
+             cache: Any = None, trace: int = 0) -> None:
+        """Post command ``cmd`` (the main worker), once every helper has finished the last one: ``tokens``
+        at position ``pos`` of the KV cache ``cache`` (its ``id`` and ``n_ctx`` go; None: 0 and 0). Raises
         PyEngineError when a helper serves no more (EXIT still goes to the others)."""
         if cmd != EXIT and self.dead():
             raise self.failure(self.dead()[0] - 1)
@@ -253,8 +253,9 @@ class Channel:
         n = 0 if tokens is None else len(tokens)
         if n:
             b.write_ints(TOKENS, np.asarray(tokens, np.int32))
+        cache_id, n_ctx = (0, 0) if cache is None else (cache.id, cache.n_ctx)
         for word, v in ((CMD, cmd), (N_TOKENS, n), (POS, pos), (LOGITS, LOGITS_MODES.index(logits)),
-                        (CACHE, cache), (N_CTX, n_ctx), (TRACE, trace)):
+                        (CACHE, cache_id), (N_CTX, n_ctx), (TRACE, trace)):
             b.store(word, v)
         self.seq = b.load(SEQ) + 1
         self.meetings = 0

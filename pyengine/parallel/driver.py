@@ -35,9 +35,9 @@ class SplitModel:
     def workers(self) -> int:
         return self.chan.count
 
-    @property
-    def waited(self) -> float:
-        """Seconds this worker has waited at meetings for the others (all commands so far)."""
+    def wait_seconds(self) -> float:
+        """Seconds this worker has waited at meetings for the others (all commands so far): the clock of
+        :class:`pyengine.generation.Engine`'s ``wait_seconds``, which a reply's stats count."""
         return self.chan.waited
 
     def new_cache(self, n_ctx: int | None = None):
@@ -52,7 +52,7 @@ class SplitModel:
         for i in range(0, len(ids), MAX_TOKENS):
             chunk = ids[i:i + MAX_TOKENS]
             mode = logits if logits == "all" or i + MAX_TOKENS >= len(ids) else "none"
-            self.chan.send(FORWARD, chunk, pos=cache.n, logits=mode, cache=cache.id, n_ctx=cache.n_ctx)
+            self.chan.send(FORWARD, chunk, pos=cache.n, logits=mode, cache=cache)
             try:
                 outs.append(self.model.forward(chunk, cache, mode))
             except BaseException:
@@ -68,8 +68,7 @@ class SplitModel:
         if len(tokens) > MAX_TOKENS:
             raise PyEngineError(f"a traced step of a split model runs at most {MAX_TOKENS} tokens, "
                                 f"got {len(tokens)}: trace a step nearer the cache's end")
-        self.chan.send(FORWARD, tokens, pos=pos, logits="last", cache=cache.id, n_ctx=cache.n_ctx,
-                       trace=1 + recorder.heads)
+        self.chan.send(FORWARD, tokens, pos=pos, logits="last", cache=cache, trace=1 + recorder.heads)
         try:
             return run(self.model, cache, tokens, pos, recorder)
         except BaseException:
@@ -99,10 +98,12 @@ class LoadPlan:
         self.shards, self.forms, self.weights, self.nbytes, self.note = shards, forms, weights, nbytes, note
 
 
-def plan_load(gguf, config, weights: str, n_workers: int, budget=default_budget) -> LoadPlan:
+def plan_load(gguf, config, weights: str, n_workers: int, budget=default_budget,
+              names: dict[str, str] | None = None) -> LoadPlan:
     """Cut the model over ``n_workers`` workers (fewer when its matrices cannot be cut so many ways, with a
     note) and choose each matrix's form for the largest shard within ``budget(file bytes, workers)``.
-    Raises PyEngineError when no form fits a worker's heap, naming what it needs and what would fit."""
+    Raises PyEngineError when no form fits a worker's heap, naming what it needs and what would fit
+    (``names``: as :func:`pyengine.weights.budget.check_fits` takes them)."""
     note = ""
     aligns = alignments(config, gguf.tensors)
     for n in range(n_workers, 0, -1):
@@ -117,5 +118,5 @@ def plan_load(gguf, config, weights: str, n_workers: int, budget=default_budget)
     listed = budget_matrices(shard_matrices(config, gguf.tensors, largest), gguf.tensors)
     policy, forms = plan_forms(listed, weights, budget(file_bytes, n))
     nbytes = forms_nbytes(listed, forms)
-    check_fits(listed, forms, nbytes, n, file_bytes)
+    check_fits(listed, forms, nbytes, n, file_bytes, names)
     return LoadPlan(shards, forms, policy, nbytes, note if n < n_workers else "")

@@ -117,6 +117,9 @@ class Tokenizer:
     ``n_vocab``, ``tokens`` (list[str], index = id), ``bos_id``, ``eos_id``, ``eot_id``
     (int or None), ``eog_ids`` (frozenset: every id that ends generation), ``add_bos``,
     ``add_eos``, ``add_space_prefix``.
+
+    Built from GGUF metadata (``GGUFFile.metadata``: Python values and numpy arrays); raises
+    :class:`TokenizerError` naming the key for an unsupported or inconsistent vocab.
     """
 
     def __init__(self, meta: dict):
@@ -162,14 +165,6 @@ class Tokenizer:
             self._phi3_rstrip()
         self._build_special_index()
         self._pieces: dict[int, bytes] = {}
-
-    @classmethod
-    def from_metadata(cls, metadata: dict) -> Tokenizer:
-        """Build the tokenizer from GGUF metadata (``GGUFFile.metadata``: Python values and numpy arrays).
-
-        Raises :class:`TokenizerError` naming the key for an unsupported or inconsistent vocab.
-        """
-        return cls(metadata)
 
     # --- vocab facts, as llama.cpp's ``load`` derives them ---------------------------------------
 

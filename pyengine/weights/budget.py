@@ -38,6 +38,8 @@ RAM_SHARE = 0.6                      # in CPython, the weights within this share
 HEAP_LIMIT = 2**32
 HEAP_MAX = HEAP_LIMIT - 2**28
 ARRAY_MAX = 2**31 - 1                # numpy's largest array on wasm32, in bytes
+KV_MARGIN = 128 * 2**20              # heap kept free past a full KV cache: a forward pass's arrays (a prompt's chunk)
+MIN_CONTEXT = 256                    # the least context a chat gets, in tokens, however full the heap
 # "auto"'s cost model of a decode step in Pyodide (bench/bench_forms.py): ns a weight in each form (x SUB16 for
 # codes with a scale every 16 weights: twice the scaling work), and ns of each product's fixed work.
 NS_PER_WEIGHT = {Form.F32: 0.5, Form.QUANTIZED: 0.5, Form.COMPACT: 0.7, Form.BLOCKS: 0.15}
@@ -45,25 +47,18 @@ SUB16 = 1.3
 NS_PER_CALL = {Form.F32: 20_000, Form.QUANTIZED: 130_000, Form.COMPACT: 170_000, Form.BLOCKS: 30_000}
 
 
-class Weights(NamedTuple):
-    """One ``weights=`` policy: the form of every matrix (None: chosen by the budget), and how the page
-    names it (the Memory option, None where only "auto" picks it; the model card's line)."""
-    form: Form | None
-    option: str | None
-    card: str
-
-
-WEIGHT_FORMS = {
-    "blocks": Weights(Form.BLOCKS, None, "blocks: the file's own blocks, products in the C kernel"),
-    "numpy": Weights(None, "numpy, no C kernel", "numpy: auto's numpy forms, without the C kernel"),
-    "f32": Weights(Form.F32, "numpy float32, most memory", "f32: float32 in numpy, the most memory"),
-    "quantized": Weights(Form.QUANTIZED, None, "quantized: the file's codes, a code in each int64 lane"),
-    "compact": Weights(Form.COMPACT, "numpy, least memory, slowest", "compact: the file's codes packed tight, slower"),
-    "mixed": Weights(None, None, "mixed: the file's codes, expanded where the budget allows"),
+# weights= policies: the form of every matrix, or None where the budget chooses (the page names them:
+# pyengine.browser.settings.MEMORY)
+WEIGHT_FORMS: dict[str, Form | None] = {
+    "blocks": Form.BLOCKS,
+    "numpy": None,
+    "f32": Form.F32,
+    "quantized": Form.QUANTIZED,
+    "compact": Form.COMPACT,
+    "mixed": None,
 }
-AUTO_OPTION = "the C kernel where it runs (default)"   # the page's name for weights="auto"
 # what weights= may ask for: "auto", "numpy" (auto's choice among numpy's forms) and each form
-CHOICES = ("auto", "numpy") + tuple(k for k, w in WEIGHT_FORMS.items() if w.form)
+CHOICES = ("auto", "numpy") + tuple(k for k, form in WEIGHT_FORMS.items() if form)
 
 
 class Matrix(NamedTuple):
@@ -120,7 +115,7 @@ def plan_forms(matrices: list[Matrix], weights: str, budget: int) -> tuple[str, 
     if weights == "auto" and kernel.get() is not None and any(t in kernel.TYPES for m in matrices for t, _ in m.parts):
         weights = "blocks"
     if weights not in ("auto", "numpy"):
-        return weights, {m.key: WEIGHT_FORMS[weights].form for m in matrices}
+        return weights, {m.key: WEIGHT_FORMS[weights] for m in matrices}
     if sum(matrix_nbytes(m, Form.F32) for m in matrices) <= budget:
         return "f32", {m.key: Form.F32 for m in matrices}
     forms = {m.key: Form.COMPACT for m in matrices}
@@ -175,17 +170,19 @@ def available_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def check_fits(matrices: list[Matrix], forms: dict, nbytes: int, n_workers: int, file_bytes: int) -> None:
+def check_fits(matrices: list[Matrix], forms: dict, nbytes: int, n_workers: int, file_bytes: int,
+               names: dict[str, str] | None = None) -> None:
     """In the browser, refuse weights of ``nbytes`` per worker that no worker's heap can hold (``HEAP_MAX``
     with ``RUNTIME_BYTES``), or an array past ``ARRAY_MAX``: a PyEngineError saying what the model needs,
-    what the browser allows, and what would fit. Nothing in CPython (the system says)."""
+    what the browser allows, and what would fit (``names``: what to say after a ``weights=`` choice's
+    form, the page's name for it). Nothing in CPython (the system says)."""
     if sys.platform != "emscripten":
         return
     biggest = max(matrix_nbytes(m, forms[m.key]) for m in matrices)
     if nbytes + RUNTIME_BYTES <= HEAP_MAX and biggest <= ARRAY_MAX:
         return
     least, label = (Form.BLOCKS, "the file's own blocks") if kernel.get() is not None \
-        else (Form.COMPACT, f"the compact form (Memory: {WEIGHT_FORMS['compact'].option})")
+        else (Form.COMPACT, "the compact form" + (names or {}).get("compact", ""))
     smallest = forms_nbytes(matrices, dict.fromkeys(forms, least)) + RUNTIME_BYTES
     gib = 2**30
     hint = (f"the smallest form, {label}, would need {smallest / gib:.2f} GiB a worker"
@@ -195,6 +192,18 @@ def check_fits(matrices: list[Matrix], forms: dict, nbytes: int, n_workers: int,
                         f"{(nbytes + RUNTIME_BYTES) / gib:.2f} GiB in each of {n_workers} worker(s) in this "
                         f"form, largest array {biggest / gib:.2f} GiB; a browser worker holds at most "
                         f"{HEAP_MAX / gib:.2f} GiB (a wasm32 memory ends at 4 GiB): {hint}")
+
+
+def context_that_fits(heaps: list[int], position_nbytes: int, state_nbytes: int, n_ctx_train: int) -> int | None:
+    """A chat's context in tokens: the positions whose keys and values (``position_nbytes`` each) every worker
+    can add to its heap (``heaps``: each worker's bytes now; [] outside the browser), besides the recurrent
+    states a hybrid model keeps (``state_nbytes``), before the fullest passes ``HEAP_LIMIT`` less
+    ``KV_MARGIN``; at most ``n_ctx_train``, at least ``MIN_CONTEXT`` within it; None (the training context)
+    outside the browser."""
+    if not heaps:
+        return None
+    room = (HEAP_LIMIT - KV_MARGIN - max(heaps) - state_nbytes) // max(position_nbytes, 1)
+    return min(n_ctx_train, max(MIN_CONTEXT, room))
 
 
 def forms_nbytes(matrices: list[Matrix], forms: dict) -> int:

@@ -28,6 +28,8 @@ Row ``r`` of the matrix is lane ``j`` of phase ``p`` of int64 row ``m``:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from pyengine.gguf import quants
@@ -100,6 +102,7 @@ def quantize_x(x: np.ndarray, sub: int, vec_dot_type: str) -> tuple:
     return xq, dx, xsum, s
 
 
+@dataclass(eq=False)
 class Quantized:
     """A matrix ``W (n_out, n_in)`` of one ggml type, held as its own codes and sub-block scales.
 
@@ -108,11 +111,16 @@ class Quantized:
     M); ``shift (phases, lanes, M, B)`` or None (the types with a min: ``w = scale * code + shift``;
     the sub-blocks last, a dot product a row); ``sub`` weights per scale; ``ggml_type`` the type's name.
     """
-    def __init__(self, q: np.ndarray, scale: np.ndarray, shift: np.ndarray | None, n_out: int,
-                 layout: Layout, sub: int, ggml_type: str):
-        self.q, self.scale, self.shift = q, scale, shift
-        self.n_out, self.layout, self.sub, self.ggml_type = n_out, layout, sub, ggml_type
-        self.vec_dot_type = VEC_DOT_TYPE[ggml_type]
+    q: np.ndarray
+    scale: np.ndarray
+    shift: np.ndarray | None
+    n_out: int
+    layout: Layout
+    sub: int
+    ggml_type: str
+
+    def __post_init__(self):
+        self.vec_dot_type = VEC_DOT_TYPE[self.ggml_type]
 
     @property
     def form(self) -> Form:

@@ -15,6 +15,7 @@ from split_threads import start
 
 from pyengine import generation
 from pyengine.generation.engine import Engine, text_parts
+from pyengine.generation.request import Request
 from pyengine.generation.sampling import SamplerParams
 from pyengine.gguf import open_gguf
 
@@ -35,7 +36,7 @@ def _turn(path: Path, turns: list[str], max_tokens: int, system: str | None = No
           params: SamplerParams = GREEDY, weights: str = "f32", workers: int = 1):
     chat = generation.ChatSession(_engine(Path(path), weights, workers), system=system)
     chat.messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns[:-1])]
-    turn = chat.send(turns[-1], params, max_tokens)
+    turn = chat.send(turns[-1], Request(params, max_tokens))
     for _ in turn:
         pass
     return chat, turn

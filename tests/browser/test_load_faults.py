@@ -142,6 +142,7 @@ def test_auto_picks_forms_that_fit_a_worker(tmp_path, monkeypatch, products):
     """The 3B in the default form fits one worker (the smallest form needs 1.78 GiB, 1.97 in numpy's: the
     heap may pass 2 GiB). The 8B (3.93 GiB of tensors) fits in no form in one worker, and in 2: the file's
     own blocks, half each, or numpy's forms, which fill each one's heap (mixed forms) but stay within it."""
+    from pyengine.browser.settings import memory_names
     from pyengine.errors import PyEngineError
     from pyengine.model.config import ModelConfig
     from pyengine.parallel.driver import plan_load
@@ -155,7 +156,7 @@ def test_auto_picks_forms_that_fit_a_worker(tmp_path, monkeypatch, products):
     with open_gguf(sparse_model(tmp_path / "8b.gguf", n_embd=4096, n_ff=14336, n_layer=32, n_head=32)) as g:
         config = ModelConfig.from_metadata(g.metadata, g.tensors)
         with pytest.raises(PyEngineError, match=re.escape(f"even the smallest form, {form}, needs {gib} GiB")):
-            plan_load(g, config, "auto", 1)
+            plan_load(g, config, "auto", 1, names=memory_names())
         two = plan_load(g, config, "auto", 2)
     assert len(two.shards) == 2
     if products == "kernel":

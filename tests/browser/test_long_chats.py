@@ -11,6 +11,7 @@ from conftest import TINY
 
 from browser.pages import ask, load_model, messages, new_chat, set_settings
 from pyengine.generation import ChatSession, load
+from pyengine.generation.request import Request
 from pyengine.generation.sampling import SamplerParams
 
 pytestmark = pytest.mark.browser
@@ -51,7 +52,7 @@ def test_a_long_chat_keeps_the_system_prompt_and_the_newest_turns(tiny, engine):
     reply = ask(tiny, LAST)
     want = ChatSession(engine, system=SYSTEM, n_ctx=256)
     want.messages = long_talk(12)
-    turn = want.send(LAST, GREEDY, max_tokens=8)
+    turn = want.send(LAST, Request(GREEDY, 8))
     assert reply == "".join(turn) and turn.stats.dropped_messages > 0
     stats = json.loads(tiny.get_by_test_id("stats").get_attribute("data-stats"))
     assert stats["dropped_messages"] == turn.stats.dropped_messages
@@ -75,5 +76,5 @@ def test_continue_goes_on_with_a_reply_cut_by_its_limit(tiny, engine):
     whole = messages(tiny)[-1][1]
     want = ChatSession(engine, n_ctx=256)
     want.messages = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": first}]
-    assert whole == first + "".join(want.resume(GREEDY, max_tokens=4))
+    assert whole == first + "".join(want.resume(Request(GREEDY, 4)))
     assert len(messages(tiny)) == 2

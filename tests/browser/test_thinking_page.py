@@ -14,6 +14,7 @@ from test_thinking import QWEN3_LIKE
 
 from browser.pages import EXACT, ask, drop_files, load_model, messages, new_chat, set_settings, wait_loaded
 from pyengine.generation import ChatSession, load
+from pyengine.generation.request import Request
 from pyengine.generation.sampling import SamplerParams
 from pyengine.gguf import open_gguf
 from pyengine.text.chat_template import ChatTemplate
@@ -76,5 +77,5 @@ def test_the_thinking_toggle_reaches_the_template(app, tmp_path):
     engine = dataclasses.replace(engine, template=ChatTemplate.from_metadata(
         {**engine.gguf.metadata, "tokenizer.chat_template": QWEN3_LIKE}))
     off = ChatSession(engine, options={"enable_thinking": False})
-    assert reply == "".join(off.send("hi", SamplerParams(temperature=0), max_tokens=6))
+    assert reply == "".join(off.send("hi", Request(SamplerParams(temperature=0), 6)))
     assert messages(app) == [("user", "hi"), ("assistant", reply)]

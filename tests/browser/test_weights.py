@@ -1,4 +1,4 @@
-"""The page's Memory setting (the weight policy of pyengine.weights.budget.WEIGHT_FORMS): sent with ``load``,
+"""The page's Memory setting (a weight policy of pyengine.weights.budget.WEIGHT_FORMS): sent with ``load``,
 shown on the model card, and the replies of a compact model equal the CPython engine's in that form.
 
 The first tests drive pyengine.browser.worker in CPython (a fake pool of 2 workers, as tests/test_parallel.py);
@@ -18,12 +18,13 @@ from browser.reference import cpython_reply, reply_before_near_tie
 from browser.test_chat import QUESTION
 from browser.test_workers import greedy, worker_count
 from pyengine.browser import worker
+from pyengine.browser.settings import AUTO_OPTION, MEMORY
 from pyengine.gguf import open_gguf
 from pyengine.gguf.source import FileSource
-from pyengine.weights.budget import AUTO_OPTION, CHOICES, WEIGHT_FORMS
+from pyengine.weights.budget import CHOICES
 from pyengine.weights.forms import Form
 
-FORMS = {"auto": AUTO_OPTION, **{k: WEIGHT_FORMS[k].option for k in ("numpy", "f32", "compact")}}
+FORMS = {"auto": AUTO_OPTION, **{k: MEMORY[k][0] for k in ("numpy", "f32", "compact")}}
 
 
 # --- pyengine.browser.worker in CPython -------------------------------------------------------------------
@@ -86,7 +87,7 @@ def compact_smollm(app, smollm2_path):
 def test_compact_model_card_and_greedy_reply_equal_cpython_compact(compact_smollm, smollm2_path):
     page = compact_smollm
     card = page.get_by_test_id("model-info")
-    assert card.locator("dd[data-field=weights]").text_content() == WEIGHT_FORMS["compact"].card
+    assert card.locator("dd[data-field=weights]").text_content() == MEMORY["compact"][1]
     assert worker_count(page) == 2
     heap = json.loads(page.get_by_test_id("workers-note").get_attribute("data-heap"))
     with open_gguf(smollm2_path) as g:   # what float32 would hold in these two workers
@@ -120,11 +121,12 @@ def test_the_default_form_replies_as_pyodide_under_node(compact_smollm, smollm2_
     reply = greedy(page, QUESTION, 24)
     node = in_pyodide(f"""
 from pyengine.generation import ChatSession, load
+from pyengine.generation.request import Request
 from pyengine.generation.sampling import SamplerParams
 session = ChatSession(load(MODELS + "/{smollm2_path.name}"))
-turn = session.send({QUESTION!r}, SamplerParams(temperature=0.0), max_tokens=24)
+turn = session.send({QUESTION!r}, Request(SamplerParams(temperature=0.0), 24))
 for _ in turn:
     pass
 [turn.text, session.engine.model.weights]
 """)
-    assert node[1] == "blocks" and shown == WEIGHT_FORMS[node[1]].card and reply == node[0] and reply.strip()
+    assert node[1] == "blocks" and shown == MEMORY[node[1]][1] and reply == node[0] and reply.strip()

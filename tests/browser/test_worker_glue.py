@@ -238,6 +238,23 @@ def test_check_answers_with_the_rules_of_the_model_loaded(posted):
         {"name": "seed", "message": f"{SEED_MUST} (it is not a number)"}]}]
 
 
+def test_chat_checks_the_settings_as_typed_once_and_refuses_bad_ones(posted):
+    """One round trip: "chat" brings the fields as typed; bad ones are refused with the errors "check" would
+    give and nothing else is posted (the conversation unchanged); right ones start the reply."""
+    load_tiny(posted)
+    start = len(posted)
+    typed = {"temperature": "0", "top_k": "1000", "max_tokens": "4", "seed": "1.5"}
+    run({"type": "chat", "text": "hi", "system": "", "settings": typed, "bad_input": []})
+    assert posted[start:] == [{"type": "refused", "errors": [
+        {"name": "top_k", "message": "Top-k must be a whole number from 0 to 328 (it is 1000)"},
+        {"name": "seed", "message": f"{SEED_MUST} (it is 1.5)"}]}]
+    assert worker._session.chat.messages == []
+    run({"type": "chat", "text": "hi", "system": "", "settings": {**typed, "top_k": "40", "seed": ""}})
+    new = [m["type"] for m in posted[start + 1:]]
+    assert new[0] == "started" and new[-1] == "done" and set(new[1:-1]) == {"piece"}
+    assert [m["role"] for m in worker._session.chat.messages] == ["user", "assistant"]
+
+
 def test_chat_without_a_model_and_unknown_commands_are_errors(posted):
     run({"type": "chat", "text": "hi", "system": "", "settings": {}})
     run({"type": "frobnicate"})
@@ -452,23 +469,31 @@ def test_metadata_values_as_the_inspector_shows_them():
     assert page.show_value(1e-06, "FLOAT32") == "1e-06"
 
 
+def context(model, heaps: list[int]) -> int | None:
+    """budget.context_that_fits for ``model``'s cache, as the worker asks it."""
+    from pyengine.weights.budget import context_that_fits
+    cache = model.new_cache(1)
+    return context_that_fits(heaps, cache.position_nbytes, cache.state_nbytes_max, model.config.n_ctx_train)
+
+
 def test_the_chats_context_is_what_the_heap_leaves_under_2_gib():
     """A chat's KV cache grows with it: its context is capped where the worker's heap would pass 2 GiB
     (the runtime passes nothing past it), at most the model's training context, at least 256 tokens."""
     from pyengine.model import load_model
+    from pyengine.weights import budget
     with open_gguf(TINY["qwen2"].with_name("tiny-gemma4.gguf")) as g:
         m = load_model(g)
     per = m.new_cache(1).position_nbytes
     assert per == 2 * 2 * (16 + 16) * 4 + 2 * 2 * (32 + 32) * 4    # own KV: 2 sliding layers, 2 full; 2 share
     m.config.n_ctx_train = 4096
-    near = worker.HEAP_LIMIT - worker.KV_MARGIN - 1000 * per
-    assert worker.context_that_fits(m, []) is None                  # CPython: the training context
-    assert worker.context_that_fits(m, [near]) == 1000
-    assert worker.context_that_fits(m, [2**26, near]) == 1000       # the fullest worker decides
-    assert worker.context_that_fits(m, [2**26]) == 4096
-    assert worker.context_that_fits(m, [worker.HEAP_LIMIT]) == worker.MIN_CONTEXT == 256
+    near = budget.HEAP_LIMIT - budget.KV_MARGIN - 1000 * per
+    assert context(m, []) is None                                     # CPython: the training context
+    assert context(m, [near]) == 1000
+    assert context(m, [2**26, near]) == 1000                          # the fullest worker decides
+    assert context(m, [2**26]) == 4096
+    assert context(m, [budget.HEAP_LIMIT]) == budget.MIN_CONTEXT == 256
     m.config.n_ctx_train = 128
-    assert worker.context_that_fits(m, [worker.HEAP_LIMIT]) == 128     # never past the training context
+    assert context(m, [budget.HEAP_LIMIT]) == 128                     # never past the training context
 
 
 def test_a_hybrid_models_context_leaves_room_for_its_recurrent_states():
@@ -476,11 +501,12 @@ def test_a_hybrid_models_context_leaves_room_for_its_recurrent_states():
     length: the context is what is left after them."""
     from pyengine.model import load_model
     from pyengine.model.kv_cache import MAX_CHECKPOINTS
+    from pyengine.weights import budget
     with open_gguf(TINY["qwen2"].with_name("tiny-qwen35.gguf")) as g:
         m = load_model(g)
     cache = m.new_cache(1)
     one = 4 * 4 * ((4 - 1) * (2 * 2 * 8 + 4 * 8) + 4 * 8 * 8)          # 4 DeltaNet layers: conv window and S
     assert cache.state_nbytes_max == one * (MAX_CHECKPOINTS + 3)
     m.config.n_ctx_train = 10**6
-    near = worker.HEAP_LIMIT - worker.KV_MARGIN - cache.state_nbytes_max - 700 * cache.position_nbytes
-    assert worker.context_that_fits(m, [near]) == 700
+    near = budget.HEAP_LIMIT - budget.KV_MARGIN - cache.state_nbytes_max - 700 * cache.position_nbytes
+    assert context(m, [near]) == 700

@@ -45,7 +45,7 @@ def test_a_reply_holds_to_the_setting_and_the_grammar_is_kept(posted):  # noqa: 
         new = posted[start:]
         assert new[-1]["type"] == "done", new[-1]
         replies.append("".join(m["text"] for m in new if m["type"] == "piece"))
-        grammar = worker._session.chat.grammar
+        grammar = worker._session.chat.turn.grammar.grammar          # the reply's matcher's
         assert grammar is worker._session.structure(shape["kind"], shape["text"])
         assert new[-1]["stats"]["stop_reason"] == "eog", replies[-1]
     assert set(json.loads(replies[0])) == {"ok"} and json.loads(replies[1]) == json.loads(replies[0])
@@ -54,7 +54,7 @@ def test_a_reply_holds_to_the_setting_and_the_grammar_is_kept(posted):  # noqa: 
          "structure": {"kind": "grammar", "text": "root ::= ("}})
     assert posted[-1]["type"] == "error" and "grammar: line 1, column 11" in posted[-1]["message"]
     run({"type": "chat", "text": "hi", "system": "", "settings": {"temperature": 0, "max_tokens": 4}})
-    assert posted[-1]["type"] == "done" and worker._session.chat.grammar is None
+    assert posted[-1]["type"] == "done" and worker._session.chat.turn.grammar is None
 
 
 @pytest.mark.parametrize("kind", ["json", "schema", "grammar"])

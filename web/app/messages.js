@@ -155,7 +155,8 @@
  * @property {"chat"} type
  * @property {ChatMessage[]} messages the whole conversation the reply answers, its last one the user's
  * @property {string} system the system prompt (may be empty)
- * @property {Settings} settings
+ * @property {FieldTexts} settings the sampling fields as typed (checked once, in the worker)
+ * @property {string[]} bad_input the fields the browser found no number in
  * @property {number} probs the alternatives each token's record lists (0: no records)
  * @property {boolean} continue the last message is the model's reply, which goes on
  * @property {boolean} [thinking] the template's enable_thinking (absent: its default)
@@ -205,6 +206,8 @@
 /** @typedef {{type: "inspect", inspect: Inspector}} InspectMessage a file whose architecture is not run */
 /** @typedef {{type: "load-stopped", has_model: boolean}} LoadStoppedMessage */
 /** @typedef {{type: "checked", settings: Settings, errors: FieldError[]}} CheckedMessage */
+/** @typedef {{type: "started"}} StartedMessage a "chat"'s settings were right: its reply runs */
+/** @typedef {{type: "refused", errors: FieldError[]}} RefusedMessage a "chat"'s settings were not: no reply */
 /** @typedef {{type: "structure-checked", kind: string, ok: boolean, message: string}} StructureCheckedMessage */
 /** @typedef {{type: "tools-checked", ok: boolean, message: string}} ToolsCheckedMessage */
 /** @typedef {{type: "piece", text: string, tokens?: TokenRecord[]}} PieceMessage */
@@ -224,7 +227,8 @@
 
 /**
  * @typedef {BootMessage | BootedMessage | BootErrorMessage | StageMessage | ProgressMessage | UnloadedMessage
- *   | ModelMessage | InspectMessage | LoadStoppedMessage | CheckedMessage | StructureCheckedMessage
+ *   | ModelMessage | InspectMessage | LoadStoppedMessage | CheckedMessage | StartedMessage | RefusedMessage
+ *   | StructureCheckedMessage
  *   | ToolsCheckedMessage | PieceMessage | DoneMessage | TracedMessage | ClearedMessage | ErrorMessage} WorkerMessage
  */
 

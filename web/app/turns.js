@@ -40,42 +40,56 @@ const words = { continued: [], probsNote: "" };
 const plain = (messages) => messages.map(({ role, content, tool_calls, tool_call_id, name }) => ({
   role, content, ...(tool_calls ? { tool_calls } : {}), ...(tool_call_id ? { tool_call_id, name } : {}) }));
 
-// kind: "send", "regenerate", "edit" or "continue"; messages: the conversation before the reply (for
-// "continue", before the reply that goes on, which is sent last).
-function ask(kind, messages, settings, resumed = null) {
-  pending = { kind, messages };
-  setPhase("generating");
+// kind: "send", "regenerate", "edit", "continue" or "tool"; messages: the conversation before the reply (for
+// "continue", before the reply that goes on, which is sent last); fields: the settings as typed
+// (settings_form.js readFields); draw(): what the page shows of the turn once the worker takes them.
+function ask(kind, messages, fields, draw, resumed = null) {
+  pending = { kind, messages, draw };
   const probs = el.showProbs.checked ? PROBS_SHOWN : 0;
   const thinking = el.thinking.closest("label").hidden ? null : el.thinking.checked;
-  worker.chat(plain(resumed ? [...messages, resumed] : messages), el.systemPrompt.value, settings, probs,
+  worker.chat(plain(resumed ? [...messages, resumed] : messages), el.systemPrompt.value, fields, probs,
     resumed !== null, thinking, readStructure(), readTools());
 }
 
-// A new message of the user, once its settings are checked.
-export function sendText(text, settings) {
-  startTurn(text, chat.messages.length);
-  ask("send", [...chat.messages, { role: "user", content: text }], settings);
+// The worker took the settings ("started"): the turn is drawn and the reply runs.
+export function replyStarted() {
+  pending?.draw();
+  if (status.phase === "ready") setPhase("generating");
 }
 
-function regenerate(settings) {
+// The worker refused the settings, or the reply failed before it started: nothing was drawn.
+export function replyRefused() {
+  pending = null;
+}
+
+// A new message of the user.
+export function sendText(text, fields) {
+  const index = chat.messages.length;
+  ask("send", [...chat.messages, { role: "user", content: text }], fields, () => startTurn(text, index));
+}
+
+function regenerate(fields) {
   const messages = chat.messages.slice(0, lastUser() + 1);
-  drawMessages(messages, true);
-  startReply();
-  ask("regenerate", messages, settings);
+  ask("regenerate", messages, fields, () => {
+    drawMessages(messages, true);
+    startReply();
+  });
 }
 
-function resend(index, text, settings) {
+function resend(index, text, fields) {
   const messages = chat.messages.slice(0, index);
-  drawMessages(messages, true);
-  startTurn(text, index);
-  ask("edit", [...messages, { role: "user", content: text }], settings);
+  ask("edit", [...messages, { role: "user", content: text }], fields, () => {
+    drawMessages(messages, true);
+    startTurn(text, index);
+  });
 }
 
-function continueReply(settings) {
+// Go on with the last reply; false when the last message is not one.
+function continueReply(fields) {
   const last = chat.messages.at(-1);
-  if (last?.role !== "assistant") return;
-  resumeReply();
-  ask("continue", chat.messages.slice(0, -1), settings, last);
+  if (last?.role !== "assistant") return false;
+  ask("continue", chat.messages.slice(0, -1), fields, resumeReply, last);
+  return true;
 }
 
 function deleteTurn(index) {
@@ -159,10 +173,7 @@ function answerCall(button, action) {
   drawMessages(chat.messages, status.hasModel);
   hooks.changed();
   if (waitingCalls(chat.messages, i).size) return;
-  hooks.request((settings) => {
-    startReply();
-    ask("tool", chat.messages, settings);
-  });
+  hooks.request((fields) => ask("tool", chat.messages, fields, startReply));
 }
 
 // page: what Python sends once it is up (pyengine.browser.worker.page_data).
@@ -173,7 +184,7 @@ export function usePageWords(page) {
   if (el.showProbs.checked) el.probsNote.textContent = words.probsNote;
 }
 
-// request(action): run action(settings) once the settings are checked (composer.js); sendable(text):
+// request(ask): ask for a reply with the settings as typed (composer.js); sendable(text):
 // whether a message may be sent (composer.js says why not); changed(): the conversation changed (it is saved).
 export function wireTurns(request, sendable, changed) {
   hooks = { request, sendable, changed };

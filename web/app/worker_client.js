@@ -46,19 +46,22 @@ export const worker = {
   /** @type {(settings: import("./messages.js").FieldTexts, badInput: string[]) => void} */
   check: (settings, badInput) => post({ type: "check", settings, bad_input: badInput }),
   // messages: the whole conversation the reply answers, [{role, content}], its last one the user's;
-  // probs: the alternatives each token's record lists (0: no records); resume: the last message is the
-  // model's reply, which goes on; thinking: the template's enable_thinking (null: its default); structure:
-  // the Structured output setting, {kind, text};
+  // fields: the settings as typed, {settings, badInput} as for check (the worker answers "refused" or
+  // "started"); probs: the alternatives each token's record lists (0: no records); resume: the last
+  // message is the model's reply, which goes on; thinking: the template's enable_thinking (null: its
+  // default); structure: the Structured output setting, {kind, text};
   // tools: {text, required}: the tool definitions (text "": none).
   /**
-   * @param {ChatMessage[]} messages @param {string} system @param {import("./messages.js").Settings} settings
+   * @param {ChatMessage[]} messages @param {string} system
+   * @param {{settings: import("./messages.js").FieldTexts, badInput: string[]}} fields
    * @param {number} [probs] @param {boolean} [resume] @param {boolean | null} [thinking]
    * @param {import("./messages.js").Structure | null} [structure] @param {import("./messages.js").Tools | null} [tools]
    */
-  chat: (messages, system, settings, probs = 0, resume = false, thinking = null, structure = null, tools = null) =>
+  chat: (messages, system, fields, probs = 0, resume = false, thinking = null, structure = null, tools = null) =>
     post({
-      type: "chat", messages, system, settings, probs, continue: resume, ...(thinking === null ? {} : { thinking }),
-      ...(structure ? { structure } : {}), ...(tools?.text.trim() ? { tools } : {}),
+      type: "chat", messages, system, settings: fields.settings, bad_input: fields.badInput, probs, continue: resume,
+      ...(thinking === null ? {} : { thinking }), ...(structure ? { structure } : {}),
+      ...(tools?.text.trim() ? { tools } : {}),
     }),
   /** @type {(text: string) => void} */
   checkTools: (text) => post({ type: "check-tools", text }),
