@@ -36,8 +36,9 @@ from test_node_pyodide import in_pyodide, static_ready  # noqa: F401  (static_re
 from pyengine.generation import ChatSession, Generation, load
 from pyengine.generation.sampling import Sampler, SamplerParams
 from pyengine.gguf import open_gguf
+from pyengine.model import blocks as blocks_module
 from pyengine.model import load_model
-from pyengine.model import transformer as transformer_module
+from pyengine.model.blocks import FFN
 from pyengine.model.delta_net import delta_rule, delta_step
 from pyengine.model.kv_cache import HybridCache
 from pyengine.model.ops import imrope_text_pairs
@@ -176,7 +177,7 @@ def test_pyodide_gives_llama_cpps_logits_and_ids(static_ready):  # noqa: F811
 
 def test_the_output_gate_shows_in_llama_cpps_logits(model, monkeypatch):
     """Without the attention's output gate, the logits move more than 0.05 from llama.cpp's."""
-    monkeypatch.setattr(transformer_module, "sigmoid", np.ones_like)
+    monkeypatch.setattr(blocks_module, "sigmoid", np.ones_like)
     prompt = model.forward(PROMPT, model.new_cache(64), logits="all")
     assert np.abs(prompt - np.array(REF["f32"]["prompt_logits"])).max() > 0.05
 
@@ -247,13 +248,13 @@ def test_a_pass_stopped_midway_leaves_the_state_as_it_was(model, monkeypatch):
     model.forward(TURN1[:10], cache)
     calls = []
 
-    def ffn_then_stop(self, layer, x):
+    def ffn_then_stop(self, x):
         calls.append(1)
         if len(calls) == 3:
             raise KeyboardInterrupt
-        return real_ffn(self, layer, x)
-    real_ffn = transformer_module.Model.ffn
-    monkeypatch.setattr(transformer_module.Model, "ffn", ffn_then_stop)
+        return real_ffn(self, x)
+    real_ffn = FFN.__call__
+    monkeypatch.setattr(FFN, "__call__", ffn_then_stop)
     with pytest.raises(KeyboardInterrupt):
         model.forward(TURN1[10:], cache)
     monkeypatch.undo()

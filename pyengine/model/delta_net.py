@@ -37,7 +37,8 @@ CHUNK = 64              # tokens per chunk of the chunked delta rule (llama.cpp'
 
 @dataclass
 class DeltaNet:
-    """One Gated DeltaNet layer's own tensors (``blk.N.*``); its two matrices are weight forms."""
+    """One Gated DeltaNet layer (``blk.N.*``) over the H value heads this worker holds; its two matrices are
+    weight forms. Called on x (T, n_embd), already normed, it stages its new state in the cache."""
     w_in: Any               # (C + H*Dv + 2H, n_embd): attn_qkv, attn_gate, ssm_beta, ssm_alpha
     conv: np.ndarray        # (C, K) ssm_conv1d
     dt_bias: np.ndarray     # (H,) ssm_dt.bias
@@ -45,10 +46,23 @@ class DeltaNet:
     norm: np.ndarray        # (Dv,) ssm_norm
     w_out: Any              # (n_embd, H*Dv) ssm_out
     key_of: np.ndarray      # (H,) int: for each value head, which of the Hk key heads held it reads
+    il: int = 0             # the layer
+    d_state: int = 0        # Dk = Dv, the head size (ssm.state_size)
+    eps: float = 1e-6
+    split: bool = False     # the value heads are cut over workers: the output is summed over them
+    shared: Any = None      # blocks.Shared: the communicator and the products
+
+    TENSORS = ("w_in", "conv", "dt_bias", "a", "norm", "w_out", "key_of")
 
     @property
     def nbytes(self) -> int:
-        return sum(x.nbytes for x in vars(self).values())
+        return sum(getattr(self, f).nbytes for f in self.TENSORS)
+
+    def __call__(self, x: np.ndarray, cache, pos: int) -> np.ndarray:
+        """x (T, n_embd) -> (T, n_embd), from the layer's state in ``cache`` (a HybridCache), the new one staged."""
+        h, window, s = delta_net(self, x, *cache.state(self.il), self.shared.products)
+        cache.stage(self.il, window, s)
+        return self.shared.comm.all_reduce(h) if self.split else h
 
 
 def key_heads(v0: int, v1: int, n_group: int) -> list[int]:
@@ -188,13 +202,12 @@ def delta_rule(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np
 # ----------------------------------------------------------------------------
 # the layer
 
-def delta_net(layer: DeltaNet, x: np.ndarray, window: np.ndarray, s: np.ndarray, config, products=None) -> tuple:
+def delta_net(layer: DeltaNet, x: np.ndarray, window: np.ndarray, s: np.ndarray, products=None) -> tuple:
     """A Gated DeltaNet layer on x (T, n_embd), already normed, from the state (window (K-1, C), s
     (H, Dv, Dk)) -> (out (T, n_embd), new window, new s), over the H value heads and Hk key heads this
     worker holds (a split model sums ``out`` over the workers). The state passed in is not changed.
     ``products``: the C kernel for a decode step's recurrence, or None (numpy)."""
-    c, h = config, len(layer.key_of)
-    t, d = x.shape[0], c.ssm_d_state
+    h, t, d, eps = len(layer.key_of), x.shape[0], layer.d_state, layer.eps
     hk = (layer.conv.shape[0] - h * d) // (2 * d)
     nk, nv = hk * d, h * d
     proj = layer.w_in(x)                                                  # (T, C + nv + 2H)
@@ -202,12 +215,12 @@ def delta_net(layer: DeltaNet, x: np.ndarray, window: np.ndarray, s: np.ndarray,
     b, a = proj[:, 2 * nk + 2 * nv:2 * nk + 2 * nv + h], proj[:, 2 * nk + 2 * nv + h:]   # (T, H) each
     qkv, window = causal_conv(qkv, window, layer.conv)
     qkv = silu(qkv)                                                       # (T, C)
-    q = l2norm(qkv[:, :nk].reshape(t, hk, d), c.rms_eps)                  # (T, Hk, Dk)
-    k = l2norm(qkv[:, nk:2 * nk].reshape(t, hk, d), c.rms_eps)            # (T, Hk, Dk)
+    q = l2norm(qkv[:, :nk].reshape(t, hk, d), eps)                  # (T, Hk, Dk)
+    k = l2norm(qkv[:, nk:2 * nk].reshape(t, hk, d), eps)            # (T, Hk, Dk)
     v = qkv[:, 2 * nk:].reshape(t, h, d)                                  # (T, H, Dv)
     q = (q * np.float32(1.0 / np.sqrt(d)))[:, layer.key_of]               # (T, H, Dk): each value head's key head
     k = k[:, layer.key_of]                                                # (T, H, Dk)
     g = softplus(a + layer.dt_bias) * layer.a                             # (T, H)
     o, s = delta_rule(s, q, k, v, g, sigmoid(b), products)                # (T, H, Dv)
-    o = rmsnorm(o, layer.norm, c.rms_eps) * silu(z.reshape(t, h, d))      # (T, H, Dv)
+    o = rmsnorm(o, layer.norm, eps) * silu(z.reshape(t, h, d))      # (T, H, Dv)
     return layer.w_out(o.reshape(t, nv)), window, s
