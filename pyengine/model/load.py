@@ -17,7 +17,7 @@ import numpy as np
 
 from pyengine.errors import ModelError
 from pyengine.model.config import ModelConfig
-from pyengine.model.shard import Shard, whole
+from pyengine.model.shard import Shard, whole_model
 from pyengine.model.tensors import BLOCK, FFN_TENSORS, MIXERS, MODEL, PER_LAYER_EMBD, flags, kind, rows_of
 from pyengine.model.transformer import Model, ModelTensors
 from pyengine.weights.budget import HEAP_HEADROOM, Matrix, default_budget, forms_nbytes, plan_forms, reserve_heap
@@ -81,7 +81,7 @@ def load_model(gguf_file, progress=None, weights: str = "auto", ggml_rounding: b
     wrong shape; PyEngineError for an unknown ``weights``.
     """
     config = ModelConfig.from_metadata(gguf_file.metadata, gguf_file.tensors)
-    shard = shard or whole(config)
+    shard = shard or whole_model(config)
     if budget is None:
         budget = default_budget(held_nbytes(gguf_file.tensors), shard.count)
     return _Loader(gguf_file, config, shard, progress, ggml_rounding).load(weights, budget, forms, comm)

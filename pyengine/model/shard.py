@@ -35,7 +35,7 @@ class Shard:
         return cls(d["index"], d["count"], *(tuple(d[k]) for k in cls.RANGES))
 
 
-def whole(config) -> Shard:
+def whole_model(config) -> Shard:
     """The whole model in one worker."""
     c = config
     return Shard(0, 1, (0, c.n_head), (0, c.n_head_kv), (0, c.n_ff), (0, c.n_vocab), (0, c.n_embd), (0, c.ssm_dt_rank))
