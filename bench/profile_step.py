@@ -81,13 +81,14 @@ def load(path: str, weights: str, shard: str | None):
     if shard is None:
         return load_model(g, weights=weights)
     from pyengine.model.config import ModelConfig
+    from pyengine.model.shard import Placement
     from pyengine.model.transformer import Solo
     from pyengine.parallel.driver import plan_load
     from pyengine.weights.budget import browser_budget
     k, n = map(int, shard.split("/"))
     plan = plan_load(g, ModelConfig.from_metadata(g.metadata, g.tensors), weights, n, browser_budget)
     alone = type("Alone", (Solo,), {"count": n})()
-    return load_model(g, shard=plan.shards[k], forms=plan.forms, weights=plan.weights, comm=alone)
+    return load_model(g, weights=plan.weights, placement=Placement(plan.shards[k], plan.forms, alone))
 
 
 def profile(path: str, prompt_ids: list[int], n_decode: int, cprofile: bool = False, weights: str = "auto",

@@ -121,6 +121,7 @@ from pyengine.gguf.quants import dequantizer
 from pyengine.inspect import describe
 from pyengine.model.config import ModelConfig
 from pyengine.model.load import check_tensors, load_model, load_nbytes
+from pyengine.model.shard import Placement
 from pyengine.parallel.channel import Channel
 from pyengine.parallel.driver import SplitModel, channel_layout, plan_load
 from pyengine.parallel.server import plan_message
@@ -304,8 +305,8 @@ class WorkerSession:
         if self.pool is not None and n == 1:
             self.pool.resize(1)                                            # helpers left from an earlier load go
         if n == 1:
-            model = load_model(gguf, LoadProgress(self.post), shard=plan.shards[0], forms=plan.forms,
-                               weights=plan.weights)
+            model = load_model(gguf, LoadProgress(self.post), plan.weights,
+                               placement=Placement(plan.shards[0], plan.forms))
             return model, {"count": 1, "heap": self._heap(), "note": plan.note}
         lay = channel_layout(config, plan.shards)
         block = new_block(lay["n_floats"])
@@ -314,7 +315,7 @@ class WorkerSession:
                                  getattr(block, "sab", block), n - 1)
         chan = Channel(block, 0, lay, [s.vocab[1] - s.vocab[0] for s in plan.shards])
         progress = LoadProgress(self.post, chan, sum(load_nbytes(gguf, config, s) for s in plan.shards))
-        main = load_model(gguf, progress, shard=plan.shards[0], forms=plan.forms, weights=plan.weights, comm=chan)
+        main = load_model(gguf, progress, plan.weights, placement=Placement(plan.shards[0], plan.forms, chan))
         helpers = asyncio.ensure_future(helpers)
         while not helpers.done():                                         # the helpers still reading
             progress.post_whole()

@@ -17,7 +17,7 @@ import numpy as np
 
 from pyengine.errors import ModelError
 from pyengine.model.config import ModelConfig
-from pyengine.model.shard import Shard, whole_model
+from pyengine.model.shard import Placement, Shard, whole_model
 from pyengine.model.tensors import BLOCK, FFN_TENSORS, MIXERS, MODEL, PER_LAYER_EMBD, flags, kind, rows_of
 from pyengine.model.transformer import Model, ModelTensors
 from pyengine.weights.budget import HEAP_HEADROOM, Matrix, default_budget, forms_nbytes, plan_forms, reserve_heap
@@ -61,30 +61,30 @@ def _squeeze(shape) -> tuple:
     return shape
 
 
-
 def load_model(gguf_file, progress=None, weights: str = "auto", ggml_rounding: bool = False,
-               shard: Shard | None = None, budget: int | None = None, forms: dict | None = None,
-               comm=None) -> Model:
+               budget: int | None = None, placement: Placement | None = None) -> Model:
     """Build the model that ``gguf_file`` (a :class:`pyengine.gguf.GGUFFile`, or any object with
-    ``metadata``, ``tensors`` and ``tensor(name)``) holds, or only ``shard`` of it.
+    ``metadata``, ``tensors`` and ``tensor(name)``) holds, or only the shard ``placement`` names.
 
     ``weights``: one of ``weights.budget.CHOICES``; "auto" keeps float32 within
     ``budget`` bytes of weights (this worker's; default ``weights.budget.default_budget``), else the
     file's own codes (``plan_forms``);
-    ``forms``: the form of each matrix, as ``plan_forms`` gave it (a helper worker takes the main
-    worker's). ``progress(done_tensors, total_tensors, done_bytes, total_bytes)`` is called as
+    ``placement``: the shard, the forms of its matrices as ``plan_forms`` gave them (a helper worker takes
+    the main worker's) and the communicator of a split model (``pyengine.parallel``); None: the whole model.
+    ``progress(done_tensors, total_tensors, done_bytes, total_bytes)`` is called as
     tensors are read (bytes as stored in the file). ``ggml_rounding`` rounds each float32 matmul's
     activations as ggml's CPU backend does for the weight's type (``matmul.round_activations``):
     logits then equal llama.cpp's to float rounding on small models; off by default.
-    ``comm`` sums a split model's partial results (``pyengine.parallel``).
     Raises ModelError for an unsupported architecture, a missing key or tensor, or a tensor of the
     wrong shape; PyEngineError for an unknown ``weights``.
     """
     config = ModelConfig.from_metadata(gguf_file.metadata, gguf_file.tensors)
-    shard = shard or whole_model(config)
+    placement = placement or Placement()
+    shard = placement.shard or whole_model(config)
     if budget is None:
         budget = default_budget(held_nbytes(gguf_file.tensors), shard.count)
-    return _Loader(gguf_file, config, shard, progress, ggml_rounding).load(weights, budget, forms, comm)
+    loader = _Loader(gguf_file, config, shard, progress, ggml_rounding)
+    return loader.load(weights, budget, Placement(shard, placement.forms, placement.comm))
 
 
 UNSUPPORTED_TENSORS = ("rope_factors_long.weight", "rope_factors_short.weight")
@@ -238,8 +238,9 @@ class _Loader:
         return {field: getattr(self, group[0].read)(group, (field,) if il is None else (il, field), forms)
                 for field, group in by_field(ts)}
 
-    def load(self, weights: str, budget: int, forms: dict | None, comm) -> Model:
+    def load(self, weights: str, budget: int, placement: Placement) -> Model:
         listed = budget_matrices(self.matrices, self.gf.tensors)
+        forms = placement.forms
         policy, forms = (weights, forms) if forms is not None else plan_forms(listed, weights, budget)
         reserve_heap(forms_nbytes(listed, forms) + HEAP_HEADROOM)
         if self.progress is not None:
@@ -247,4 +248,4 @@ class _Loader:
         read = {(il, part): self.fields(il, ts, forms) for il, part, ts in self.parts}
         layers = [{part: read[il, part] for part in ("mixer", "ffn", "block")} for il in range(self.config.n_layer)]
         tensors = ModelTensors(read[None, "model"], read[None, "per_layer"], layers)
-        return Model(self.config, tensors, self.shard, comm, policy, forms)
+        return Model(self.config, tensors, Placement(self.shard, forms, placement.comm), policy)

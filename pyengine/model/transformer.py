@@ -51,7 +51,7 @@ from pyengine.model.config import ModelConfig
 from pyengine.model.delta_net import key_heads
 from pyengine.model.kv_cache import HybridCache, KVCache
 from pyengine.model.ops import Rope, imrope_text_pairs, rmsnorm, softcap
-from pyengine.model.shard import whole_model
+from pyengine.model.shard import Placement, whole_model
 from pyengine.weights import kernel
 
 # tokens per forward step of a long prompt (llama.cpp's n_ubatch, 512 there: 128 keeps a step's arrays, and so a
@@ -99,17 +99,17 @@ class Model:
     logits (``gather``: None on a helper). A whole model has ``Solo()``.
     """
 
-    def __init__(self, config: ModelConfig, tensors: ModelTensors, shard: Any = None, comm: Any = None,
-                 weights: str = "f32", forms: dict | None = None):
-        c, m = config, tensors.model
+    def __init__(self, config: ModelConfig, tensors: ModelTensors, placement: Placement | None = None,
+                 weights: str = "f32"):
+        c, m, placement = config, tensors.model, placement or Placement()
         self.config = config
         self.weights = weights          # the weight policy, a key of weights.budget.WEIGHT_FORMS
-        self.forms = forms or {}        # the form of each matrix, by shard_matrices' key
+        self.forms = placement.forms or {}   # the form of each matrix, by shard_matrices' key
         self.token_embd = m["token_embd"]   # (vocab rows of this shard, n_embd)
         self.output_norm = m["output_norm"]  # (n_embd,)
         self.output = self.token_embd if m["output"] is None else m["output"]   # (vocab rows, n_embd); tied: the same
-        self.shard = shard or whole_model(config)
-        self.comm = comm or Solo()
+        self.shard = placement.shard or whole_model(config)
+        self.comm = placement.comm or Solo()
         self.per_layer = PerLayerEmbd(**tensors.per_layer) if tensors.per_layer else None   # gemma4's
         self.reads_file = self.per_layer is not None   # the model reads rows from the file as it runs
         self.embd_scales = [np.float32(s) for s, on in ((math.sqrt(c.n_embd), c.spec.embd_scale),
