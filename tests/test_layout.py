@@ -92,3 +92,39 @@ def test_modules_and_functions_are_short(name):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
             and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
     assert long == []
+
+
+# pyengine/model/: the forward pass and its loader read without scrolling, a dataclass where more is passed
+MODEL_MAX_FUNCTION_LINES = 40
+MODEL_MAX_PARAMETERS = 6              # besides self and cls
+MODEL_MODULES = sorted(m for m in MODULES if m == "pyengine.model" or m.startswith("pyengine.model."))
+
+
+def model_functions(name: str) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    return [node for node in ast.walk(ast.parse(MODULES[name].read_text()))
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)]
+
+
+def parameter_count(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Its parameters besides self and cls, ``*args`` and ``**kwargs`` one each."""
+    a = node.args
+    names = [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs] + [p.arg for p in (a.vararg, a.kwarg) if p]
+    return len([n for n in names if n not in ("self", "cls")])
+
+
+@pytest.mark.parametrize("name", MODEL_MODULES)
+def test_the_model_stages_functions_are_at_most_40_lines(name):
+    long = [(f.name, f.end_lineno - f.lineno + 1) for f in model_functions(name)
+            if f.end_lineno - f.lineno + 1 > MODEL_MAX_FUNCTION_LINES]
+    assert long == []
+
+
+@pytest.mark.parametrize("name", MODEL_MODULES)
+def test_the_model_stages_functions_take_at_most_6_parameters(name):
+    many = [(f.name, parameter_count(f)) for f in model_functions(name) if parameter_count(f) > MODEL_MAX_PARAMETERS]
+    assert many == []
+
+
+def test_the_parameter_count_skips_self_and_counts_the_rest():
+    f = ast.parse("def f(self, a, b=1, /, c=2, *args, d, e=3, **kw): pass").body[0]
+    assert parameter_count(f) == 7 and MODEL_MODULES[0] == "pyengine.model" and len(MODEL_MODULES) > 8

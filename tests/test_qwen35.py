@@ -200,10 +200,10 @@ def test_the_chunked_delta_rule_is_the_token_by_token_one():
     g = -rng.uniform(0.0, 0.3, (t, h)).astype(np.float32)
     beta = rng.uniform(0.0, 1.0, (t, h)).astype(np.float32)
     s0 = rng.standard_normal((h, d, d)).astype(np.float32)
-    o, s = delta_rule(s0, q, k, v, g, beta)
+    o, s = delta_rule(s0, q, k, v, (g, beta))
     want, ws = np.empty_like(o), s0
     for i in range(t):
-        want[i], ws = delta_step(ws, q[i], k[i], v[i], g[i], beta[i])
+        want[i], ws = delta_step(ws, q[i], k[i], v[i], (g[i], beta[i]))
     np.testing.assert_allclose(o, want, rtol=0, atol=1e-4)
     np.testing.assert_allclose(s, ws, rtol=0, atol=1e-4)
 

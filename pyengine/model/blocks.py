@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from pyengine.model.delta_net import DeltaNet, key_heads, sigmoid
-from pyengine.model.ops import Rope, attention, geglu, gelu, rmsnorm, rmsnorm_split, ssm_conv, swiglu
+from pyengine.model.ops import Rope, Scoring, attention, geglu, gelu, rmsnorm, rmsnorm_split, ssm_conv, swiglu
 from pyengine.model.tensors import ATTENTION, BLOCK, FFN_TENSORS, SHORTCONV
 from pyengine.weights.forms import add_bias
 
@@ -59,7 +59,7 @@ class Attention:
     v_norm: bool = False            # v RMS-normed per head, without a weight (gemma4)
     full_norm: tuple | None = None  # olmo2: (q, k whole widths, this worker counts its KV heads' squares)
     eps: float = 1e-6
-    softcap: float = 0.0            # scores soft-capped (gemma2)
+    scoring: Scoring = Scoring()    # the scores' soft-cap (gemma2) and the products over the cache
     shared: Shared | None = None
 
     @property
@@ -111,7 +111,7 @@ class Attention:
     def attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: int, window: int) -> np.ndarray:
         """:func:`pyengine.model.ops.attention` with this model's soft-cap and products: q (Hkv, G, T, Dk)
         scaled, k (Hkv, pos+T, Dk), v (Hkv, pos+T, Dv) -> (Hkv, G, T, Dv)."""
-        return attention(q, k, v, pos, window, self.softcap, self.shared.products)
+        return attention(q, k, v, pos, window, self.scoring)
 
     def norm_heads(self, q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """olmo2's q and k norms, each over all heads at once: q (T, H, Dk), k (T, Hkv, Dk) of this shard,
@@ -231,7 +231,8 @@ def build_attention(c, il: int, fields: dict, shard, shared: Shared, ropes: tupl
     return Attention(**fields, il=il, src=c.kv_layers[il], n_head=h1 - h0, n_head_kv=g1 - g0,
                      d_k=c.head_dims(il)[0], d_v=c.head_dims(il)[1], rope=ropes[swa] if c.rope_layers[il] else None,
                      window=c.sliding_window if swa else 0, scale=c.attn_scale, q_gate=c.spec.q_gate,
-                     v_norm=c.spec.v_norm, full_norm=full, eps=c.rms_eps, softcap=c.attn_logit_softcap, shared=shared)
+                     v_norm=c.spec.v_norm, full_norm=full, eps=c.rms_eps,
+                     scoring=Scoring(c.attn_logit_softcap, shared.products), shared=shared)
 
 
 def build_delta_net(c, il: int, fields: dict, shard, shared: Shared) -> DeltaNet:

@@ -134,13 +134,15 @@ def causal_conv(x: np.ndarray, window: np.ndarray, w: np.ndarray) -> tuple[np.nd
 # ----------------------------------------------------------------------------
 # the delta rule
 
-def delta_step(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray,
-               beta: np.ndarray, products=None) -> tuple[np.ndarray, np.ndarray]:
+def delta_step(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, gate: tuple,
+               products=None) -> tuple[np.ndarray, np.ndarray]:
     """One token of the gated delta rule (ggml ``gated_delta_net``, one step), every head at once.
 
-    s (H, Dv, Dk); q, k (H, Dk) (q already scaled); v (H, Dv); g, beta (H,) -> (o (H, Dv), new s).
+    s (H, Dv, Dk); q, k (H, Dk) (q already scaled); v (H, Dv); gate (g, beta), each (H,): the log decay and
+    the write strength -> (o (H, Dv), new s).
     ``products``: the C kernel, which reads the state once (:meth:`pyengine.weights.kernel.Kernel.delta_step`).
     """
+    g, beta = gate
     if products is not None:
         return products.delta_step(*(np.ascontiguousarray(a, np.float32) for a in (s, q, k, v, np.exp(g), beta)))
     s = s * np.exp(g)[:, None, None]                                      # (H, Dv, Dk)
@@ -150,15 +152,16 @@ def delta_step(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np
     return np.einsum("hjd,hd->hj", s, q), s
 
 
-def delta_chunk(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray,
-                beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def delta_chunk(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                gate: tuple) -> tuple[np.ndarray, np.ndarray]:
     """The gated delta rule over one chunk of L tokens at once (llama.cpp ``build_delta_net_chunking``).
 
-    s (H, Dv, Dk); q, k (H, L, Dk) (q scaled); v (H, L, Dv); g, beta (H, L) -> (o (H, L, Dv), new s).
+    s (H, Dv, Dk); q, k (H, L, Dk) (q scaled); v (H, L, Dv); gate (g, beta) each (H, L) -> (o (H, L, Dv),
+    new s).
     With ``G`` the cumulative log decay and ``D[i, j] = exp(G_i - G_j)`` (j <= i), the L updates
     make one lower-triangular system: ``(I + tril(beta_i k_i·k_j D, -1)) U = [beta v | beta k exp(G)]``.
     """
-    s, q, k, v, g, beta = (a.astype(np.float64) for a in (s, q, k, v, g, beta))   # the solve is touchy in float32
+    s, q, k, v, g, beta = (a.astype(np.float64) for a in (s, q, k, v, *gate))   # the solve is touchy in float32
     cg = np.cumsum(g, axis=1)                                             # (H, L)
     diff = cg[:, :, None] - cg[:, None, :]                                # (H, L, L): G_i - G_j
     lower = np.tril(np.ones(diff.shape[1:], bool))                        # (L, L) j <= i
@@ -179,23 +182,23 @@ def delta_chunk(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: n
     return o.astype(np.float32), s.astype(np.float32)
 
 
-def delta_rule(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray,
-               beta: np.ndarray, products=None) -> tuple[np.ndarray, np.ndarray]:
-    """The gated delta rule over T tokens: q, k (T, H, Dk) (q scaled), v (T, H, Dv), g, beta (T, H),
+def delta_rule(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, gate: tuple,
+               products=None) -> tuple[np.ndarray, np.ndarray]:
+    """The gated delta rule over T tokens: q, k (T, H, Dk) (q scaled), v (T, H, Dv), gate (g, beta) each (T, H),
     s (H, Dv, Dk) -> (o (T, H, Dv), new s). Up to ``ONE_BY_ONE`` tokens one at a time (in the C kernel
     when ``products`` is given), else by chunks."""
-    t = q.shape[0]
+    t, (g, beta) = q.shape[0], gate
     if t <= ONE_BY_ONE:
         out = np.empty(v.shape, np.float32)                               # (T, H, Dv)
         for i in range(t):
-            out[i], s = delta_step(s, q[i], k[i], v[i], g[i], beta[i], products)
+            out[i], s = delta_step(s, q[i], k[i], v[i], (g[i], beta[i]), products)
         return out, s
     q, k, v = q.transpose(1, 0, 2), k.transpose(1, 0, 2), v.transpose(1, 0, 2)   # (H, T, D)
     g, beta = g.T, beta.T                                                 # (H, T)
     out = np.empty(v.shape, np.float32)                                   # (H, T, Dv)
     for c0 in range(0, t, CHUNK):
         c = slice(c0, min(t, c0 + CHUNK))
-        out[:, c], s = delta_chunk(s, q[:, c], k[:, c], v[:, c], g[:, c], beta[:, c])
+        out[:, c], s = delta_chunk(s, q[:, c], k[:, c], v[:, c], (g[:, c], beta[:, c]))
     return out.transpose(1, 0, 2), s
 
 
@@ -221,6 +224,6 @@ def delta_net(layer: DeltaNet, x: np.ndarray, window: np.ndarray, s: np.ndarray,
     q = (q * np.float32(1.0 / np.sqrt(d)))[:, layer.key_of]               # (T, H, Dk): each value head's key head
     k = k[:, layer.key_of]                                                # (T, H, Dk)
     g = softplus(a + layer.dt_bias) * layer.a                             # (T, H)
-    o, s = delta_rule(s, q, k, v, g, sigmoid(b), products)                # (T, H, Dv)
+    o, s = delta_rule(s, q, k, v, (g, sigmoid(b)), products)                # (T, H, Dv)
     o = rmsnorm(o, layer.norm, eps) * silu(z.reshape(t, h, d))      # (T, H, Dv)
     return layer.w_out(o.reshape(t, nv)), window, s

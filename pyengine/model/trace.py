@@ -34,7 +34,7 @@ import numpy as np
 
 from pyengine.model.blocks import Attention, ShortConv
 from pyengine.model.delta_net import DeltaNet
-from pyengine.model.ops import attention_weights
+from pyengine.model.ops import Scoring, attention_weights
 
 LENS_TOP = 5            # tokens the logit lens keeps per layer
 MATRICES = {"wqkv": "attn_qkv", "wo": "attn_output", "w_gate_up": "ffn_gate_up", "w_down": "ffn_down",
@@ -176,7 +176,7 @@ class Recorder:
                 p = pos + q.shape[2] - 1                                  # the last query's position
                 first = max(0, p - window + 1) if window else 0
                 w = attention_weights(q[:, :, -1:], k[:, first:p + 1], p, first, window,
-                                      mixer.softcap)                      # (Hkv, G, 1, S)
+                                      Scoring(mixer.scoring.cap))         # (Hkv, G, 1, S)
                 self._attn = (w.reshape(-1, w.shape[-1]), first)          # (this shard's heads, S)
             return out
         return attend

@@ -141,7 +141,7 @@ class Model:
         if any(c.recurrent):                                             # this shard's value heads' state
             (j0, j1), d = self.shard.ssm, c.ssm_d_state
             window = (c.ssm_d_conv - 1, 2 * len(key_heads(j0, j1, c.ssm_n_group)) * d + (j1 - j0) * d)
-            return HybridCache(c.recurrent, g1 - g0, c.head_dim_k, c.head_dim_v, n_ctx, window, (j1 - j0, d, d))
+            return HybridCache(c.recurrent, g1 - g0, c.head_dim_k, c.head_dim_v, n_ctx, (window, (j1 - j0, d, d)))
         conv = tuple(b.mixer.conv.shape[0] if isinstance(b.mixer, ShortConv) else 0 for b in self.layers)
         heads = tuple(g1 - g0 if c.kv_layers[il] == il else 0 for il in range(c.n_layer))
         dims = [c.head_dims(il) for il in range(c.n_layer)]
