@@ -39,7 +39,14 @@ def tensor_nbytes(obj, table: list) -> int:
 
 @dataclass
 class Attention:
-    """Self-attention over this shard's q heads ``n_head`` and KV heads ``n_head_kv``."""
+    """Self-attention over this shard's q heads ``n_head`` and KV heads ``n_head_kv`` (llama.cpp ``build_attn``)::
+
+        q, k, v = split(wqkv · x + bqkv)        (qwen35: each head's query, then its output gate)
+        q, k = q_norm(q), k_norm(k)             (per head: qwen3, gemma; over all heads: olmo2); v normed: gemma4
+        q, k = rope(q), rope(k)                 (NORM or NEOX pairs; sections: qwen35; not every layer)
+        h = wo · softmax(scale q·kᵀ) v + bo     (causal, windowed on sliding layers; * sigmoid(gate): qwen35)
+
+    k and v go to the cache of this layer; a layer sharing an earlier one's (gemma4) reads them from there."""
     wqkv: Any                       # (H*Dq + Hkv*Dk + Hkv*Dv, n_embd) attn_q, attn_k, attn_v (or attn_qkv)
     wo: Any                         # (n_embd, H*Dv) attn_output: this shard's columns
     bqkv: np.ndarray | None = None  # (H*Dq + Hkv*Dk + Hkv*Dv,) their biases (qwen2)
@@ -223,19 +230,18 @@ class Block:
 # building the blocks from their tables' fields, the architecture resolved once
 
 def build_attention(c, il: int, fields: dict, shard, shared: Shared, ropes: tuple[Rope, Rope]) -> Attention:
-    """Layer ``il``'s attention over ``shard``'s heads: its sizes, rope, window and norms from config ``c``."""
-    (h0, h1), (g0, g1), swa = shard.heads, shard.kv_heads, c.swa_layers[il]
+    """Layer ``il``'s attention over ``shard``'s heads, as config ``c``'s plan of the layer says."""
+    (h0, h1), (g0, g1), plan = shard.heads, shard.kv_heads, c.layers[il]
     full = None
     if c.spec.qk_norm_full:                      # the first worker of its KV heads counts them
         full = (c.n_head * c.head_dim_k, c.n_head_kv * c.head_dim_k, h0 == g0 * (c.n_head // c.n_head_kv))
-    return Attention(**fields, il=il, src=c.kv_layers[il], n_head=h1 - h0, n_head_kv=g1 - g0,
-                     d_k=c.head_dims(il)[0], d_v=c.head_dims(il)[1], rope=ropes[swa] if c.rope_layers[il] else None,
-                     window=c.sliding_window if swa else 0, scale=c.attn_scale, q_gate=c.spec.q_gate,
-                     v_norm=c.spec.v_norm, full_norm=full, eps=c.rms_eps,
+    return Attention(**fields, il=il, src=plan.kv_source, n_head=h1 - h0, n_head_kv=g1 - g0, d_k=plan.d_k,
+                     d_v=plan.d_v, rope=ropes[plan.swa] if plan.rope else None, window=plan.window,
+                     scale=c.attn_scale, q_gate=c.spec.q_gate, v_norm=c.spec.v_norm, full_norm=full, eps=c.rms_eps,
                      scoring=Scoring(c.attn_logit_softcap, shared.products), shared=shared)
 
 
-def build_delta_net(c, il: int, fields: dict, shard, shared: Shared) -> DeltaNet:
+def build_delta_net(c, il: int, fields: dict, shard, shared: Shared, ropes=None) -> DeltaNet:
     """Layer ``il``'s Gated DeltaNet over ``shard``'s value heads (each reading its key head, of those held)."""
     j0, j1 = shard.ssm
     held = key_heads(j0, j1, c.ssm_n_group)
@@ -244,16 +250,17 @@ def build_delta_net(c, il: int, fields: dict, shard, shared: Shared) -> DeltaNet
                     split=j1 - j0 < c.ssm_dt_rank, shared=shared)
 
 
+def build_short_conv(c, il: int, fields: dict, shard, shared: Shared, ropes=None) -> ShortConv:
+    """Layer ``il``'s short convolution over ``shard``'s channels (its tensors cut already)."""
+    return ShortConv(**fields, il=il, shared=shared)
+
+
+MIXERS = {"attention": build_attention, "shortconv": build_short_conv, "delta": build_delta_net}   # LayerPlan.kind
+
+
 def build_block(c, il: int, parts: dict[str, dict], shard, shared: Shared, ropes: tuple[Rope, Rope]) -> Block:
-    """Block ``il`` of config ``c`` from its tables' fields ``parts`` ({"block", "mixer", "ffn"} -> fields),
-    for ``shard``."""
-    mixer = parts["mixer"]
-    if c.recurrent[il]:
-        mixer = build_delta_net(c, il, mixer, shard, shared)
-    elif c.conv_layers[il]:
-        mixer = ShortConv(**mixer, il=il, shared=shared)
-    else:
-        mixer = build_attention(c, il, mixer, shard, shared, ropes)
+    """Block ``il`` of config ``c`` from its tables' fields ``parts`` ({"mixer", "ffn", "block"} -> fields),
+    for ``shard``; ``ropes``: the rope of the full-attention layers and that of the sliding ones."""
+    mixer = MIXERS[c.layers[il].kind](c, il, parts["mixer"], shard, shared, ropes)
     ffn = FFN(**parts["ffn"], act=geglu if c.spec.ffn_gelu else swiglu, shared=shared)
     return Block(mixer, ffn, **parts["block"], eps=c.rms_eps, residual_scale=c.residual_scale)
-

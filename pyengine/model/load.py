@@ -1,13 +1,13 @@
 """A model from a GGUF: the tensors it needs checked against its config, then its weights built.
 
-Every tensor's shape is checked against the hyperparameters before anything
-is read (a missing or misshapen tensor is a ModelError naming it). A worker
-then builds only its shard (``pyengine.model.shard``): its rows of q, k, v and
-the FFN gate and up, its columns of the attention output and FFN down, its
-vocabulary rows; the whole model is the one shard of one worker. Each matrix
-takes the form the ``weights`` policy and the memory budget give it
-(:mod:`pyengine.weights.budget`), after the wasm heap the weights will take has
-been reserved at once. Norm weights are used as stored (the gemma3 GGUF
+Every tensor the model reads is a row of a table of :mod:`pyengine.model.tensors` (one per block kind);
+:func:`model_parts` lists each part's rows for the layer and the shard, and everything here is derived
+from that list: the check of every shape before anything is read (a missing or misshapen tensor is a
+ModelError naming it), each shard's matrix pieces (:func:`shard_matrices`: its rows of q, k, v and the
+FFN gate and up, its columns of the attention output and FFN down, its vocabulary rows; the whole model
+is the one shard of one worker) and the blocks' keyword fields. Each matrix takes the form the
+``weights`` policy and the memory budget give it (:mod:`pyengine.weights.budget`), after the wasm heap
+the weights will take has been reserved at once. Norm weights are used as stored (the gemma3 GGUF
 conversion already added 1); a tied output shares the token embedding.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 from pyengine.errors import ModelError
 from pyengine.model.config import ModelConfig
 from pyengine.model.shard import Placement, Shard, whole_model
-from pyengine.model.tensors import BLOCK, FFN_TENSORS, MIXERS, MODEL, PER_LAYER_EMBD, flags, kind, rows_of
+from pyengine.model.tensors import BLOCK, FFN_TENSORS, MIXERS, MODEL, PER_LAYER_EMBD, flags, rows_of
 from pyengine.model.transformer import Model, ModelTensors
 from pyengine.weights.budget import HEAP_HEADROOM, Matrix, default_budget, forms_nbytes, plan_forms, reserve_heap
 from pyengine.weights.build import Builder, piece_nbytes
@@ -35,7 +35,7 @@ def model_parts(c: ModelConfig, tensors=None, shard: Shard | None = None) -> lis
     for il in range(c.n_layer):
         on = flags(c, il, tensors)
         out += [(il, part, rows_of(table, c, il, on, shard))
-                for part, table in (("mixer", MIXERS[kind(c, il)]), ("ffn", FFN_TENSORS), ("block", BLOCK))]
+                for part, table in (("mixer", MIXERS[c.layers[il].kind]), ("ffn", FFN_TENSORS), ("block", BLOCK))]
     return out
 
 
@@ -88,14 +88,14 @@ def load_model(gguf_file, progress=None, weights: str = "auto", ggml_rounding: b
 
 
 UNSUPPORTED_TENSORS = ("rope_factors_long.weight", "rope_factors_short.weight")
-IN_FILE = "per_layer_token_embd.weight"   # left in the file, its rows read per token (gemma4)
+IN_FILE = tuple(r.name for r in PER_LAYER_EMBD if r.read == "file")   # left in the file, read per token (gemma4)
 MOE_TENSORS = (".ffn_gate_inp.weight", "_exps.weight")   # a router, experts (llama.cpp LLM_TENSOR_FFN_*_EXPS)
 
 
 def held_nbytes(tensors) -> int:
     """Bytes (as stored) of the tensors a load brings into memory: all but those left in the file; what the
     memory budget is measured against."""
-    return sum(t.n_bytes for name, t in tensors.items() if name != IN_FILE)
+    return sum(t.n_bytes for name, t in tensors.items() if name not in IN_FILE)
 
 
 def check_tensors(gguf_file, config: ModelConfig) -> list[str]:

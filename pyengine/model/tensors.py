@@ -150,11 +150,6 @@ def dims(c, il: int = 0) -> dict[str, int]:
             "n_group": c.ssm_n_group, "own_kv": c.kv_layers[il] == il}
 
 
-def kind(c, il: int) -> str:
-    """Layer ``il``'s mixer, a key of :data:`MIXERS`."""
-    return "delta" if c.recurrent[il] else "shortconv" if c.conv_layers[il] else "attention"
-
-
 def flags(c, il: int, tensors=None) -> frozenset[str]:
     """The flags of layer ``il`` that pick its rows; ``tensors`` (the file's) says whether it holds q, k and v
     fused in one ``attn_qkv`` (phi3's GGUFs; llama.cpp takes either for any architecture)."""

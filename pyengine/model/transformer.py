@@ -1,40 +1,25 @@
-"""The transformer: one forward pass for llama, qwen2, qwen3 and gemma3, filling a KV cache.
+"""The transformer: one forward pass for the thirteen architectures of
+:data:`pyengine.model.config.ARCHITECTURES`, filling a KV cache.
 
-The forward pass follows llama.cpp's graphs (``src/models/llama.cpp``,
-``qwen2.cpp``, ``qwen3.cpp``, ``gemma3.cpp``); what differs between them is
-data in :data:`pyengine.model.config.ARCHITECTURES`, not code::
+The pass is a spine (:meth:`Model._layers`); each block (:class:`~pyengine.model.blocks.Block`) holds its
+mixer and FFN, built at load from the tensor tables (:mod:`pyengine.model.tensors`) with what the
+architecture and the layer's plan (:class:`~pyengine.model.config.LayerPlan`) say, so nothing here
+branches on the architecture. As llama.cpp's graphs (``src/models/<arch>.cpp``) compute it::
 
-    x = token_embd[tokens]                      (* sqrt(n_embd) for gemma3)
-    for each layer:
-        h = attn_norm(x)
-        q, k, v = split(wqkv · h)               (+ biases: qwen2)
-        q, k = q_norm(q), k_norm(k)             (qwen3, gemma3: RMSNorm per head)
-        q, k = rope(q), rope(k)                 (NORM pairs for llama, NEOX halves otherwise)
-        h = wo · attention(q, K, V)             (causal; sliding window on gemma3's local layers)
-          or, in a short-convolution block (lfm2, src/models/lfm2.cpp):
-        b, c, x' = split(in_proj · h); h = out_proj · (c * conv(b * x'))   (conv over the last l_cache inputs)
-        x = x + post_attention_norm(h)          (post-norm: gemma3 only)
-        h = w_down · act(w_gate · ffn_norm(x)) * (w_up · ffn_norm(x))   (SiLU, or GELU for gemma3)
+    x = token_embd[tokens]                      (* sqrt(n_embd): gemma; * embedding_scale: granite)
+    e = per-layer inputs of the tokens          (gemma4 only: Model.per_layer_inputs)
+    for each block:
+        h = mixer(attn_norm(x))                 Attention: wo · softmax(rope(q) · rope(k)ᵀ) v, causal,
+                                                  windowed on sliding layers; ShortConv (lfm2); DeltaNet (qwen35)
+        x = x + post_attention_norm(h)          (post-norms: gemma, olmo2, exaone4; * residual_scale: granite)
+        h = ffn(ffn_norm(x))                    w_down · act(w_gate · x) * (w_up · x), act SiLU or GELU
         x = x + post_ffw_norm(h)
-    logits = output · output_norm(x)            (output = token_embd when tied)
+        x = x + post_norm(proj(gelu(inp_gate · x) * e[il]));  x *= layer_output_scale    (gemma4)
+    logits = output · output_norm(x)            (output = token_embd when tied; soft-capped, scaled)
 
-qwen35 (``src/models/qwen35.cpp``) is a hybrid: most layers are Gated DeltaNet layers
-(:mod:`pyengine.model.delta_net`) in place of the attention, each keeping a recurrent state in a
-:class:`~pyengine.model.kv_cache.HybridCache`; every 4th is attention whose q rows carry a
-per-head output gate, ``h = wo · (attention(q, K, V) * sigmoid(gate))``, with rope on sections of
-the pairs (:func:`~pyengine.model.ops.imrope_text_pairs`).
-
-gemma4 (``src/models/gemma4.cpp``) adds to gemma3's block: heads of another size in the full-attention
-layers (rope on part of them, through ``rope_freqs``), v RMS-normed, q·k unscaled, double-wide FFNs in
-the last layers, which read the keys and values of the last earlier layer of their kind
-(``ModelConfig.kv_layers``), and a per-layer embedding added after each block,
-``x += post_norm(proj(gelu(inp_gate · x) * per_layer[il]))`` (:meth:`Model.per_layer_inputs`), before
-the block's output scale.
-
-The weights are ``(n_out, n_in)`` matrices in one of the forms of
-:mod:`pyengine.weights`, with q/k/v stacked into one ``wqkv`` and gate/up into
-one ``w_gate_up`` so each stage is one product; :mod:`pyengine.model.load`
-builds them from the file.
+The weights are ``(n_out, n_in)`` matrices in one of the forms of :mod:`pyengine.weights`, q/k/v stacked
+into one ``wqkv`` and gate/up into one ``w_gate_up`` so each stage is one product;
+:mod:`pyengine.model.load` builds them from the file.
 """
 
 from __future__ import annotations
