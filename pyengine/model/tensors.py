@@ -62,22 +62,31 @@ BLOCK = [
     Row("layer_output_scale.weight",   (1,),                     OPT, "out_scale",      "vector", "out_scale"),
 ]
 
+def linear(name: str, n_out: str, fields: tuple[str, str], cut: str, when: str = "") -> list[Row]:
+    """``name.weight`` (n_embd -> ``n_out``) cut by its rows, and ``name.bias``, optional, cut alike."""
+    return [Row(f"{name}.weight", ("n_embd", n_out), REQ, fields[0], f"rows {cut}", when),
+            Row(f"{name}.bias", (n_out,), OPT, fields[1], f"vector {cut}", when)]
+
+
+def output(name: str, n_in: str, fields: tuple[str, str], cut: str) -> list[Row]:
+    """``name.weight`` (``n_in`` -> n_embd) cut by its columns (summed over workers), and ``name.bias``, optional."""
+    return [Row(f"{name}.weight", (n_in, "n_embd"), REQ, fields[0], f"cols {cut}"),
+            Row(f"{name}.bias", ("n_embd",), OPT, fields[1], "vector")]
+
+
+QKV, GATE_UP = ("wqkv", "bqkv"), ("w_gate_up", "b_gate_up")
+
 # the mixers: Attention, ShortConv, DeltaNet fields
 ATTENTION = [
-    Row("attn_q.weight",       ("n_embd", "n_qg"),  REQ, "wqkv",   "rows heads_q",     "split_qkv"),
-    Row("attn_q.bias",         ("n_qg",),           OPT, "bqkv",   "vector heads_q",   "split_qkv"),
-    Row("attn_k.weight",       ("n_embd", "n_k"),   REQ, "wqkv",   "rows heads_k",     "split_qkv own_kv"),
-    Row("attn_k.bias",         ("n_k",),            OPT, "bqkv",   "vector heads_k",   "split_qkv own_kv"),
-    Row("attn_v.weight",       ("n_embd", "n_v"),   REQ, "wqkv",   "rows heads_v",     "split_qkv own_kv"),
-    Row("attn_v.bias",         ("n_v",),            OPT, "bqkv",   "vector heads_v",   "split_qkv own_kv"),
-    Row("attn_qkv.weight",     ("n_embd", "n_qkv"), REQ, "wqkv",   "rows qkv",         "fused_qkv"),
-    Row("attn_qkv.bias",       ("n_qkv",),          OPT, "bqkv",   "vector qkv",       "fused_qkv"),
+    *linear("attn_q", "n_qg", QKV, "heads_q", "split_qkv"),
+    *linear("attn_k", "n_k", QKV, "heads_k", "split_qkv own_kv"),
+    *linear("attn_v", "n_v", QKV, "heads_v", "split_qkv own_kv"),
+    *linear("attn_qkv", "n_qkv", QKV, "qkv", "fused_qkv"),
     Row("attn_q_norm.weight",  ("d_k",),            REQ, "q_norm", "vector",           "qk_norm"),
     Row("attn_k_norm.weight",  ("d_k",),            REQ, "k_norm", "vector",           "qk_norm own_kv"),
     Row("attn_q_norm.weight",  ("n_q",),            REQ, "q_norm", "vector heads_qn",  "qk_norm_full"),
     Row("attn_k_norm.weight",  ("n_k",),            REQ, "k_norm", "vector heads_k",   "qk_norm_full own_kv"),
-    Row("attn_output.weight",  ("n_o", "n_embd"),   REQ, "wo",     "cols heads_o"),
-    Row("attn_output.bias",    ("n_embd",),         OPT, "bo",     "vector"),
+    *output("attn_output", "n_o", ("wo", "bo"), "heads_o"),
 ]
 
 SHORTCONV = [                      # lfm2 (llama_model_lfm2::load_arch_tensors)
@@ -100,13 +109,10 @@ DELTA_NET = [                      # qwen35 (llama_model_qwen35::load_arch_tenso
 
 # the FFNs: FFN fields (gated: SwiGLU or GEGLU; fused: phi3's ffn_up holding the gate rows, then the up rows)
 FFN_TENSORS = [
-    Row("ffn_gate.weight",   ("n_embd", "n_ff"),   REQ, "w_gate_up", "rows ffn",        "ffn_gated"),
-    Row("ffn_gate.bias",     ("n_ff",),            OPT, "b_gate_up", "vector ffn",      "ffn_gated"),
-    Row("ffn_up.weight",     ("n_embd", "n_ff"),   REQ, "w_gate_up", "rows ffn",        "ffn_gated"),
-    Row("ffn_up.bias",       ("n_ff",),            OPT, "b_gate_up", "vector ffn",      "ffn_gated"),
+    *linear("ffn_gate", "n_ff", GATE_UP, "ffn", "ffn_gated"),
+    *linear("ffn_up", "n_ff", GATE_UP, "ffn", "ffn_gated"),
     Row("ffn_up.weight",     ("n_embd", "2n_ff"),  REQ, "w_gate_up", "rows ffn_fused",  "ffn_fused_up"),
-    Row("ffn_down.weight",   ("n_ff", "n_embd"),   REQ, "w_down",    "cols ffn"),
-    Row("ffn_down.bias",     ("n_embd",),          OPT, "b_down",    "vector"),
+    *output("ffn_down", "n_ff", ("w_down", "b_down"), "ffn"),
 ]
 
 MIXERS = {"attention": ATTENTION, "shortconv": SHORTCONV, "delta": DELTA_NET}
