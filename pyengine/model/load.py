@@ -126,6 +126,7 @@ def shard_matrices(config: ModelConfig, tensors, shard: Shard) -> dict[tuple, tu
 
 
 def _matrices(parts: list, tensors) -> dict[tuple, tuple]:
+    """:func:`shard_matrices` of the parts :func:`model_parts` gave: each field read by rows or columns."""
     out = {}
     for il, _, ts in parts:
         for field, group in by_field(ts):
@@ -161,6 +162,7 @@ def _vectors(parts: list, present) -> list:
 
 
 def _nbytes(matrices: dict, vectors: list, tensors) -> int:
+    """Bytes of the file the matrices' pieces and the float32 tensors stand for."""
     return sum(piece_nbytes(tensors[n], a, b, cols) for ps, cols in matrices.values() for n, a, b in ps) + \
         sum(tensors[t.name].n_bytes for t in vectors)
 
@@ -205,7 +207,7 @@ class _Loader:
         pieces, cols = self.matrices[key]
         return self.build.build(pieces, forms[key], cols)
 
-    cols = rows
+    cols = rows                                  # a matrix cut by its columns: the same build, _matrices cut it
 
     def vector(self, group: list, key: tuple, forms: dict) -> np.ndarray | None:
         """The elements the cuts keep of the group's 1-D tensors as float32, stacked, zeros for a tensor absent
