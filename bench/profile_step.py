@@ -31,6 +31,7 @@ ROOT = BENCH.parent
 
 def instrument(model) -> tuple[dict, dict]:
     """Wrap the kernels the forward pass calls with timers; returns (seconds, calls), both by label."""
+    import pyengine.model.blocks as model_blocks
     import pyengine.model.transformer as transformer
     from pyengine.model.ops import Rope
     from pyengine.weights import blocks, forms, quantized
@@ -57,17 +58,19 @@ def instrument(model) -> tuple[dict, dict]:
     roles = {id(out): f"matmul output {out.shape[0]}x{out.shape[1]} ({out.form.name.lower()})"}
     for part, a, b in zip(getattr(out, "parts", []), getattr(out, "starts", [])[:-1], getattr(out, "starts", [])[1:]):
         roles[id(part)] = f"matmul output rows {a}-{b} ({part.form.name.lower()})"
-    for layer in model.layers:
-        delta = getattr(layer, "delta", None)                           # qwen35's Gated DeltaNet matrices
-        for name, value in [*vars(layer).items(), *(vars(delta).items() if delta is not None else ())]:
+    for layer in model.layers:                                           # the block's, its mixer's, its FFN's
+        for name, value in [item for part in (layer, layer.mixer, layer.ffn) for item in vars(part).items()]:
             if hasattr(value, "form"):
                 roles.setdefault(id(value), f"matmul {name} ({value.form.name.lower()})")
     for cls in (forms.F32, quantized.Quantized, forms.RowSplit, blocks.Blocks):
         if "__call__" in vars(cls):
             cls.__call__ = timed(lambda a: roles.get(id(a[0]), "matmul ?"), cls.__call__)
     Rope.__call__ = timed(lambda a: "rope", Rope.__call__)
-    for name in ("attention", "rmsnorm", "geglu", "swiglu", "softcap"):
-        setattr(transformer, name, timed(lambda a, n=name: n, getattr(transformer, name)))
+    for module, names in ((model_blocks, ("attention", "rmsnorm")), (transformer, ("rmsnorm", "softcap"))):
+        for name in names:
+            setattr(module, name, timed(lambda a, n=name: n, getattr(module, name)))
+    for layer in model.layers:                                           # the activation, resolved at load
+        layer.ffn.act = timed(lambda a, n=layer.ffn.act.__name__: n, layer.ffn.act)
     transformer.Model.forward = timed(lambda a: "forward (total)", transformer.Model.forward, nests=False)
     return seconds, calls
 
@@ -81,13 +84,14 @@ def load(path: str, weights: str, shard: str | None):
     if shard is None:
         return load_model(g, weights=weights)
     from pyengine.model.config import ModelConfig
+    from pyengine.model.shard import Placement
     from pyengine.model.transformer import Solo
     from pyengine.parallel.driver import plan_load
     from pyengine.weights.budget import browser_budget
     k, n = map(int, shard.split("/"))
     plan = plan_load(g, ModelConfig.from_metadata(g.metadata, g.tensors), weights, n, browser_budget)
     alone = type("Alone", (Solo,), {"count": n})()
-    return load_model(g, shard=plan.shards[k], forms=plan.forms, weights=plan.weights, comm=alone)
+    return load_model(g, weights=plan.weights, placement=Placement(plan.shards[k], plan.forms, alone))
 
 
 def profile(path: str, prompt_ids: list[int], n_decode: int, cprofile: bool = False, weights: str = "auto",

@@ -11,6 +11,7 @@ import threading
 from pyengine.gguf import open_gguf
 from pyengine.model import load_model
 from pyengine.model.config import ModelConfig
+from pyengine.model.shard import Placement
 from pyengine.parallel import channel, driver, server
 from pyengine.weights.budget import browser_budget
 
@@ -23,7 +24,7 @@ def start(path, n_workers: int, weights: str = "f32"):
     config = ModelConfig.from_metadata(g.metadata, g.tensors)
     plan = driver.plan_load(g, config, weights, n_workers, browser_budget)
     if len(plan.shards) == 1:
-        return load_model(g, forms=plan.forms, weights=plan.weights), [], []
+        return load_model(g, weights=plan.weights, placement=Placement(forms=plan.forms)), [], []
     lay = driver.channel_layout(config, plan.shards)
     block = channel.ThreadBlock(lay["n_floats"])
     msg = server.plan_message(plan.shards, plan.forms, plan.weights, lay)
@@ -32,7 +33,7 @@ def start(path, n_workers: int, weights: str = "f32"):
     for t in threads:
         t.start()
     chan = channel.Channel(block, 0, lay, [s.vocab[1] - s.vocab[0] for s in plan.shards])
-    main = load_model(g, shard=plan.shards[0], forms=plan.forms, weights=plan.weights, comm=chan)
+    main = load_model(g, weights=plan.weights, placement=Placement(plan.shards[0], plan.forms, chan))
     return driver.SplitModel(main, chan), helpers, threads
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -36,9 +35,9 @@ from test_model import Edited
 
 from pyengine.gguf import open_gguf
 from pyengine.model import load_model
+from pyengine.model.blocks import Attention, ShortConv
 from pyengine.model.config import ARCHITECTURES
 from pyengine.model.ops import rmsnorm
-from pyengine.model.transformer import Model
 
 REF = json.loads((GOLDEN / "arch_reference.json").read_text())
 ARCHS = list(REF["fixtures"])
@@ -145,28 +144,29 @@ WITHOUT_KEYS = {
 }
 
 
-def per_head_norms(self, q, k, layer):
+def per_head_norms(self, q, k):
     """olmo2's q/k norms as if per head (its weights cut per head): what qk_norm_full is not."""
-    eps = self.config.rms_eps
-    return rmsnorm(q, layer.q_norm.reshape(q.shape[1:]), eps), rmsnorm(k, layer.k_norm.reshape(k.shape[1:]), eps)
+    eps = self.eps
+    return rmsnorm(q, self.q_norm.reshape(q.shape[1:]), eps), rmsnorm(k, self.k_norm.reshape(k.shape[1:]), eps)
 
 
 # ... or the loaded model changed (phi3's fused tensors need no check: cut wrong, nothing would match);
 # "arch/what" for a second part of one family
 WITHOUT_PARTS = {
-    "olmo2": lambda model, mp: mp.setattr(Model, "norm_heads", per_head_norms),
-    "smollm3": lambda model, mp: [mp.setattr(layer, "rope", True) for layer in model.layers],
+    "olmo2": lambda model, mp: mp.setattr(Attention, "norm_heads", per_head_norms),
+    "smollm3": lambda model, mp: [mp.setattr(layer.mixer, "rope", model.rope) for layer in model.layers],
     "exaone4": lambda model, mp: [mp.setattr(layer, "post_attn_norm", None) for layer in model.layers],
     "gemma2": lambda model, mp: [mp.setattr(layer, "post_ffn_norm", None) for layer in model.layers],
     # the short convolution seeing its own token only, not the l_cache - 1 before it
-    "lfm2": lambda model, mp: [mp.setattr(layer, "conv", layer.conv * np.float32([0, 0, 1]))
-                               for layer in model.layers if layer.conv is not None],
+    "lfm2": lambda model, mp: [mp.setattr(layer.mixer, "conv", layer.mixer.conv * np.float32([0, 0, 1]))
+                               for layer in model.layers if isinstance(layer.mixer, ShortConv)],
     "gemma4": lambda model, mp: mp.setattr(model, "per_layer", None),
     # the shared layers reading the KV of layers 0 and 1 (of their kinds too), not of 2 and 3
-    "gemma4/kv_layers": lambda model, mp: mp.setattr(model.config, "kv_layers", (0, 1, 2, 3, 0, 1)),
+    "gemma4/kv_layers": lambda model, mp: [mp.setattr(layer.mixer, "src", src)
+                                           for layer, src in zip(model.layers, (0, 1, 2, 3, 0, 1))],
     "gemma4/out_scale": lambda model, mp: [mp.setattr(layer, "out_scale", None) for layer in model.layers],
-    "gemma4/v_norm": lambda model, mp: mp.setattr(model.config, "spec", replace(model.config.spec, v_norm=False)),
-    "gemma4/attn_scale": lambda model, mp: mp.setattr(model.config, "attn_scale", 0.25),
+    "gemma4/v_norm": lambda model, mp: [mp.setattr(layer.mixer, "v_norm", False) for layer in model.layers],
+    "gemma4/attn_scale": lambda model, mp: [mp.setattr(layer.mixer, "scale", 0.25) for layer in model.layers],
 }
 CASES = [(a, json.dumps(c)) for a, cs in WITHOUT_KEYS.items() for c in cs] + \
     [(a.split("/")[0], "model:" + a) for a in WITHOUT_PARTS]

@@ -235,8 +235,8 @@ def test_attention_over_the_cache_in_the_kernel_is_numpys(k, shape, monkeypatch)
     cache_v = RNG.standard_normal((hkv, pos + t + 9, dv)).astype(np.float32)
     if t > 20:
         monkeypatch.setattr(ops, "SCORES_MAX", hkv * g * (pos + t) * 7)  # chunks of 7 queries
-    args = (q, cache_k[:, :pos + t], cache_v[:, :pos + t], pos, window, cap)
-    want, got = ops.attention(*args), ops.attention(*args, products=k)
+    args = (q, cache_k[:, :pos + t], cache_v[:, :pos + t], pos, window)
+    want, got = ops.attention(*args, ops.Scoring(cap)), ops.attention(*args, ops.Scoring(cap, k))
     assert got.shape == want.shape == (hkv, g, t, dv) and got.dtype == np.float32
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-6)
 
@@ -266,7 +266,7 @@ def test_the_delta_rules_step_in_the_kernel_is_numpys(k, h, dv, dk):
     v = RNG.standard_normal((h, dv)).astype(np.float32)
     g, beta = -RNG.random(h).astype(np.float32), RNG.random(h).astype(np.float32)
     before = s.copy()
-    want, got = delta_net.delta_step(s, q, kk, v, g, beta), delta_net.delta_step(s, q, kk, v, g, beta, k)
+    want, got = delta_net.delta_step(s, q, kk, v, (g, beta)), delta_net.delta_step(s, q, kk, v, (g, beta), k)
     assert (s == before).all()
     for a, b in zip(got, want):
         assert a.shape == b.shape and a.dtype == np.float32

@@ -365,18 +365,19 @@ def test_the_estimate_is_what_a_load_holds(form, name, files):
     g = files[name]
     m = load_model(g, weights=form, budget=1 << 40)
     listed = budget_matrices(shard_matrices(m.config, g.tensors, m.shard), g.tensors)
-    vectors = sum(a.nbytes for layer in m.layers for a in vars(layer).values() if isinstance(a, np.ndarray))
+    parts = [p for layer in m.layers for p in (layer, layer.mixer, layer.ffn)]
+    vectors = sum(a.nbytes for p in parts for a in vars(p).values() if isinstance(a, np.ndarray))
     vectors += m.output_norm.nbytes
     assert budget.forms_nbytes(listed, m.forms) == m.weights_nbytes - vectors
 
 
 def test_fused_weights_layout(models):
     c, layer = models["qwen3"].config, models["qwen3"].layers[0]
-    assert layer.wqkv.shape == (c.n_head * 32 + 2 * c.n_head_kv * 32, c.n_embd) == (256, 64)
-    assert layer.w_gate_up.shape == (2 * c.n_ff, c.n_embd) and layer.w_down.shape == (c.n_embd, c.n_ff)
+    assert layer.mixer.wqkv.shape == (c.n_head * 32 + 2 * c.n_head_kv * 32, c.n_embd) == (256, 64)
+    assert layer.ffn.w_gate_up.shape == (2 * c.n_ff, c.n_embd) and layer.ffn.w_down.shape == (c.n_embd, c.n_ff)
     assert models["qwen2"].output is models["qwen2"].token_embd          # tied: one array
     assert models["llama"].output is not models["llama"].token_embd      # untied output.weight
-    assert models["qwen2"].layers[0].bqkv.shape == (128,)
+    assert models["qwen2"].layers[0].mixer.bqkv.shape == (128,)
 
 
 def test_matmul_chunks_give_the_same_product(monkeypatch):

@@ -38,8 +38,9 @@ from pyengine.generation import ChatSession, Generation, load
 from pyengine.generation.request import Request
 from pyengine.generation.sampling import Sampler, SamplerParams
 from pyengine.gguf import open_gguf
+from pyengine.model import blocks as blocks_module
 from pyengine.model import load_model
-from pyengine.model import transformer as transformer_module
+from pyengine.model.blocks import FFN
 from pyengine.model.delta_net import delta_rule, delta_step
 from pyengine.model.kv_cache import HybridCache
 from pyengine.model.ops import imrope_text_pairs
@@ -178,7 +179,7 @@ def test_pyodide_gives_llama_cpps_logits_and_ids(static_ready):  # noqa: F811
 
 def test_the_output_gate_shows_in_llama_cpps_logits(model, monkeypatch):
     """Without the attention's output gate, the logits move more than 0.05 from llama.cpp's."""
-    monkeypatch.setattr(transformer_module, "sigmoid", np.ones_like)
+    monkeypatch.setattr(blocks_module, "sigmoid", np.ones_like)
     prompt = model.forward(PROMPT, model.new_cache(64), logits="all")
     assert np.abs(prompt - np.array(REF["f32"]["prompt_logits"])).max() > 0.05
 
@@ -201,10 +202,10 @@ def test_the_chunked_delta_rule_is_the_token_by_token_one():
     g = -rng.uniform(0.0, 0.3, (t, h)).astype(np.float32)
     beta = rng.uniform(0.0, 1.0, (t, h)).astype(np.float32)
     s0 = rng.standard_normal((h, d, d)).astype(np.float32)
-    o, s = delta_rule(s0, q, k, v, g, beta)
+    o, s = delta_rule(s0, q, k, v, (g, beta))
     want, ws = np.empty_like(o), s0
     for i in range(t):
-        want[i], ws = delta_step(ws, q[i], k[i], v[i], g[i], beta[i])
+        want[i], ws = delta_step(ws, q[i], k[i], v[i], (g[i], beta[i]))
     np.testing.assert_allclose(o, want, rtol=0, atol=1e-4)
     np.testing.assert_allclose(s, ws, rtol=0, atol=1e-4)
 
@@ -249,13 +250,13 @@ def test_a_pass_stopped_midway_leaves_the_state_as_it_was(model, monkeypatch):
     model.forward(TURN1[:10], cache)
     calls = []
 
-    def ffn_then_stop(self, layer, x):
+    def ffn_then_stop(self, x):
         calls.append(1)
         if len(calls) == 3:
             raise KeyboardInterrupt
-        return real_ffn(self, layer, x)
-    real_ffn = transformer_module.Model.ffn
-    monkeypatch.setattr(transformer_module.Model, "ffn", ffn_then_stop)
+        return real_ffn(self, x)
+    real_ffn = FFN.__call__
+    monkeypatch.setattr(FFN, "__call__", ffn_then_stop)
     with pytest.raises(KeyboardInterrupt):
         model.forward(TURN1[10:], cache)
     monkeypatch.undo()

@@ -118,7 +118,7 @@ def test_attention_rows_sum_to_one_over_what_each_layer_sees(arch):
         kinds.add(layer["kind"])
         if layer["kind"] in ("attention", "shared"):
             a = np.asarray(layer["attention"])                     # (heads, positions)
-            window = c.sliding_window if model.layers[il].swa else 0
+            window = model.layers[il].mixer.window
             first = max(0, n - window + 1) if window else 0
             assert a.shape == (c.n_head, n + 1 - first) and layer["first"] == first
             np.testing.assert_allclose(a.sum(axis=1), 1.0, rtol=0, atol=1e-5)
@@ -287,7 +287,7 @@ def test_every_weight_form_traces_its_own_step(arch, form):
     rec, got = trace_step(model, cache, PROMPT, len(PROMPT) - 1)
     assert model.weights == form and np.array_equal(got, want)
     assert rec["layers"][-1]["top"][0][0] == int(np.argmax(want))
-    assert rec["bytes"]["ffn_down"] == sum(layer.w_down.nbytes for layer in model.layers)
+    assert rec["bytes"]["ffn_down"] == sum(layer.ffn.w_down.nbytes for layer in model.layers)
 
 
 def test_a_continued_reply_traces_the_tokens_the_last_turn_wrote():

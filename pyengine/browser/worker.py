@@ -125,6 +125,7 @@ from pyengine.generation.chat import ChatSession, thinking_switch
 from pyengine.generation.request import Request
 from pyengine.inspect import describe
 from pyengine.model.load import load_nbytes
+from pyengine.model.shard import Placement
 from pyengine.parallel.channel import Channel
 from pyengine.parallel.driver import SplitModel, channel_layout, plan_load
 from pyengine.parallel.server import plan_message
@@ -321,7 +322,7 @@ class WorkerSession:
         if self.pool is not None and n == 1:
             self.pool.resize(1)                                            # helpers left from an earlier load go
         if n == 1:
-            loaded = engine.load(checked, LoadProgress(self.post), plan.weights, plan.shards[0], plan.forms)
+            loaded = engine.load(checked, LoadProgress(self.post), plan.weights, Placement(plan.shards[0], plan.forms))
             return loaded, {"count": 1, "heap": self._heap(), "note": plan.note}
         lay = channel_layout(config, plan.shards)
         block = new_block(lay["n_floats"])
@@ -330,7 +331,7 @@ class WorkerSession:
                                  getattr(block, "sab", block), n - 1)
         chan = Channel(block, 0, lay, [s.vocab[1] - s.vocab[0] for s in plan.shards])
         progress = LoadProgress(self.post, chan, sum(load_nbytes(gguf, config, s) for s in plan.shards))
-        main = engine.load(checked, progress, plan.weights, plan.shards[0], plan.forms, chan)
+        main = engine.load(checked, progress, plan.weights, Placement(plan.shards[0], plan.forms, chan))
         helpers = asyncio.ensure_future(helpers)
         while not helpers.done():                                         # the helpers still reading
             progress.post_whole()

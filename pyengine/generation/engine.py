@@ -74,15 +74,15 @@ def check(paths_or_gguf: Any) -> Checked:
     return Checked(gguf, config, tokenizer, template, template_error, owned)
 
 
-def load(source: Any, progress: Callable | None = None, weights: str = "auto", shard: Any = None,
-         forms: dict | None = None, comm: Any = None) -> Engine:
+def load(source: Any, progress: Callable | None = None, weights: str = "auto", placement: Any = None) -> Engine:
     """Open a model and read its weights: ``source`` is what :func:`check` takes, or what it gave (the
     checks are then not done again). The one way the CLI and the browser worker open a model.
 
     ``progress(done_tensors, total_tensors, done_bytes, total_bytes)`` is called while the weights are
-    read; ``weights`` is one of ``weights.budget.CHOICES``; ``shard``, ``forms`` and ``comm`` load one
-    worker's part of a model split over several (:func:`pyengine.parallel.driver.plan_load`), as
-    :func:`pyengine.model.load_model` takes them. Files opened here are closed once the weights are in
+    read; ``weights`` is one of ``weights.budget.CHOICES``; ``placement`` (a
+    :class:`pyengine.model.shard.Placement`: shard, forms, communicator) loads one worker's part of a model
+    split over several (:func:`pyengine.parallel.driver.plan_load`), as :func:`pyengine.model.load_model`
+    takes it. Files opened here are closed once the weights are in
     memory (``engine.gguf`` keeps its metadata and tensor table), unless the model reads from them as it
     runs (gemma4's per-layer embeddings). Raises GGUFError, TokenizerError, ModelError.
     """
@@ -91,7 +91,7 @@ def load(source: Any, progress: Callable | None = None, weights: str = "auto", s
     checked = source if isinstance(source, Checked) else check(source)
     loaded = None
     try:
-        loaded = load_model(checked.gguf, progress=progress, weights=weights, shard=shard, forms=forms, comm=comm)
+        loaded = load_model(checked.gguf, progress=progress, weights=weights, placement=placement)
     finally:
         if checked.owned and not getattr(loaded, "reads_file", False):
             checked.gguf.close()

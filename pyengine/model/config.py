@@ -23,7 +23,7 @@ wrong shape.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -99,10 +99,10 @@ ARCHITECTURES: dict[str, ArchSpec] = {
 KEYS = [
     ("n_ctx_train",            "{arch}.context_length",                       int,   REQUIRED),
     ("n_embd",                 "{arch}.embedding_length",                     int,   REQUIRED),
-    ("n_layer",                "{arch}.block_count",                          int,   REQUIRED),
-    ("n_ff",                   "{arch}.feed_forward_length",                  None,  REQUIRED),  # int or per layer
+    ("block_count",            "{arch}.block_count",                          int,   REQUIRED),
+    ("feed_forward_length",    "{arch}.feed_forward_length",                  None,  REQUIRED),  # int or per layer
     ("n_head",                 "{arch}.attention.head_count",                 int,   REQUIRED),
-    ("n_head_kv",              "{arch}.attention.head_count_kv",              None,  None),   # n_head; per layer
+    ("head_count_kv",          "{arch}.attention.head_count_kv",              None,  None),   # n_head; per layer
     ("head_dim_k",             "{arch}.attention.key_length",                 int,   None),   # n_embd / n_head
     ("head_dim_v",             "{arch}.attention.value_length",               int,   None),   # n_embd / n_head
     ("head_dim_k_swa",         "{arch}.attention.key_length_swa",             int,   None),   # head_dim_k
@@ -112,7 +112,7 @@ KEYS = [
     ("rope_dim",               "{arch}.rope.dimension_count",                 int,   None),   # head_dim_k
     ("rope_dim_swa",           "{arch}.rope.dimension_count_swa",             int,   None),   # rope_dim
     ("rope_scaling_type",      "{arch}.rope.scaling.type",                    str,   "linear"),
-    ("rope_scaling_factor",    "{arch}.rope.scaling.factor",                  float, 0.0),    # 0: none
+    ("rope_scaling_factor",    "{arch}.rope.scaling.factor",                  float, 0.0),    # rope_scale_linear
     ("rope_scale_linear",      "{arch}.rope.scale_linear",                    float, 0.0),    # older name of it
     ("sliding_window",         "{arch}.attention.sliding_window",             int,   None),   # ARCHITECTURES
     ("sliding_window_pattern", "{arch}.attention.sliding_window_pattern",     None,  None),   # int or [bool]
@@ -141,17 +141,32 @@ KEYS = [
 ROPE_SCALING_TYPES = ("none", "linear")  # yarn and longrope are not implemented
 
 
+@dataclass(frozen=True)
+class LayerPlan:
+    """What one layer is (llama.cpp's per-layer hparams), resolved once from the config by :func:`plan_layers`."""
+    kind: str                   # its mixer: "attention", "shortconv" (lfm2) or "delta" (qwen35's Gated DeltaNet)
+    d_k: int                    # key head size (llama.cpp n_embd_head_k(il))
+    d_v: int                    # value head size
+    swa: bool                   # a sliding-window layer (its own head sizes, rope base, window)
+    window: int                 # tokens each query sees, itself included (0: all before it)
+    rope: bool                  # q and k are rotated (not on smollm3's every 4th layer, nor exaone4's global ones)
+    kv_source: int              # the layer whose keys and values it reads (itself, or an earlier one: gemma4)
+    ffn_mult: int               # its FFN units are n_ff times this (gemma4's double-wide layers: 2)
+
+
 @dataclass
 class ModelConfig:
-    """Hyperparameters of one model. Sizes are counts; ``head_dim_*`` and ``rope_dim`` are per head."""
+    """Hyperparameters of one model as the file gives them (llama.cpp's defaults filled in), and the plan
+    of its layers derived from them. Sizes are counts; ``head_dim_*`` and ``rope_dim`` are per head."""
     arch: str
+    spec: ArchSpec = field(repr=False)
     n_vocab: int
     n_ctx_train: int            # tokens the model was trained on
     n_embd: int
-    n_layer: int
-    n_ff: int                   # the smallest layer's FFN units; layer il has n_ff * ffn_mult[il]
+    block_count: int            # layers in the file, the MTP layers (n_layer_nextn) included
+    feed_forward_length: tuple[int, ...]  # FFN units of each layer run (n_layer of them)
     n_head: int
-    n_head_kv: int
+    head_count_kv: tuple[int, ...]        # KV heads of each layer run (0: a short convolution, lfm2)
     head_dim_k: int
     head_dim_v: int
     head_dim_k_swa: int         # the head sizes of the sliding-window layers (gemma4's differ)
@@ -161,10 +176,10 @@ class ModelConfig:
     rope_dim: int               # leading dims of each q/k head that rope rotates
     rope_dim_swa: int           # the same in the sliding-window layers
     rope_scaling_type: str
-    rope_scaling_factor: float  # linear: positions are divided by it (0 or 1: none)
-    rope_scale_linear: float    # the factor under its older key, used when rope.scaling.factor is absent
+    rope_scaling_factor: float  # linear: positions are divided by it (0 or 1: none); else rope_scale_linear's
+    rope_scale_linear: float    # the factor under its older key
     sliding_window: int         # tokens a sliding-window layer sees, itself included (0: none)
-    sliding_window_pattern: object  # as in the file: an int, or per layer (an array or list of bools)
+    sliding_window_pattern: int | tuple[bool, ...] | None   # every n-th layer global, or per layer; None: the arch's
     rope_freq_base_swa: float
     final_logit_softcap: float  # logits = c * tanh(logits / c) when c > 0
     attn_logit_softcap: float   # attention scores = c * tanh(scores / c) when c > 0 (gemma2)
@@ -173,9 +188,9 @@ class ModelConfig:
     logit_scale: float          # logits divided by this when > 0 (granite)
     attention_scale: float      # the file's attention.scale (granite; 0: none), see attn_scale
     shortconv_l_cache: int      # taps of the short convolutions: each sees itself and l_cache - 1 inputs before
-    rope_sections: object       # as in the file: 4 counts of rope pairs (time, height, width, extra) or None
+    rope_sections: tuple[int, ...] | None   # 4 counts of rope pairs (time, height, width, extra) (qwen35)
     full_attention_interval: int  # hybrid: every this-th layer is full attention
-    recurrent_layers: object    # as in the file: per layer True for a Gated DeltaNet layer, or None
+    recurrent_layers: tuple[bool, ...] | None  # per layer True for a Gated DeltaNet layer; None: by the interval
     ssm_d_conv: int             # taps of the DeltaNet's causal conv
     ssm_d_inner: int            # DeltaNet value width: v heads * head size
     ssm_d_state: int            # DeltaNet head size (keys and values)
@@ -185,19 +200,11 @@ class ModelConfig:
     n_embd_per_layer: int       # width of each layer's per-layer token embedding (gemma4; 0: none)
     n_layer_nextn: int          # block_count's last layers that predict further tokens (MTP), not run here
     tied_output: bool | None = None  # output reuses token_embd (known from the tensors, None if not given)
-    swa_layers: tuple = ()      # per layer: True when it uses the sliding window
-    rope_layers: tuple = ()     # per layer: True when q and k are rotated (smollm3, exaone4: not all)
-    conv_layers: tuple = ()     # per layer: True when it is a short convolution, not attention (lfm2)
-    attn_scale: float = 0.0     # multiplies q before q·k (1/sqrt(head_dim_k) unless the arch says otherwise)
-    recurrent: tuple = ()       # per layer: True for a Gated DeltaNet layer (hybrid architectures)
-    ffn_mult: tuple = ()        # per layer: its FFN units are n_ff times this (gemma4's double-wide layers: 2)
-    kv_layers: tuple = ()       # per layer: the layer whose keys and values it reads (itself, or shared: gemma4)
-    spec: ArchSpec = field(default=None, repr=False)
+    layers: tuple[LayerPlan, ...] = field(default=(), repr=False)   # plan_layers(self)
 
-    @property
-    def rope_freq_scale(self) -> float:
-        """Factor on positions before rope (llama.cpp ``freq_scale = 1 / rope.scaling.factor``)."""
-        return 1.0 if self.rope_scaling_factor == 0.0 else 1.0 / self.rope_scaling_factor
+    def __post_init__(self):
+        if not self.layers:                      # (mlx-lm's ModelArgs: derived in __post_init__)
+            self.layers = plan_layers(self)
 
     @classmethod
     def from_metadata(cls, metadata: dict, tensor_names=None) -> ModelConfig:
@@ -210,35 +217,338 @@ class ModelConfig:
         arch = metadata.get("general.architecture")
         if not isinstance(arch, str) or arch not in ARCHITECTURES:
             raise UnsupportedArchitectureError(arch, tuple(ARCHITECTURES))
-        values = {"arch": arch}
-        for name, key, typ, default in KEYS:
-            key = key.format(arch=arch)
-            if key in metadata:
-                values[name] = _check_value(key, metadata[key], typ)
-            elif default is REQUIRED or name in ARCHITECTURES[arch].required:
-                raise ModelError(f"missing metadata key {key!r}: the {arch} architecture needs it")
-            else:
-                values[name] = default
-        cfg = cls(**values)
-        cfg.spec = ARCHITECTURES[arch]
-        _derive(cfg, metadata)
-        if tensor_names is not None:
-            cfg.tied_output = "output.weight" not in tensor_names
-        return cfg
+        values = file_values(read_keys(metadata, arch), metadata, arch)
+        tied = None if tensor_names is None else "output.weight" not in tensor_names
+        return cls(arch=arch, spec=ARCHITECTURES[arch], tied_output=tied, **values)
+
+    # --- derived: the layers run and their plan
+    @property
+    def n_layer(self) -> int:
+        """Layers run (llama.cpp ``n_layer() = block_count - nextn_predict_layers``)."""
+        return self.block_count - self.n_layer_nextn
+
+    @property
+    def n_ff(self) -> int:
+        """The smallest layer's FFN units; layer il has ``n_ff * ffn_mult[il]``."""
+        return min(self.feed_forward_length)
+
+    @property
+    def n_head_kv(self) -> int:
+        """KV heads of the attention layers."""
+        return next((h for h in self.head_count_kv if h), self.n_head)
+
+    @property
+    def attn_scale(self) -> float:
+        """q times this before q·k (gemma_pytorch's query_pre_attn_scalar: n_embd / n_head for the 27Bs)."""
+        spec = self.spec
+        if self.attention_scale:
+            return self.attention_scale
+        if spec.query_scale:
+            return spec.query_scale
+        if spec.big_n_layer and self.n_layer == spec.big_n_layer:
+            return 1.0 / math.sqrt(self.n_embd // self.n_head)
+        return 1.0 / math.sqrt(self.head_dim_k)
+
+    @property
+    def rope_freq_scale(self) -> float:
+        """Factor on positions before rope (llama.cpp ``freq_scale = 1 / rope.scaling.factor``)."""
+        factor = self.rope_scaling_factor or self.rope_scale_linear
+        return 1.0 if factor == 0.0 else 1.0 / factor
+
+    def _per_layer(self, name: str) -> tuple:
+        return tuple(getattr(layer, name) for layer in self.layers)
+
+    swa_layers = property(lambda self: self._per_layer("swa"), doc="per layer: True when it slides")
+    rope_layers = property(lambda self: self._per_layer("rope"), doc="per layer: True when q and k are rotated")
+    kv_layers = property(lambda self: self._per_layer("kv_source"), doc="per layer: the layer whose KV it reads")
+    ffn_mult = property(lambda self: self._per_layer("ffn_mult"), doc="per layer: its FFN units over n_ff")
+    conv_layers = property(lambda self: tuple(k == "shortconv" for k in self._per_layer("kind")),
+                           doc="per layer: True for a short convolution (lfm2)")
+    recurrent = property(lambda self: tuple(k == "delta" for k in self._per_layer("kind")),
+                         doc="per layer: True for a Gated DeltaNet layer (qwen35)")
 
     def head_dims(self, il: int) -> tuple[int, int]:
         """(Dk, Dv) of layer ``il``'s heads (llama.cpp ``n_embd_head_k(il)``, ``n_embd_head_v(il)``)."""
-        if self.swa_layers[il]:
-            return self.head_dim_k_swa, self.head_dim_v_swa
-        return self.head_dim_k, self.head_dim_v
+        return self.layers[il].d_k, self.layers[il].d_v
 
     def n_ff_of(self, il: int) -> int:
         """Layer ``il``'s FFN units (llama.cpp ``n_ff(il)``)."""
-        return self.n_ff * self.ffn_mult[il]
+        return self.feed_forward_length[il]
 
-    def summary(self) -> dict:
-        """The fields as a plain dict (for inspect and the tests)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "spec"}
+
+# ----------------------------------------------------------------------------
+# reading the file's values: the KEYS table, then llama.cpp's defaults and checks, one step each
+
+def read_keys(metadata: dict, arch: str) -> dict:
+    """``{field: value}`` of every key of :data:`KEYS`, typed (``None`` type: as in the file), the default
+    when absent; ModelError for a missing key the architecture needs."""
+    values = {}
+    for name, key, typ, default in KEYS:
+        key = key.format(arch=arch)
+        if key in metadata:
+            values[name] = _check_value(key, metadata[key], typ)
+        elif default is REQUIRED or name in ARCHITECTURES[arch].required:
+            raise ModelError(f"missing metadata key {key!r}: the {arch} architecture needs it")
+        else:
+            values[name] = default
+    return values
+
+
+def file_values(values: dict, metadata: dict, arch: str) -> dict:
+    """The file's values with llama.cpp's defaults filled in and checked, the per-layer ones as tuples of the
+    layers run: a new dict, each step (:data:`STEPS`) filling the fields it names."""
+    v = {**values, "arch": arch, "spec": ARCHITECTURES[arch], "metadata": metadata}
+    for step in STEPS:
+        v.update(step(v))
+    del v["arch"], v["spec"], v["metadata"]
+    return v
+
+
+def _check_sizes(v: dict) -> dict:
+    """The counts that must be positive, the layers bounded (a hostile block_count must not list 10^9)."""
+    for name in ("n_embd", "block_count", "n_head", "n_ctx_train"):
+        if v[name] <= 0:
+            raise ModelError(f"metadata: {'n_layer' if name == 'block_count' else name} = {v[name]} must be positive")
+    if v["block_count"] > MAX_LAYERS:
+        raise ModelError(f"metadata key '{v['arch']}.block_count' = {v['block_count']}: at most {MAX_LAYERS} layers")
+    nextn = v["n_layer_nextn"]
+    if not 0 <= nextn < v["block_count"]:
+        raise ModelError(f"metadata key '{v['arch']}.nextn_predict_layers' = {nextn} must be in "
+                         f"0..{v['block_count'] - 1}")
+    return {}
+
+
+PER_LAYER_FIELDS = ("feed_forward_length", "head_count_kv", "recurrent_layers", "sliding_window_pattern")
+
+
+def _drop_nextn_layers(v: dict) -> dict:
+    """The per-layer arrays without the MTP layers' entries (llama.cpp ``n_layer() = n_layer_all -
+    n_layer_nextn``: the last ``nextn_predict_layers`` of ``block_count`` draft tokens for speculative
+    decoding; the model's own layers come before them)."""
+    n_all, n = v["block_count"], v["block_count"] - v["n_layer_nextn"]
+    out = {}
+    for name in PER_LAYER_FIELDS if n < n_all else ():
+        if isinstance(v[name], (list, np.ndarray)) and len(v[name]) == n_all:
+            out[name] = v[name][:n]
+    return out
+
+
+def _ffn(v: dict) -> dict:
+    """The FFN units of every layer: one ``feed_forward_length``, or one per layer, each a multiple of the
+    smallest (gemma4's double-wide layers), so that a split cuts every layer at the same fractions."""
+    key = f"{v['arch']}.feed_forward_length"
+    ff = _per_layer_ints(key, v["feed_forward_length"], v["block_count"] - v["n_layer_nextn"])
+    n_ff = min(ff)
+    if n_ff <= 0 or max(ff) > 1 << 20:
+        raise ModelError(f"metadata key {key!r}: FFN sizes {ff[:8]} must be in 1..{1 << 20}")
+    if any(f % n_ff for f in ff):
+        raise ModelError(f"metadata key {key!r}: per-layer FFN sizes {ff[:8]}... must be multiples of the smallest")
+    return {"feed_forward_length": tuple(ff)}
+
+
+def _kv_heads(v: dict) -> dict:
+    """The KV heads of every layer: head_count_kv for all (head_count when absent), or per layer, where
+    0 is a short-convolution block (lfm2), the others agreeing (llama.cpp ``llama_model_lfm2``)."""
+    a, key, kv = v["arch"], f"{v['arch']}.attention.head_count_kv", v["head_count_kv"]
+    n, per_layer = v["block_count"] - v["n_layer_nextn"], None
+    if kv is not None and v["spec"].shortconv:
+        per_layer = _per_layer_ints(key, kv, n)
+        kv = [h for h in per_layer if h] or None
+        if 0 in per_layer and v["shortconv_l_cache"] < 2:
+            raise ModelError(f"metadata key '{a}.shortconv.l_cache' = {v['shortconv_l_cache']} must be at least 2")
+        if v["sliding_window"]:
+            raise ModelError(f"metadata key '{a}.attention.sliding_window': a sliding window on {a} is not supported")
+    kv = v["n_head"] if kv is None else _check_value(key, kv, int)
+    if kv <= 0 or v["n_head"] % kv:
+        raise ModelError(f"metadata key '{key}' = {kv} must divide head_count = {v['n_head']}")
+    return {"head_count_kv": tuple(kv if per_layer is None or per_layer[il] else 0 for il in range(n))}
+
+
+def _head_sizes(v: dict) -> dict:
+    """Head sizes (key_length, value_length: n_embd / n_head when absent; the sliding layers' the same when
+    not given) and rope dims (rope.dimension_count: the key head size; the sliding layers' the same)."""
+    dk = v["n_embd"] // v["n_head"] if v["head_dim_k"] is None else v["head_dim_k"]
+    dv = v["n_embd"] // v["n_head"] if v["head_dim_v"] is None else v["head_dim_v"]
+    rope = dk if v["rope_dim"] is None else v["rope_dim"]
+    given = {"head_dim_k": dk, "head_dim_v": dv, "rope_dim": rope}
+    fill = {"head_dim_k_swa": dk, "head_dim_v_swa": dv, "rope_dim_swa": rope}
+    return {**given, **{name: default if v[name] is None else v[name] for name, default in fill.items()}}
+
+
+def _check_heads(v: dict) -> dict:
+    """Head sizes in 1..65536, rope dims even and at most the key head size (llama: equal to it)."""
+    for dk, dv, swa in ((v["head_dim_k"], v["head_dim_v"], ""), (v["head_dim_k_swa"], v["head_dim_v_swa"], "_swa")):
+        if not 0 < dk <= 1 << 16 or not 0 < dv <= 1 << 16:
+            raise ModelError(f"metadata: head sizes key_length{swa} = {dk}, value_length{swa} = {dv} must be in "
+                             f"1..65536")
+    for rope, dk, swa in ((v["rope_dim"], v["head_dim_k"], ""), (v["rope_dim_swa"], v["head_dim_k_swa"], "_swa")):
+        if rope <= 0 or rope % 2 or rope > dk:
+            raise ModelError(f"metadata key '{v['arch']}.rope.dimension_count{swa}' = {rope} must be even "
+                             f"and at most the key head size {dk}")
+    if v["arch"] == "llama" and v["rope_dim"] != v["head_dim_k"]:  # llama.cpp: "invalid n_rot"
+        raise ModelError(f"metadata key 'llama.rope.dimension_count' = {v['rope_dim']}: "
+                         f"llama needs it equal to the head size {v['head_dim_k']}")
+    return {}
+
+
+def _rope(v: dict) -> dict:
+    """rope's base, scaling and epsilon checked; the sliding layers' base (the architecture's, else the model's)."""
+    factor = v["rope_scaling_factor"] or v["rope_scale_linear"]
+    if v["rope_freq_base"] <= 0 or factor < 0 or v["rms_eps"] < 0:
+        raise ModelError("metadata: rope.freq_base, rope.scaling.factor and the rms epsilon must be positive")
+    if v["rope_scaling_type"] not in ROPE_SCALING_TYPES:
+        raise ModelError(f"metadata key '{v['arch']}.rope.scaling.type' = {v['rope_scaling_type']!r} is not "
+                         f"supported (supported: {', '.join(ROPE_SCALING_TYPES)})")
+    base_swa = v["rope_freq_base_swa"]
+    return {"rope_freq_base_swa": v["spec"].rope_freq_base_swa or v["rope_freq_base"] if base_swa is None else base_swa}
+
+
+def _vocab(v: dict) -> dict:
+    """The vocabulary size: vocab_size, else the tokenizer's token count."""
+    n = v["n_vocab"]
+    if n is None:
+        tokens = v["metadata"].get("tokenizer.ggml.tokens")
+        if not isinstance(tokens, list) or not tokens:
+            raise ModelError(f"missing metadata key '{v['arch']}.vocab_size' and no tokenizer.ggml.tokens to count")
+        n = len(tokens)
+    if n <= 0:
+        raise ModelError(f"metadata: vocab size {n} must be positive")
+    return {"n_vocab": n}
+
+
+def _window(v: dict) -> dict:
+    """The sliding window (the architecture's when the file names none) and the soft caps (likewise), checked."""
+    spec, out = v["spec"], {}
+    out["sliding_window"] = spec.sliding_window if v["sliding_window"] is None else v["sliding_window"]
+    if out["sliding_window"] < 0:
+        raise ModelError(f"metadata key '{v['arch']}.attention.sliding_window' must not be negative")
+    for name, default in (("final_logit_softcap", spec.final_softcap), ("attn_logit_softcap", spec.attn_softcap)):
+        out[name] = default if v[name] is None else v[name]
+        if out[name] < 0:
+            raise ModelError(f"metadata: {name} = {out[name]} must not be negative")
+    pattern = v["sliding_window_pattern"]
+    if isinstance(pattern, (list, np.ndarray)):
+        out["sliding_window_pattern"] = tuple(p if isinstance(p, bool) else p.item() if isinstance(p, np.bool_)
+                                              else p for p in pattern)
+    return out
+
+
+def _per_layer_embd(v: dict) -> dict:
+    """gemma4's per-layer embedding width (0 for an architecture without), bounded."""
+    n = v["n_embd_per_layer"] if v["spec"].per_layer_embd else 0
+    if not 0 <= n <= 1 << 16:
+        raise ModelError(f"metadata key '{v['arch']}.embedding_length_per_layer_input' = {n} must be in 0..65536")
+    return {"n_embd_per_layer": n}
+
+
+def _recurrent(v: dict) -> dict:
+    """The Gated DeltaNet sizes (qwen35's ``load_arch_hparams``) and the rope sections, checked; the file's
+    recurrent_layers as booleans."""
+    a = v["arch"]
+    if not v["spec"].recurrent:
+        return {"rope_sections": None, "recurrent_layers": None}
+    layers = _recurrent_layers(v)
+    for name in ("ssm_d_conv", "ssm_d_state", "ssm_dt_rank", "ssm_n_group"):
+        if not 0 < v[name] <= 1 << 16:
+            raise ModelError(f"metadata: {name} = {v[name]} must be in 1..65536")
+    if v["ssm_dt_rank"] * v["ssm_d_state"] ** 2 > MAX_STATE:
+        raise ModelError(f"metadata: a DeltaNet state of ssm.time_step_rank = {v['ssm_dt_rank']} heads of "
+                         f"ssm.state_size = {v['ssm_d_state']}² is more than {MAX_STATE} floats a layer")
+    if v["ssm_dt_rank"] % v["ssm_n_group"] or v["ssm_d_inner"] != v["ssm_d_state"] * v["ssm_dt_rank"]:
+        raise ModelError(f"metadata: ssm.group_count = {v['ssm_n_group']} must divide ssm.time_step_rank = "
+                         f"{v['ssm_dt_rank']}, and ssm.inner_size = {v['ssm_d_inner']} be their head size "
+                         f"{v['ssm_d_state']} times the latter")
+    if v["spec"].q_gate and v["head_dim_k"] != v["head_dim_v"]:
+        raise ModelError(f"metadata: the gated attention of {a} needs key_length = value_length")
+    sections, rope = v["rope_sections"], v["rope_dim"]
+    if not isinstance(sections, (list, np.ndarray)) or len(sections) != 4 or \
+            not all(isinstance(x, (int, np.integer)) and 0 <= x <= rope for x in sections) or \
+            not 0 < sum(int(x) for x in sections) <= rope // 2:
+        raise ModelError(f"metadata key '{a}.rope.dimension_sections' must be 4 counts of rope pairs "
+                         f"summing to 1..{rope // 2}, got {sections!r}")
+    return {"rope_sections": tuple(int(x) for x in sections), "recurrent_layers": layers}
+
+
+def _recurrent_layers(v: dict) -> tuple[bool, ...] | None:
+    layers, n = v["recurrent_layers"], v["block_count"] - v["n_layer_nextn"]
+    if layers is None:
+        if v["full_attention_interval"] <= 0:
+            raise ModelError(f"metadata key '{v['arch']}.full_attention_interval' = {v['full_attention_interval']} "
+                             f"must be positive")
+        return None
+    if len(layers) != n or not all(isinstance(x, (bool, np.bool_)) for x in layers):
+        raise ModelError(f"metadata key '{v['arch']}.attention.recurrent_layers' must be {n} booleans")
+    return tuple(bool(x) for x in layers)
+
+
+STEPS = (_check_sizes, _drop_nextn_layers, _ffn, _kv_heads, _head_sizes, _check_heads, _rope, _vocab, _window,
+         _per_layer_embd, _recurrent)
+
+
+# ----------------------------------------------------------------------------
+# the plan of the layers: one function, a step per fact
+
+def plan_layers(c: ModelConfig) -> tuple[LayerPlan, ...]:
+    """Each layer's :class:`LayerPlan`: its mixer, its sliding window, its head sizes, rope, KV source and FFN
+    width, as llama.cpp's loaders set them."""
+    kinds, swa = layer_kinds(c), swa_layers(c)
+    kv, rope = kv_sources(c, swa), rope_layers(c, swa)
+    n_ff = min(c.feed_forward_length)
+    return tuple(LayerPlan(kinds[il], *((c.head_dim_k_swa, c.head_dim_v_swa) if swa[il] else (c.head_dim_k,
+                           c.head_dim_v)), swa[il], c.sliding_window if swa[il] else 0, rope[il], kv[il],
+                           c.feed_forward_length[il] // n_ff) for il in range(c.n_layer))
+
+
+def layer_kinds(c: ModelConfig) -> tuple[str, ...]:
+    """Each layer's mixer: a Gated DeltaNet by ``attention.recurrent_layers``, else all but every
+    ``full_attention_interval``-th (qwen35); a short convolution where head_count_kv is 0 (lfm2); else attention."""
+    n = c.n_layer
+    if c.spec.recurrent:
+        delta = c.recurrent_layers or tuple((il + 1) % c.full_attention_interval != 0 for il in range(n))
+        return tuple("delta" if d else "attention" for d in delta)
+    return tuple("shortconv" if h == 0 else "attention" for h in c.head_count_kv)
+
+
+def swa_layers(c: ModelConfig) -> tuple[bool, ...]:
+    """Which layers use the sliding window (llama_hparams::set_swa_pattern, or the file's booleans)."""
+    spec, pattern, n = c.spec, c.sliding_window_pattern, c.n_layer
+    if not spec.swa_pattern or c.sliding_window == 0 or (spec.swa_n_layer and n != spec.swa_n_layer):
+        return (False,) * n
+    if isinstance(pattern, tuple):               # the reader's ARRAY[BOOL] is a numpy bool array
+        if len(pattern) != n or not all(isinstance(p, bool) for p in pattern):
+            raise ModelError(f"metadata key '{c.arch}.attention.sliding_window_pattern' must be {n} booleans")
+        return pattern
+    k = spec.swa_pattern if pattern is None else _check_value("sliding_window_pattern", pattern, int)
+    # llama_hparams::set_swa_pattern: layer il is global when il % k == k - 1 (k = 0: all sliding)
+    return tuple(k == 0 or il % k < k - 1 for il in range(n))
+
+
+def kv_sources(c: ModelConfig, swa: tuple[bool, ...]) -> tuple[int, ...]:
+    """The layer whose keys and values each layer reads: its own, or, for the last
+    ``attention.shared_kv_layers`` (gemma4), the last earlier one of its kind (llama.cpp's ``reuse`` of
+    ``llama_model::create_memory``: the layer before the first shared one if full attention, the one
+    before that if sliding)."""
+    n, shared = c.n_layer, c.n_kv_shared if c.spec.shared_kv else 0
+    first = c.block_count - shared                # llama.cpp counts from block_count, MTP layers in
+    if shared < 0 or (shared and first < 2):
+        raise ModelError(f"metadata key '{c.arch}.attention.shared_kv_layers' = {shared}: at most block_count - 2 "
+                         f"= {c.block_count - 2} layers can share")
+    dims = [(c.head_dim_k_swa, c.head_dim_v_swa) if s else (c.head_dim_k, c.head_dim_v) for s in swa]
+    out = []
+    for il in range(n):
+        src = il if il < first else first - (2 if swa[il] else 1)
+        if swa[src] != swa[il] or dims[src] != dims[il]:
+            raise ModelError(f"metadata: layer {il} shares the KV of layer {src}, which is not of its kind "
+                             f"(attention.sliding_window_pattern, attention.shared_kv_layers = {shared})")
+        out.append(src)
+    return tuple(out)
+
+
+def rope_layers(c: ModelConfig, swa: tuple[bool, ...]) -> tuple[bool, ...]:
+    """Which layers rotate q and k: not smollm3's every ``no_rope_step``-th, not exaone4's global layers."""
+    spec, with_swa = c.spec, any(swa)
+    return tuple(not (spec.no_rope_step and (il + 1) % spec.no_rope_step == 0)
+                 and not (spec.rope_swa_only and with_swa and not swa[il]) for il in range(c.n_layer))
 
 
 def _check_value(key: str, value, typ):
@@ -275,115 +585,6 @@ def _same_for_every_layer(key: str, value: list | np.ndarray):
     return shown[0]
 
 
-def _derive(cfg: ModelConfig, metadata: dict) -> None:
-    """Fill the defaults that depend on other fields, then check the whole config is usable."""
-    a = cfg.arch
-    for name in ("n_embd", "n_layer", "n_head", "n_ctx_train"):
-        if getattr(cfg, name) <= 0:
-            raise ModelError(f"metadata: {name} = {getattr(cfg, name)} must be positive")
-    if cfg.n_layer > MAX_LAYERS:
-        raise ModelError(f"metadata key '{a}.block_count' = {cfg.n_layer}: at most {MAX_LAYERS} layers")
-    _drop_nextn_layers(cfg)
-    _derive_ffn(cfg)
-    _derive_conv_layers(cfg)
-    if cfg.n_head_kv is None:
-        cfg.n_head_kv = cfg.n_head
-    if cfg.n_head_kv <= 0 or cfg.n_head % cfg.n_head_kv:
-        raise ModelError(f"metadata key '{a}.attention.head_count_kv' = {cfg.n_head_kv} "
-                         f"must divide head_count = {cfg.n_head}")
-    if cfg.head_dim_k is None:
-        cfg.head_dim_k = cfg.n_embd // cfg.n_head
-    if cfg.head_dim_v is None:
-        cfg.head_dim_v = cfg.n_embd // cfg.n_head
-    if cfg.rope_dim is None:
-        cfg.rope_dim = cfg.head_dim_k
-    cfg.head_dim_k_swa = cfg.head_dim_k if cfg.head_dim_k_swa is None else cfg.head_dim_k_swa
-    cfg.head_dim_v_swa = cfg.head_dim_v if cfg.head_dim_v_swa is None else cfg.head_dim_v_swa
-    cfg.rope_dim_swa = cfg.rope_dim if cfg.rope_dim_swa is None else cfg.rope_dim_swa
-    for k, v, swa in ((cfg.head_dim_k, cfg.head_dim_v, ""), (cfg.head_dim_k_swa, cfg.head_dim_v_swa, "_swa")):
-        if not 0 < k <= 1 << 16 or not 0 < v <= 1 << 16:
-            raise ModelError(f"metadata: head sizes key_length{swa} = {k}, value_length{swa} = {v} must be in 1..65536")
-    for rope, dk, swa in ((cfg.rope_dim, cfg.head_dim_k, ""), (cfg.rope_dim_swa, cfg.head_dim_k_swa, "_swa")):
-        if rope <= 0 or rope % 2 or rope > dk:
-            raise ModelError(f"metadata key '{a}.rope.dimension_count{swa}' = {rope} must be even "
-                             f"and at most the key head size {dk}")
-    if a == "llama" and cfg.rope_dim != cfg.head_dim_k:  # llama.cpp: "invalid n_rot"
-        raise ModelError(f"metadata key 'llama.rope.dimension_count' = {cfg.rope_dim}: "
-                         f"llama needs it equal to the head size {cfg.head_dim_k}")
-    if cfg.rope_scaling_factor == 0.0:
-        cfg.rope_scaling_factor = cfg.rope_scale_linear
-    if cfg.rope_freq_base <= 0 or cfg.rope_scaling_factor < 0 or cfg.rms_eps < 0:
-        raise ModelError("metadata: rope.freq_base, rope.scaling.factor and the rms epsilon must be positive")
-    if cfg.rope_scaling_type not in ROPE_SCALING_TYPES:
-        raise ModelError(f"metadata key '{a}.rope.scaling.type' = {cfg.rope_scaling_type!r} is not "
-                         f"supported (supported: {', '.join(ROPE_SCALING_TYPES)})")
-    if cfg.n_vocab is None:
-        tokens = metadata.get("tokenizer.ggml.tokens")
-        if not isinstance(tokens, list) or not tokens:
-            raise ModelError(f"missing metadata key '{a}.vocab_size' and no tokenizer.ggml.tokens to count")
-        cfg.n_vocab = len(tokens)
-    if cfg.n_vocab <= 0:
-        raise ModelError(f"metadata: vocab size {cfg.n_vocab} must be positive")
-    _derive_attention(cfg)
-    _derive_recurrent(cfg)
-
-
-def _derive_recurrent(cfg: ModelConfig) -> None:
-    """The Gated DeltaNet layers and their sizes, as llama.cpp's qwen35 loader reads them (its
-    ``load_arch_hparams``: ``attention.recurrent_layers``, else every layer but each
-    ``full_attention_interval``-th), and the rope sections checked."""
-    a, n = cfg.arch, cfg.n_layer
-    if not cfg.spec.recurrent:
-        cfg.recurrent = (False,) * n
-        return
-    layers = cfg.recurrent_layers
-    if layers is not None:
-        if len(layers) != n or not all(isinstance(x, (bool, np.bool_)) for x in layers):
-            raise ModelError(f"metadata key '{a}.attention.recurrent_layers' must be {n} booleans")
-        cfg.recurrent = tuple(bool(x) for x in layers)
-    else:
-        step = cfg.full_attention_interval
-        if step <= 0:
-            raise ModelError(f"metadata key '{a}.full_attention_interval' = {step} must be positive")
-        cfg.recurrent = tuple((il + 1) % step != 0 for il in range(n))
-    for name in ("ssm_d_conv", "ssm_d_state", "ssm_dt_rank", "ssm_n_group"):
-        if not 0 < getattr(cfg, name) <= 1 << 16:
-            raise ModelError(f"metadata: {name} = {getattr(cfg, name)} must be in 1..65536")
-    if cfg.ssm_dt_rank * cfg.ssm_d_state ** 2 > MAX_STATE:
-        raise ModelError(f"metadata: a DeltaNet state of ssm.time_step_rank = {cfg.ssm_dt_rank} heads of "
-                         f"ssm.state_size = {cfg.ssm_d_state}² is more than {MAX_STATE} floats a layer")
-    if cfg.ssm_dt_rank % cfg.ssm_n_group or cfg.ssm_d_inner != cfg.ssm_d_state * cfg.ssm_dt_rank:
-        raise ModelError(f"metadata: ssm.group_count = {cfg.ssm_n_group} must divide ssm.time_step_rank = "
-                         f"{cfg.ssm_dt_rank}, and ssm.inner_size = {cfg.ssm_d_inner} be their head size "
-                         f"{cfg.ssm_d_state} times the latter")
-    if cfg.spec.q_gate and cfg.head_dim_k != cfg.head_dim_v:
-        raise ModelError(f"metadata: the gated attention of {a} needs key_length = value_length")
-    sections = cfg.rope_sections
-    if not isinstance(sections, (list, np.ndarray)) or len(sections) != 4 or \
-            not all(isinstance(x, (int, np.integer)) and 0 <= x <= cfg.rope_dim for x in sections) or \
-            not 0 < sum(int(x) for x in sections) <= cfg.rope_dim // 2:
-        raise ModelError(f"metadata key '{a}.rope.dimension_sections' must be 4 counts of rope pairs "
-                         f"summing to 1..{cfg.rope_dim // 2}, got {sections!r}")
-    cfg.rope_sections = tuple(int(x) for x in sections)
-
-
-PER_LAYER_FIELDS = ("n_ff", "n_head_kv", "recurrent_layers", "sliding_window_pattern")
-
-
-def _drop_nextn_layers(cfg: ModelConfig) -> None:
-    """The model without its MTP layers (llama.cpp ``n_layer() = n_layer_all - n_layer_nextn``: the last
-    ``nextn_predict_layers`` of ``block_count`` draft tokens for speculative decoding; the model's own
-    layers come before them): n_layer counts the others, per-layer arrays keep their entries."""
-    n_all, nextn = cfg.n_layer, cfg.n_layer_nextn
-    if not 0 <= nextn < n_all:
-        raise ModelError(f"metadata key '{cfg.arch}.nextn_predict_layers' = {nextn} must be in 0..{n_all - 1}")
-    cfg.n_layer = n_all - nextn
-    for name in PER_LAYER_FIELDS if nextn else ():
-        value = getattr(cfg, name)
-        if isinstance(value, (list, np.ndarray)) and len(value) == n_all:
-            setattr(cfg, name, value[:cfg.n_layer])
-
-
 def _per_layer_ints(key: str, value, n_layer: int) -> list[int]:
     """A key's integer for every layer: one for all, or an array (the reader's numpy array, or a list) of
     exactly ``n_layer``, its length checked before its items."""
@@ -392,109 +593,3 @@ def _per_layer_ints(key: str, value, n_layer: int) -> list[int]:
     if len(value) != n_layer:
         raise ModelError(f"metadata key {key!r} has {len(value)} values, expected one per layer ({n_layer})")
     return [_check_value(key, v, int) for v in (value.tolist() if isinstance(value, np.ndarray) else value)]
-
-
-def _derive_ffn(cfg: ModelConfig) -> None:
-    """The FFN units of every layer: one ``feed_forward_length``, or one per layer, each a multiple of the
-    smallest (gemma4's double-wide layers), so that a split cuts every layer at the same fractions."""
-    key = f"{cfg.arch}.feed_forward_length"
-    ff = _per_layer_ints(key, cfg.n_ff, cfg.n_layer)
-    cfg.n_ff = min(ff)
-    if cfg.n_ff <= 0 or max(ff) > 1 << 20:
-        raise ModelError(f"metadata key {key!r}: FFN sizes {ff[:8]} must be in 1..{1 << 20}")
-    if any(f % cfg.n_ff for f in ff):
-        raise ModelError(f"metadata key {key!r}: per-layer FFN sizes {ff[:8]}... must be multiples of the smallest")
-    cfg.ffn_mult = tuple(f // cfg.n_ff for f in ff)
-
-
-def _derive_shared_kv(cfg: ModelConfig) -> None:
-    """The layer whose keys and values each layer reads: its own, or, for the last
-    ``attention.shared_kv_layers`` (gemma4), the last earlier one of its kind (llama.cpp's ``reuse`` of
-    ``llama_model::create_memory``: the layer before the first shared one if full attention, the one
-    before that if sliding). Per-layer embeddings checked here too."""
-    a, n, shared = cfg.arch, cfg.n_layer, cfg.n_kv_shared if cfg.spec.shared_kv else 0
-    if not cfg.spec.per_layer_embd:
-        cfg.n_embd_per_layer = 0
-    if not 0 <= cfg.n_embd_per_layer <= 1 << 16:
-        raise ModelError(f"metadata key '{a}.embedding_length_per_layer_input' = {cfg.n_embd_per_layer} "
-                         f"must be in 0..65536")
-    first = n + cfg.n_layer_nextn - shared                # llama.cpp counts from block_count, MTP layers in
-    if shared < 0 or (shared and first < 2):
-        raise ModelError(f"metadata key '{a}.attention.shared_kv_layers' = {shared}: at most block_count - 2 "
-                         f"= {n + cfg.n_layer_nextn - 2} layers can share")
-    out = []
-    for il in range(n):
-        src = il if il < first else first - (2 if cfg.swa_layers[il] else 1)
-        if cfg.swa_layers[src] != cfg.swa_layers[il] or cfg.head_dims(src) != cfg.head_dims(il):
-            raise ModelError(f"metadata: layer {il} shares the KV of layer {src}, which is not of its kind "
-                             f"(attention.sliding_window_pattern, attention.shared_kv_layers = {shared})")
-        out.append(src)
-    cfg.kv_layers = tuple(out)
-
-
-def _derive_conv_layers(cfg: ModelConfig) -> None:
-    """The short-convolution blocks (lfm2: head_count_kv 0, per layer or for all) and the KV heads of the
-    attention blocks, which must agree (llama.cpp ``llama_model_lfm2::load_arch_hparams``)."""
-    key, kv = f"{cfg.arch}.attention.head_count_kv", cfg.n_head_kv
-    cfg.conv_layers = (False,) * cfg.n_layer
-    if kv is not None and cfg.spec.shortconv:
-        heads = _per_layer_ints(key, kv, cfg.n_layer)
-        cfg.conv_layers = tuple(h == 0 for h in heads)
-        kv = [h for h in heads if h] or None
-        if any(cfg.conv_layers) and cfg.shortconv_l_cache < 2:
-            raise ModelError(f"metadata key '{cfg.arch}.shortconv.l_cache' = {cfg.shortconv_l_cache} must be at "
-                             f"least 2")
-        if cfg.sliding_window:
-            raise ModelError(f"metadata key '{cfg.arch}.attention.sliding_window': a sliding window on "
-                             f"{cfg.arch} is not supported")
-    cfg.n_head_kv = None if kv is None else _check_value(key, kv, int)
-
-
-def _derive_attention(cfg: ModelConfig) -> None:
-    """Sliding-window layers, their rope base, the layers with rope, the soft caps and the query scale,
-    as llama.cpp's loaders set them (gemma2, gemma3, olmo2, exaone4, smollm3, granite)."""
-    spec = cfg.spec
-    if cfg.sliding_window is None:
-        cfg.sliding_window = spec.sliding_window
-    if cfg.sliding_window < 0:
-        raise ModelError(f"metadata key '{cfg.arch}.attention.sliding_window' must not be negative")
-    _derive_swa_layers(cfg)
-    _derive_shared_kv(cfg)
-    if cfg.rope_freq_base_swa is None:
-        cfg.rope_freq_base_swa = spec.rope_freq_base_swa or cfg.rope_freq_base
-    with_swa = any(cfg.swa_layers)
-    cfg.rope_layers = tuple(not (spec.no_rope_step and (il + 1) % spec.no_rope_step == 0)
-                            and not (spec.rope_swa_only and with_swa and not cfg.swa_layers[il])
-                            for il in range(cfg.n_layer))
-    for name, default in (("final_logit_softcap", spec.final_softcap), ("attn_logit_softcap", spec.attn_softcap)):
-        if getattr(cfg, name) is None:
-            setattr(cfg, name, default)
-        if getattr(cfg, name) < 0:
-            raise ModelError(f"metadata: {name} = {getattr(cfg, name)} must not be negative")
-    # gemma_pytorch config.py: query_pre_attn_scalar is n_embd / n_head for the 27Bs (46, 62 layers)
-    if cfg.attention_scale:
-        cfg.attn_scale = cfg.attention_scale
-    elif spec.query_scale:
-        cfg.attn_scale = spec.query_scale
-    elif spec.big_n_layer and cfg.n_layer == spec.big_n_layer:
-        cfg.attn_scale = 1.0 / math.sqrt(cfg.n_embd // cfg.n_head)
-    else:
-        cfg.attn_scale = 1.0 / math.sqrt(cfg.head_dim_k)
-
-
-def _derive_swa_layers(cfg: ModelConfig) -> None:
-    """Which layers use the sliding window (llama_hparams::set_swa_pattern, or the file's booleans)."""
-    spec, pattern = cfg.spec, cfg.sliding_window_pattern
-    if not spec.swa_pattern or cfg.sliding_window == 0 or (spec.swa_n_layer and cfg.n_layer != spec.swa_n_layer):
-        cfg.swa_layers = (False,) * cfg.n_layer
-        cfg.sliding_window = 0
-    elif isinstance(pattern, (list, np.ndarray)):  # the reader's ARRAY[BOOL] is a numpy bool array
-        bools = pattern.dtype == bool if isinstance(pattern, np.ndarray) else all(isinstance(p, bool) for p in pattern)
-        if len(pattern) != cfg.n_layer or not bools:
-            raise ModelError(f"metadata key '{cfg.arch}.attention.sliding_window_pattern' must be "
-                             f"{cfg.n_layer} booleans")
-        cfg.swa_layers = tuple(bool(p) for p in pattern)
-    else:
-        n = spec.swa_pattern if pattern is None else _check_value("sliding_window_pattern", pattern, int)
-        # llama_hparams::set_swa_pattern: layer il is global when il % n == n - 1 (n = 0: all sliding)
-        cfg.swa_layers = tuple(n == 0 or il % n < n - 1 for il in range(cfg.n_layer))

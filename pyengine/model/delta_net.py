@@ -38,7 +38,8 @@ CHUNK = 64              # tokens per chunk of the chunked delta rule (llama.cpp'
 
 @dataclass
 class DeltaNet:
-    """One Gated DeltaNet layer's own tensors (``blk.N.*``); its two matrices are weight forms."""
+    """One Gated DeltaNet layer (``blk.N.*``) over the H value heads this worker holds; its two matrices are
+    weight forms. Called on x (T, n_embd), already normed, it stages its new state in the cache."""
     w_in: Any               # (C + H*Dv + 2H, n_embd): attn_qkv, attn_gate, ssm_beta, ssm_alpha
     conv: np.ndarray        # (C, K) ssm_conv1d
     dt_bias: np.ndarray     # (H,) ssm_dt.bias
@@ -46,10 +47,23 @@ class DeltaNet:
     norm: np.ndarray        # (Dv,) ssm_norm
     w_out: Any              # (n_embd, H*Dv) ssm_out
     key_of: np.ndarray      # (H,) int: for each value head, which of the Hk key heads held it reads
+    il: int = 0             # the layer
+    d_state: int = 0        # Dk = Dv, the head size (ssm.state_size)
+    eps: float = 1e-6
+    split: bool = False     # the value heads are cut over workers: the output is summed over them
+    shared: Any = None      # blocks.Shared: the communicator and the products
+
+    TENSORS = ("w_in", "conv", "dt_bias", "a", "norm", "w_out", "key_of")
 
     @property
     def nbytes(self) -> int:
-        return sum(x.nbytes for x in vars(self).values())
+        return sum(getattr(self, f).nbytes for f in self.TENSORS)
+
+    def __call__(self, x: np.ndarray, cache, pos: int) -> np.ndarray:
+        """x (T, n_embd) -> (T, n_embd), from the layer's state in ``cache`` (a HybridCache), the new one staged."""
+        h, window, s = delta_net(self, x, *cache.state(self.il), self.shared.products)
+        cache.stage(self.il, window, s)
+        return self.shared.comm.all_reduce(h) if self.split else h
 
 
 def key_heads(v0: int, v1: int, n_group: int) -> list[int]:
@@ -121,13 +135,15 @@ def causal_conv(x: np.ndarray, window: np.ndarray, w: np.ndarray) -> tuple[np.nd
 # ----------------------------------------------------------------------------
 # the delta rule
 
-def delta_step(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray,
-               beta: np.ndarray, products=None) -> tuple[np.ndarray, np.ndarray]:
+def delta_step(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, gate: tuple,
+               products=None) -> tuple[np.ndarray, np.ndarray]:
     """One token of the gated delta rule (ggml ``gated_delta_net``, one step), every head at once.
 
-    s (H, Dv, Dk); q, k (H, Dk) (q already scaled); v (H, Dv); g, beta (H,) -> (o (H, Dv), new s).
+    s (H, Dv, Dk); q, k (H, Dk) (q already scaled); v (H, Dv); gate (g, beta), each (H,): the log decay and
+    the write strength -> (o (H, Dv), new s).
     ``products``: the C kernel, which reads the state once (:meth:`pyengine.weights.kernel.Kernel.delta_step`).
     """
+    g, beta = gate
     if products is not None:
         return products.delta_step(*(np.ascontiguousarray(a, np.float32) for a in (s, q, k, v, np.exp(g), beta)))
     s = s * np.exp(g)[:, None, None]                                      # (H, Dv, Dk)
@@ -137,15 +153,16 @@ def delta_step(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np
     return np.einsum("hjd,hd->hj", s, q), s
 
 
-def delta_chunk(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray,
-                beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def delta_chunk(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                gate: tuple) -> tuple[np.ndarray, np.ndarray]:
     """The gated delta rule over one chunk of L tokens at once (llama.cpp ``build_delta_net_chunking``).
 
-    s (H, Dv, Dk); q, k (H, L, Dk) (q scaled); v (H, L, Dv); g, beta (H, L) -> (o (H, L, Dv), new s).
+    s (H, Dv, Dk); q, k (H, L, Dk) (q scaled); v (H, L, Dv); gate (g, beta) each (H, L) -> (o (H, L, Dv),
+    new s).
     With ``G`` the cumulative log decay and ``D[i, j] = exp(G_i - G_j)`` (j <= i), the L updates
     make one lower-triangular system: ``(I + tril(beta_i k_i·k_j D, -1)) U = [beta v | beta k exp(G)]``.
     """
-    s, q, k, v, g, beta = (a.astype(np.float64) for a in (s, q, k, v, g, beta))   # the solve is touchy in float32
+    s, q, k, v, g, beta = (a.astype(np.float64) for a in (s, q, k, v, *gate))   # the solve is touchy in float32
     cg = np.cumsum(g, axis=1)                                             # (H, L)
     diff = cg[:, :, None] - cg[:, None, :]                                # (H, L, L): G_i - G_j
     lower = np.tril(np.ones(diff.shape[1:], bool))                        # (L, L) j <= i
@@ -168,37 +185,36 @@ def delta_chunk(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: n
     return o.astype(np.float32), s.astype(np.float32)
 
 
-def delta_rule(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray,
-               beta: np.ndarray, products=None) -> tuple[np.ndarray, np.ndarray]:
-    """The gated delta rule over T tokens: q, k (T, H, Dk) (q scaled), v (T, H, Dv), g, beta (T, H),
+def delta_rule(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, gate: tuple,
+               products=None) -> tuple[np.ndarray, np.ndarray]:
+    """The gated delta rule over T tokens: q, k (T, H, Dk) (q scaled), v (T, H, Dv), gate (g, beta) each (T, H),
     s (H, Dv, Dk) -> (o (T, H, Dv), new s). One token at a time in the C kernel when ``products`` is given
     (it reads the state once a token: faster than the chunks' products, and a prompt's bits are decode's);
     in numpy up to ``ONE_BY_ONE`` tokens one at a time, else by chunks."""
-    t = q.shape[0]
+    t, (g, beta) = q.shape[0], gate
     if t <= ONE_BY_ONE or products is not None:
         out = np.empty(v.shape, np.float32)                               # (T, H, Dv)
         for i in range(t):
-            out[i], s = delta_step(s, q[i], k[i], v[i], g[i], beta[i], products)
+            out[i], s = delta_step(s, q[i], k[i], v[i], (g[i], beta[i]), products)
         return out, s
     q, k, v = q.transpose(1, 0, 2), k.transpose(1, 0, 2), v.transpose(1, 0, 2)   # (H, T, D)
     g, beta = g.T, beta.T                                                 # (H, T)
     out = np.empty(v.shape, np.float32)                                   # (H, T, Dv)
     for c0 in range(0, t, CHUNK):
         c = slice(c0, min(t, c0 + CHUNK))
-        out[:, c], s = delta_chunk(s, q[:, c], k[:, c], v[:, c], g[:, c], beta[:, c])
+        out[:, c], s = delta_chunk(s, q[:, c], k[:, c], v[:, c], (g[:, c], beta[:, c]))
     return out.transpose(1, 0, 2), s
 
 
 # ----------------------------------------------------------------------------
 # the layer
 
-def delta_net(layer: DeltaNet, x: np.ndarray, window: np.ndarray, s: np.ndarray, config, products=None) -> tuple:
+def delta_net(layer: DeltaNet, x: np.ndarray, window: np.ndarray, s: np.ndarray, products=None) -> tuple:
     """A Gated DeltaNet layer on x (T, n_embd), already normed, from the state (window (K-1, C), s
     (H, Dv, Dk)) -> (out (T, n_embd), new window, new s), over the H value heads and Hk key heads this
     worker holds (a split model sums ``out`` over the workers). The state passed in is not changed.
     ``products``: the C kernel for a decode step's recurrence, or None (numpy)."""
-    c, h = config, len(layer.key_of)
-    t, d = x.shape[0], c.ssm_d_state
+    h, t, d, eps = len(layer.key_of), x.shape[0], layer.d_state, layer.eps
     hk = (layer.conv.shape[0] - h * d) // (2 * d)
     nk, nv = hk * d, h * d
     proj = layer.w_in(x)                                                  # (T, C + nv + 2H)
@@ -206,12 +222,12 @@ def delta_net(layer: DeltaNet, x: np.ndarray, window: np.ndarray, s: np.ndarray,
     b, a = proj[:, 2 * nk + 2 * nv:2 * nk + 2 * nv + h], proj[:, 2 * nk + 2 * nv + h:]   # (T, H) each
     qkv, window = causal_conv(qkv, window, layer.conv)
     qkv = silu(qkv)                                                       # (T, C)
-    q = l2norm(qkv[:, :nk].reshape(t, hk, d), c.rms_eps)                  # (T, Hk, Dk)
-    k = l2norm(qkv[:, nk:2 * nk].reshape(t, hk, d), c.rms_eps)            # (T, Hk, Dk)
+    q = l2norm(qkv[:, :nk].reshape(t, hk, d), eps)                  # (T, Hk, Dk)
+    k = l2norm(qkv[:, nk:2 * nk].reshape(t, hk, d), eps)            # (T, Hk, Dk)
     v = qkv[:, 2 * nk:].reshape(t, h, d)                                  # (T, H, Dv)
     q = (q * np.float32(1.0 / np.sqrt(d)))[:, layer.key_of]               # (T, H, Dk): each value head's key head
     k = k[:, layer.key_of]                                                # (T, H, Dk)
     g = softplus(a + layer.dt_bias) * layer.a                             # (T, H)
-    o, s = delta_rule(s, q, k, v, g, sigmoid(b), products)                # (T, H, Dv)
-    o = rmsnorm(o, layer.norm, c.rms_eps) * silu(z.reshape(t, h, d))      # (T, H, Dv)
+    o, s = delta_rule(s, q, k, v, (g, sigmoid(b)), products)                # (T, H, Dv)
+    o = rmsnorm(o, layer.norm, eps) * silu(z.reshape(t, h, d))      # (T, H, Dv)
     return layer.w_out(o.reshape(t, nv)), window, s

@@ -141,13 +141,13 @@ class HybridCache(KVCache):
     """
 
     def __init__(self, recurrent: tuple, n_head_kv: int, head_dim_k: int, head_dim_v: int, n_ctx: int,
-                 window_shape: tuple[int, int], state_shape: tuple[int, int, int]):
+                 shapes: tuple[tuple[int, int], tuple[int, int, int]]):
         super().__init__(len(recurrent), n_head_kv, head_dim_k, head_dim_v, n_ctx)
         for il, rec in enumerate(recurrent):
             if rec:
                 self.k[il], self.v[il] = self.k[il][:0], self.v[il][:0]   # (0, capacity, D): no keys
         self.recurrent = recurrent
-        self.window_shape, self.state_shape = window_shape, state_shape
+        self.window_shape, self.state_shape = shapes     # (K-1, C) and (H, Dv, Dk) of a layer
         self.window, self.s = self._empty()
         self._staged: dict[int, tuple] = {}
         self.last: tuple | None = None          # (position, window, s) before the last forward pass

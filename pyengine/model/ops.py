@@ -10,7 +10,9 @@ live in :mod:`pyengine.weights`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 import numpy as np
 
@@ -175,12 +177,22 @@ def imrope_text_pairs(sections: tuple[int, int, int, int], n_pairs: int) -> np.n
 # ----------------------------------------------------------------------------
 # attention
 
+@dataclass(frozen=True)
+class Scoring:
+    """How attention's scores are made: soft-capped at ``cap`` before the mask when > 0 (gemma2's
+    ``attn_soft_cap``: ``cap * tanh(s / cap)``), the two products over the cache by ``products`` (the C
+    kernel, :class:`pyengine.weights.kernel.Kernel`) or numpy's einsum (None)."""
+    cap: float = 0.0
+    products: Any = None
+
+
+NUMPY = Scoring()
 SCORES_MAX = 1 << 20     # attention scores held at once during prefill (float32 elements: 4 MiB)
 ONE_BY_ONE = 16          # a batch of this many queries or fewer attends one query at a time
 
 
-def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: int, window: int, cap: float = 0.0,
-              products=None) -> np.ndarray:
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: int, window: int,
+              scoring: Scoring = NUMPY) -> np.ndarray:
     """Causal (optionally sliding-window) softmax attention with GQA, as ggml ``soft_max_ext`` + ``mul_mat``.
 
     q (Hkv, G, T, D) already scaled, for queries at positions pos..pos+T-1;
@@ -191,49 +203,48 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: int, window: int
     Long prompts are cut into query chunks of at most ``SCORES_MAX`` scores. A batch of at most
     ``ONE_BY_ONE`` queries (a draft being checked) attends query by query over exactly its own keys, so each
     row has the bits of a one-token pass (sums over masked zeros would group the floats otherwise).
-    ``cap > 0`` soft-caps the scores before the mask (gemma2's ``attn_soft_cap``: ``cap * tanh(s / cap)``).
-    ``products``: the C kernel (:class:`pyengine.weights.kernel.Kernel`) for the two products over the cache,
-    else numpy's einsum.
+    ``scoring``: the soft-cap and the products (:class:`Scoring`).
     """
     hkv, g, t, _ = q.shape
     if 1 < t <= ONE_BY_ONE:
         return np.concatenate([attention(q[:, :, i:i + 1], k[:, :pos + i + 1], v[:, :pos + i + 1], pos + i, window,
-                                         cap, products) for i in range(t)], axis=2)
+                                         scoring) for i in range(t)], axis=2)
     step = max(1, SCORES_MAX // (hkv * g * (pos + t)))
     if step >= t:                                                         # one chunk (decode, short prompts)
-        s0 = max(0, pos - window + 1) if window else 0
-        return _attend(q, k[:, s0:], v[:, s0:], pos, s0, window, cap, products)
+        return _attend(q, k, v, pos, window, scoring)
     out = np.empty((hkv, g, t, v.shape[2]), np.float32)
     for t0 in range(0, t, step):
         t1 = min(t, t0 + step)
         p0, p1 = pos + t0, pos + t1                                       # queries' positions
-        s0 = max(0, p0 - window + 1) if window else 0                     # first key any of them sees
-        out[:, :, t0:t1] = _attend(q[:, :, t0:t1], k[:, s0:p1], v[:, s0:p1], p0, s0, window, cap, products)
+        out[:, :, t0:t1] = _attend(q[:, :, t0:t1], k[:, :p1], v[:, :p1], p0, window, scoring)
     return out
 
 
-def _attend(q, k, v, p0: int, s0: int, window: int, cap: float = 0.0, products=None) -> np.ndarray:
-    """One chunk: q (Hkv, G, Tc, D) at positions p0.., keys k (Hkv, S, D) at s0.. -> (Hkv, G, Tc, Dv)."""
+def _attend(q, k, v, p0: int, window: int, scoring: Scoring) -> np.ndarray:
+    """One chunk: q (Hkv, G, Tc, D) at positions p0.., keys k (Hkv, p0+Tc, D) from 0 -> (Hkv, G, Tc, Dv), over
+    the keys from the first any of them sees."""
     hkv, g, tc, _ = q.shape
-    scores = attention_weights(q, k, p0, s0, window, cap, products)        # (Hkv, G, Tc, S)
-    if products is not None:
-        return products.attention_values(scores.reshape(hkv, g * tc, -1), v).reshape(hkv, g, tc, -1)
+    s0 = max(0, p0 - window + 1) if window else 0                         # first key any of them sees
+    k, v = k[:, s0:], v[:, s0:]
+    scores = attention_weights(q, k, p0, s0, window, scoring)            # (Hkv, G, Tc, S)
+    if scoring.products is not None:
+        return scoring.products.attention_values(scores.reshape(hkv, g * tc, -1), v).reshape(hkv, g, tc, -1)
     return np.einsum("hgts,hsd->hgtd", scores, v)                        # (Hkv, G, Tc, Dv)
 
 
-def attention_weights(q: np.ndarray, k: np.ndarray, p0: int, s0: int, window: int, cap: float = 0.0,
-                      products=None) -> np.ndarray:
+def attention_weights(q: np.ndarray, k: np.ndarray, p0: int, s0: int, window: int,
+                      scoring: Scoring = NUMPY) -> np.ndarray:
     """The softmax of the scores: q (Hkv, G, Tc, D) scaled, at positions p0.., keys k (Hkv, S, D) at
     s0.. -> (Hkv, G, Tc, S) float32, each row summing to 1 over the keys its query sees (causal, and
     ``window`` > 0: the last ``window`` positions), 0 elsewhere (ggml ``soft_max_ext`` with the mask)."""
     hkv, g, tc, d = q.shape
-    if products is not None:
-        scores = products.attention_scores(np.ascontiguousarray(q.reshape(hkv, g * tc, d), np.float32), k)
+    if scoring.products is not None:
+        scores = scoring.products.attention_scores(np.ascontiguousarray(q.reshape(hkv, g * tc, d), np.float32), k)
         scores = scores.reshape(hkv, g, tc, -1)                           # (Hkv, G, Tc, S)
     else:
         scores = np.einsum("hgtd,hsd->hgts", q, k)                        # (Hkv, G, Tc, S)
-    if cap:
-        scores = softcap(scores, cap)
+    if scoring.cap:
+        scores = softcap(scores, scoring.cap)
     s = k.shape[1]
     if tc > 1 or (window and s > window):
         qp = np.arange(p0, p0 + tc)[:, None]                              # (Tc, 1)

@@ -8,6 +8,7 @@ cuts a model into the shards of several.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,17 @@ class Shard:
         return cls(d["index"], d["count"], *(tuple(d[k]) for k in cls.RANGES))
 
 
-def whole(config) -> Shard:
+def whole_model(config) -> Shard:
     """The whole model in one worker."""
     c = config
     return Shard(0, 1, (0, c.n_head), (0, c.n_head_kv), (0, c.n_ff), (0, c.n_vocab), (0, c.n_embd), (0, c.ssm_dt_rank))
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a load goes: ``shard`` of the model (None: all of it), its matrices in ``forms`` (the main
+    worker's plan, ``{key: Form}``; None: planned at load), its partial results summed by ``comm``
+    (``pyengine.parallel.channel.Channel``; None: a model held whole)."""
+    shard: Shard | None = None
+    forms: dict | None = None
+    comm: Any = None

@@ -32,16 +32,18 @@ from typing import Any
 
 import numpy as np
 
-from pyengine.model.ops import attention_weights
+from pyengine.model.blocks import Attention, ShortConv
+from pyengine.model.delta_net import DeltaNet
+from pyengine.model.ops import Scoring, attention_weights
 
 LENS_TOP = 5            # tokens the logit lens keeps per layer
-LAYER_MATRICES = {"wqkv": "attn_qkv", "wo": "attn_output", "w_gate_up": "ffn_gate_up", "w_down": "ffn_down",
-                  "conv_in": "shortconv.in_proj", "conv_out": "shortconv.out_proj", "inp_gate": "inp_gate",
-                  "proj": "proj"}                          # Layer field -> the name a step's cost shows
-DELTA_MATRICES = {"w_in": "ssm_in", "w_out": "ssm_out"}   # DeltaNet field (w_in: attn_qkv, attn_gate, ssm_beta/alpha)
+MATRICES = {"wqkv": "attn_qkv", "wo": "attn_output", "w_gate_up": "ffn_gate_up", "w_down": "ffn_down",
+            "conv_in": "shortconv.in_proj", "conv_out": "shortconv.out_proj", "inp_gate": "inp_gate",
+            "proj": "proj", "w_in": "ssm_in", "w_out": "ssm_out"}   # block field -> the name a step's cost shows
+# (a DeltaNet's w_in: attn_qkv, attn_gate, ssm_beta and ssm_alpha)
 MODEL_MATRICES = {"token_embd": "token_embd", "output": "output"}
-STAGES = {"pre_norm": "norms", "post_norm": "norms", "attention": "attention",
-          "shortconv": "short convolution", "recurrent": "delta rule", "ffn": "rest"}   # Model method -> kind
+STAGES = {"norm": "norms", "residual": "norms", "ffn": "rest"}   # Block method or part -> kind
+MIXERS = {Attention: "attention", ShortConv: "short convolution", DeltaNet: "delta rule"}
 COMM = {"all_reduce": "all-reduce", "gather": "gather"}  # a split model's meetings
 KINDS = {"attention": "attention", "shared": "attention over another layer's keys and values",
          "conv": "short convolution (no attention weights)", "delta": "Gated DeltaNet (the state's norm per head)"}
@@ -70,6 +72,7 @@ class Recorder:
     def __init__(self, model, heads: int | None = None):
         c = model.config
         self.model, self.heads = model, min(heads or c.n_head, c.n_head)
+        self.mixers = [layer.mixer for layer in model.layers]   # (wrapped in the model during the step)
         self.layers: list[dict] = []
         self.stages: dict[str, dict] = {}
         self._lens: list[np.ndarray] = []       # each layer's lens logits (n_vocab,)
@@ -131,17 +134,18 @@ class Recorder:
         """(object, attribute, replacement) for every matrix, stage and meeting timed."""
         m = self.model
         for layer in m.layers:
-            for field, name in LAYER_MATRICES.items():
-                if getattr(layer, field) is not None:
-                    yield layer, field, _Matrix(self, name, getattr(layer, field))
-            if layer.delta is not None:
-                for field, name in DELTA_MATRICES.items():
-                    yield layer.delta, field, _Matrix(self, name, getattr(layer.delta, field))
+            mixer = layer.mixer
+            for part in (layer, mixer, layer.ffn):
+                for field, name in MATRICES.items():
+                    if getattr(part, field, None) is not None:
+                        yield part, field, _Matrix(self, name, getattr(part, field))
+            for attr, label in STAGES.items():
+                yield layer, attr, self._wrap(label, getattr(layer, attr))
+            yield layer, "mixer", self._wrap(MIXERS[type(mixer)], mixer)
+            if isinstance(mixer, Attention):
+                yield mixer, "attend", self._attender(mixer)
         for field, name in MODEL_MATRICES.items():
             yield m, field, _Matrix(self, name, getattr(m, field))
-        for method, label in STAGES.items():
-            yield m, method, self._wrap(label, getattr(m, method))
-        yield m, "attend", self._attend
         if m.comm.count > 1:
             for method, label in COMM.items():
                 yield m.comm, method, self._wrap(label, getattr(m.comm, method))
@@ -152,8 +156,6 @@ class Recorder:
         saved = []
         for obj, attr, new in self._targets():
             saved.append((obj, attr, attr in vars(obj), getattr(obj, attr)))
-            if attr == "attend":
-                self._real_attend = self._wrap("attention", getattr(obj, attr))
             setattr(obj, attr, new)
         try:
             yield self
@@ -164,16 +166,20 @@ class Recorder:
                 else:
                     delattr(obj, attr)
 
-    def _attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: int, window: int) -> np.ndarray:
-        """The model's attention, timed, and the weights of the step's last query kept."""
-        out = self._real_attend(q, k, v, pos, window)
-        with self._own():
-            p = pos + q.shape[2] - 1                                      # the last query's position
-            first = max(0, p - window + 1) if window else 0
-            w = attention_weights(q[:, :, -1:], k[:, first:p + 1], p, first, window,
-                                  self.model.config.attn_logit_softcap)   # (Hkv, G, 1, S)
-            self._attn = (w.reshape(-1, w.shape[-1]), first)              # (this shard's heads, S)
-        return out
+    def _attender(self, mixer: Attention):
+        """``mixer.attend``, timed, keeping the weights of the step's last query."""
+        real = self._wrap("attention", mixer.attend)
+
+        def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: int, window: int) -> np.ndarray:
+            out = real(q, k, v, pos, window)
+            with self._own():
+                p = pos + q.shape[2] - 1                                  # the last query's position
+                first = max(0, p - window + 1) if window else 0
+                w = attention_weights(q[:, :, -1:], k[:, first:p + 1], p, first, window,
+                                      Scoring(mixer.scoring.cap))         # (Hkv, G, 1, S)
+                self._attn = (w.reshape(-1, w.shape[-1]), first)          # (this shard's heads, S)
+            return out
+        return attend
 
     # --- called by the forward pass
     def start(self) -> None:
@@ -198,11 +204,10 @@ class Recorder:
 
     # --- what each layer mixes in
     def _mixer(self, il: int, cache) -> dict:
-        m, c = self.model, self.model.config
-        layer = m.layers[il]
-        if layer.conv is not None:
+        m, mixer = self.model, self.mixers[il]
+        if isinstance(mixer, ShortConv):
             return {"kind": "conv", "note": KINDS["conv"]}
-        if layer.delta is not None:
+        if isinstance(mixer, DeltaNet):
             return {"kind": "delta", "note": KINDS["delta"], "state_norm": self._state_norms(il, cache)}
         weights, first = self._attn
         h0, h1 = m.shard.heads
@@ -210,7 +215,7 @@ class Recorder:
         if h0 < self.heads:
             full[h0:min(h1, self.heads)] = weights[:self.heads - h0]
         full = m.comm.all_reduce(full)                                    # every worker's heads
-        src = c.kv_layers[il]
+        src = mixer.src
         kind = "attention" if src == il else "shared"
         out = {"kind": kind, "note": KINDS[kind], "attention": full, "first": first}
         return out if src == il else {**out, "kv_layer": src}

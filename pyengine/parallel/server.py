@@ -1,6 +1,6 @@
 """A helper worker's side of a split: its shard of the model, read from the file, run in step with the others.
 
-A helper loads only its shard (``pyengine.model.load.load_model(shard=...)``, in
+A helper loads only its shard (``pyengine.model.load.load_model(placement=...)``, in
 the forms the main worker chose), then serves commands until EXIT: each FORWARD
 runs the same forward pass as every other worker, on its own KV cache (one per
 cache id the main worker names, set back to the command's position first, so a
@@ -14,7 +14,7 @@ from typing import Any
 
 from pyengine.errors import PyEngineError
 from pyengine.model.load import load_model
-from pyengine.model.shard import Shard
+from pyengine.model.shard import Placement, Shard
 from pyengine.model.trace import Recorder, run
 from pyengine.parallel.channel import (
     CACHE,
@@ -103,5 +103,5 @@ def load_helper(gguf, plan: dict, index: int, block: Any) -> Helper:
 
     def progress(done: int, total: int, done_bytes: int, total_bytes: int) -> None:
         chan.report_load(done, done_bytes)                  # the main worker shows the sum
-    model = load_model(gguf, progress, shard=shard, forms=forms, weights=plan["weights"], comm=chan)
+    model = load_model(gguf, progress, plan["weights"], placement=Placement(shard, forms, chan))
     return Helper(model, chan)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 from pyengine.errors import PyEngineError
-from pyengine.model.shard import Shard, whole
+from pyengine.model.shard import Shard, whole_model
 
 MAX_WORKERS = 9            # workers a shared buffer has room for (the main worker and 8 helpers)
 
@@ -56,13 +56,13 @@ def plan(config, n_workers: int, head_align: int = 1, ffn_align: int = 1, conv_a
          ssm_align: int = 1) -> list[Shard]:
     """The shards of ``n_workers`` workers: ``head_align`` q heads, ``ffn_align`` FFN units, ``conv_align``
     short-convolution channels and ``ssm_align`` DeltaNet value heads make a whole block of the column-cut
-    matrices (attn_output, ffn_down, shortconv.out_proj, ssm_out). DeltaNet heads too few to cut stay whole
+    matrices (attn_output, ffn_down, shortconv.out_proj, ssm_out). DeltaNet heads too few to cut stay whole_model
     in every worker. Raises PyEngineError for a model that cannot be cut so many ways."""
     c = config
     if not 1 <= n_workers <= MAX_WORKERS:
         raise PyEngineError(f"cannot split a model over {n_workers} workers (1..{MAX_WORKERS})")
     if n_workers == 1:
-        return [whole(c)]
+        return [whole_model(c)]
     heads = head_ranges(c.n_head, c.n_head_kv, n_workers, head_align)
     ffn = ranges(c.n_ff, n_workers, ffn_align)
     vocab = ranges(c.n_vocab, n_workers)

@@ -77,10 +77,10 @@ def part_nbytes(ggml_type: str, n_rows: int, n_in: int, form: Form) -> int:
     if form is Form.BLOCKS:
         return GGML_TYPES_BY_NAME[ggml_type].n_bytes(n_in) * n_rows
     t = quants.QUANT_CODES[ggml_type]
-    lay = Layout(t.bits, Layout.max_phases(t.bits) if form is Form.COMPACT else 1)
-    rows = -(-n_rows // lay.rows) * lay.rows                              # padded to whole int64 rows
+    layout = Layout(t.bits, Layout.max_phases(t.bits) if form is Form.COMPACT else 1)
+    rows = -(-n_rows // layout.rows) * layout.rows                              # padded to whole int64 rows
     scales = rows * (n_in // t.sub) * 4 * (2 if t.has_min else 1)         # float32 scale (and shift)
-    return rows // lay.rows * n_in * 8 + scales
+    return rows // layout.rows * n_in * 8 + scales
 
 
 def matrix_nbytes(m: Matrix, form: Form) -> int:

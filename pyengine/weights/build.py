@@ -30,10 +30,10 @@ def whole(gguf_file, names: list[str]) -> list[Piece]:
     return [(n, 0, gguf_file.tensors[n].shape[1]) for n in names]
 
 
-def _by_lane(per_row: np.ndarray, m: int, lay: Layout, rows_last: bool = True) -> np.ndarray:
+def _by_lane(per_row: np.ndarray, m: int, layout: Layout, rows_last: bool = True) -> np.ndarray:
     """Per-row values (m * rows, B) as :class:`Quantized` holds them: (phases, lanes, B, m), or with
     ``rows_last=False`` (phases, lanes, m, B)."""
-    by_lane = per_row.reshape(m, lay.phases, lay.lanes, -1)
+    by_lane = per_row.reshape(m, layout.phases, layout.lanes, -1)
     return np.ascontiguousarray(by_lane.transpose(1, 2, 3, 0) if rows_last else by_lane.transpose(1, 2, 0, 3))
 
 
@@ -105,24 +105,24 @@ class Builder:
         """The stack in its own ggml codes (one type), expanded lanes or ``compact`` ones. Raises GGUFError."""
         type_name = self.gf.tensors[pieces[0][0]].type.name
         bits = quants.QUANT_CODES[type_name].bits
-        lay = Layout(bits, Layout.max_phases(bits) if compact else 1)
+        layout = Layout(bits, Layout.max_phases(bits) if compact else 1)
         n_in = self.gf.tensors[pieces[0][0]].shape[0]
         c0, c1 = cols or (0, n_in)
         n_out = sum(b - a for _, a, b in pieces)
-        m = -(-n_out // lay.rows)
+        m = -(-n_out // layout.rows)
         q = np.zeros((m, c1 - c0), np.int64)                              # (M, K) packed lane codes
         scale = shift = None
         for name, a, b, r in self._chunks(pieces, cols):
             codes, sc, sh = lane_codes(self._codes(name, a, b, cols), b - a, c1 - c0, bits)
             if scale is None:
-                scale = np.zeros((m * lay.rows, sc.shape[1]), np.float32)   # rows in order, then laid out
+                scale = np.zeros((m * layout.rows, sc.shape[1]), np.float32)   # rows in order, then laid out
                 shift = None if sh is None else np.zeros_like(scale)
-            pack_codes(codes, q, r, lay)
+            pack_codes(codes, q, r, layout)
             scale[r:r + b - a] = sc
             if sh is not None:
                 shift[r:r + b - a] = sh
-        shift = None if shift is None else _by_lane(shift, m, lay, rows_last=False)
-        return Quantized(q, _by_lane(scale, m, lay), shift, n_out, lay, (c1 - c0) // scale.shape[1], type_name)
+        shift = None if shift is None else _by_lane(shift, m, layout, rows_last=False)
+        return Quantized(q, _by_lane(scale, m, layout), shift, n_out, layout, (c1 - c0) // scale.shape[1], type_name)
 
     def blocks(self, pieces: list[Piece], cols: tuple[int, int] | None = None) -> Blocks:
         """The stack in the file's own blocks (one type), for the C kernel. Raises PyEngineError when the

@@ -74,16 +74,16 @@ class Layout:
         return lane_bits(bits) // bits
 
 
-def pack_codes(codes: np.ndarray, out: np.ndarray, r0: int, lay: Layout) -> None:
+def pack_codes(codes: np.ndarray, out: np.ndarray, r0: int, layout: Layout) -> None:
     """OR the lane codes ``codes (R, K)`` (uint8, each < 2 ** bits) of rows ``r0..r0+R-1`` into the
     zero-initialized packed ``out (M, K)`` int64."""
-    for p in range(lay.phases):
-        for j in range(lay.lanes):
-            first = (p * lay.lanes + j - r0) % lay.rows                    # first row of the chunk in (p, j)
-            rows = codes[first::lay.rows]                                  # (R_pj, K)
+    for p in range(layout.phases):
+        for j in range(layout.lanes):
+            first = (p * layout.lanes + j - r0) % layout.rows                    # first row of the chunk in (p, j)
+            rows = codes[first::layout.rows]                                  # (R_pj, K)
             if len(rows):
-                m0 = (r0 + first) // lay.rows
-                out[m0:m0 + len(rows)] |= np.left_shift(rows, lay.L * j + lay.bits * p, dtype=np.int64)
+                m0 = (r0 + first) // layout.rows
+                out[m0:m0 + len(rows)] |= np.left_shift(rows, layout.L * j + layout.bits * p, dtype=np.int64)
 
 
 def quantize_x(x: np.ndarray, sub: int, vec_dot_type: str) -> tuple:
@@ -142,7 +142,7 @@ class Quantized:
             return np.zeros((0, self.n_out), np.float32)
         if len(xs) >= FLOAT_TOKENS:
             return self._float_product(xs)
-        lay, (m, k) = self.layout, self.q.shape
+        layout, (m, k) = self.layout, self.q.shape
         t, nb = len(xs), k // self.sub
         key = (self.vec_dot_type, self.sub)
         act = None if acts is None else acts.get(key)
@@ -151,17 +151,17 @@ class Quantized:
             if acts is not None:
                 acts[key] = act
         xq, dx, xsum, s = act
-        corr = (lay.bias - xsum * lay.c0 * lay.ones)[:, None, :, None]              # (T, 1, B, 1): wraps
+        corr = (layout.bias - xsum * layout.c0 * layout.ones)[:, None, :, None]              # (T, 1, B, 1): wraps
         # a min's centering, added back as the sums are decoded: c0 * sum(xq) per sub-block
-        back = None if self.shift is None else np.repeat(xsum * lay.c0, lay.phases, axis=0)[:, :, None]
-        y = np.empty((t, lay.phases, lay.lanes, m), np.float32)                      # (T, P, lanes, M)
-        step = max(1, POST_ELEMENTS // (t * lay.phases * lay.lanes * nb))            # int64 rows a chunk
+        back = None if self.shift is None else np.repeat(xsum * layout.c0, layout.phases, axis=0)[:, :, None]
+        y = np.empty((t, layout.phases, layout.lanes, m), np.float32)                      # (T, P, lanes, M)
+        step = max(1, POST_ELEMENTS // (t * layout.phases * layout.lanes * nb))            # int64 rows a chunk
         for a in range(0, m, step):
             b = min(m, a + step)
             sums = self._sums(a, b, xq)                                              # (T, P, B, m) int64
             sums += corr
-            v = decode(sums.reshape(-1, nb, b - a), lay, back)                       # (T * P, lanes, B, m)
-            v = v.reshape(t, lay.phases, lay.lanes, nb, b - a)
+            v = decode(sums.reshape(-1, nb, b - a), layout, back)                       # (T * P, lanes, B, m)
+            v = v.reshape(t, layout.phases, layout.lanes, nb, b - a)
             y[..., a:b] = np.einsum("tpjbm,pjbm,tb->tpjm", v, self.scale[..., a:b], dx)
             if self.shift is not None:                                               # a min: its offsets
                 y[..., a:b] += np.einsum("pjmb,tb->tpjm", self.shift[:, :, a:b], s)
@@ -171,18 +171,18 @@ class Quantized:
     def _sums(self, a: int, b: int, xq: np.ndarray) -> np.ndarray:
         """The biased lane sums of int64 rows a..b-1 with the activation codes ``xq`` (T, B, sub): (T, P, B,
         b - a) int64, each phase's codes taken out of the compact lanes a chunk at a time (in cache)."""
-        lay, k = self.layout, self.q.shape[1]
+        layout, k = self.layout, self.q.shape[1]
         t, nb = xq.shape[:2]
-        if lay.phases == 1:                                    # (an einsum's out= would iterate in its order)
+        if layout.phases == 1:                                    # (an einsum's out= would iterate in its order)
             s = np.einsum("mbk,tbk->tbm", self.q[a:b].reshape(b - a, nb, self.sub), xq)
             return np.ascontiguousarray(s).reshape(t, 1, nb, b - a)
-        out = np.empty((t, lay.phases, nb, b - a), np.int64)
+        out = np.empty((t, layout.phases, nb, b - a), np.int64)
         step = max(1, PHASE_ELEMENTS // k)
         buf = np.empty((min(step, b - a), k), np.int64)
         for c in range(a, b, step):
             d = min(b, c + step)
-            for p in range(lay.phases):
-                e = phase(self.q[c:d], p, lay, buf[:d - c]).reshape(d - c, nb, self.sub)
+            for p in range(layout.phases):
+                e = phase(self.q[c:d], p, layout, buf[:d - c]).reshape(d - c, nb, self.sub)
                 out[:, p, :, c - a:d - a] = np.einsum("mbk,tbk->tbm", e, xq)
         return out
 
@@ -191,12 +191,12 @@ class Quantized:
         time, times x rounded as ggml rounds it: the integer product up to float32 rounding, each weight
         unpacked once for all the tokens (and in CPython, BLAS)."""
         xr = round_activations(xs, self.vec_dot_type)
-        lay, (m, k) = self.layout, self.q.shape
-        y = np.empty((len(xs), m * lay.rows), np.float32)
-        step = max(1, FLOAT_ELEMENTS // (k * lay.rows))                             # int64 rows a chunk
+        layout, (m, k) = self.layout, self.q.shape
+        y = np.empty((len(xs), m * layout.rows), np.float32)
+        step = max(1, FLOAT_ELEMENTS // (k * layout.rows))                             # int64 rows a chunk
         for a in range(0, m, step):
             b = min(m, a + step)
-            y[:, a * lay.rows:b * lay.rows] = matmul(self._dequantize(a, b), xr)
+            y[:, a * layout.rows:b * layout.rows] = matmul(self._dequantize(a, b), xr)
         if self.vec_dot_type == "Q8_1":                    # ggml's mins meet the codes' sums as stored, in f16
             _, dx, xsum, s = quantize_x(xs, self.sub, "Q8_1")
             fix = np.einsum("pjmb,tb->tpjm", self.shift, s - dx * xsum)                 # (T, P, lanes, M)
@@ -205,15 +205,15 @@ class Quantized:
 
     def _dequantize(self, a: int, b: int) -> np.ndarray:
         """The rows of int64 rows a..b-1 as float32 ((b - a) * rows, n_in), in order, bit for bit as rows()."""
-        lay, k = self.layout, self.q.shape[1]
-        out = np.empty((b - a, lay.phases, lay.lanes, k), np.float32)
+        layout, k = self.layout, self.q.shape[1]
+        out = np.empty((b - a, layout.phases, layout.lanes, k), np.float32)
         q = self.q[a:b]
-        for p in range(lay.phases):
-            for j in range(lay.lanes):
-                codes = (q >> (lay.L * j + lay.bits * p)) & ((1 << lay.bits) - 1)     # (m, K) lane codes
+        for p in range(layout.phases):
+            for j in range(layout.lanes):
+                codes = (q >> (layout.L * j + layout.bits * p)) & ((1 << layout.bits) - 1)     # (m, K) lane codes
                 scale = self.scale[p, j, :, a:b].T[:, :, None]                        # (m, B, 1)
                 if self.shift is None:
-                    v = (codes - lay.c0).astype(np.float32).reshape(b - a, -1, self.sub) * scale
+                    v = (codes - layout.c0).astype(np.float32).reshape(b - a, -1, self.sub) * scale
                 else:
                     v = codes.astype(np.float32).reshape(b - a, -1, self.sub) * scale
                     v += self.shift[p, j, a:b][:, :, None]
@@ -223,36 +223,36 @@ class Quantized:
     def rows(self, ids) -> np.ndarray:
         """Rows ``ids`` as float32 (R, n_in), as ggml ``get_rows`` dequantizes them (the same bits)."""
         ids = np.asarray(ids, np.int64).reshape(-1)
-        lay = self.layout
-        m, p, j = ids // lay.rows, ids % lay.rows // lay.lanes, ids % lay.lanes
-        shift = (lay.L * j + lay.bits * p)[:, None]
-        codes = (self.q[m] >> shift) & ((1 << lay.bits) - 1)                       # (R, K) lane codes
+        layout = self.layout
+        m, p, j = ids // layout.rows, ids % layout.rows // layout.lanes, ids % layout.lanes
+        shift = (layout.L * j + layout.bits * p)[:, None]
+        codes = (self.q[m] >> shift) & ((1 << layout.bits) - 1)                       # (R, K) lane codes
         scale = self.scale[p, j, :, m][:, :, None]                                 # (R, B, 1)
         k = self.q.shape[1]
         if self.shift is None:
-            v = (codes - lay.c0).astype(np.float32).reshape(len(ids), -1, self.sub)
+            v = (codes - layout.c0).astype(np.float32).reshape(len(ids), -1, self.sub)
             return (v * scale).reshape(len(ids), k)
         v = codes.astype(np.float32).reshape(len(ids), -1, self.sub)
         return (v * scale + self.shift[p, j, m][:, :, None]).reshape(len(ids), k)
 
 
-def phase(codes: np.ndarray, p: int, lay: Layout, out: np.ndarray) -> np.ndarray:
+def phase(codes: np.ndarray, p: int, layout: Layout, out: np.ndarray) -> np.ndarray:
     """Phase ``p`` of compact codes: (codes >> bits * p) & mask, into ``out`` (m, K) int64."""
     if p:
-        np.right_shift(codes, lay.bits * p, out=out)
-        out &= lay.mask
+        np.right_shift(codes, layout.bits * p, out=out)
+        out &= layout.mask
     else:
-        np.bitwise_and(codes, lay.mask, out=out)
+        np.bitwise_and(codes, layout.mask, out=out)
     return out
 
 
-def decode(s: np.ndarray, lay: Layout, add: np.ndarray | None = None) -> np.ndarray:
+def decode(s: np.ndarray, layout: Layout, add: np.ndarray | None = None) -> np.ndarray:
     """Biased lane sums (T, B, m) int64 (each lane + 2 ** (L - 1), in [0, 2 ** L)) -> (T, lanes, B, m)
     float32 signed sums, exactly, plus ``add`` (T, B, 1) int64 when given. ``s`` is overwritten."""
     t, nb, m = s.shape
-    v = np.empty((t, lay.lanes, nb, m), np.float32)
-    if lay.L == 16:
-        s ^= lay.sign                                                      # biased -> two's complement int16
+    v = np.empty((t, layout.lanes, nb, m), np.float32)
+    if layout.L == 16:
+        s ^= layout.sign                                                      # biased -> two's complement int16
         s16 = s.view(np.int16).reshape(t, nb, m, 4)
         for j in range(4):
             if add is None:
@@ -261,11 +261,11 @@ def decode(s: np.ndarray, lay: Layout, add: np.ndarray | None = None) -> np.ndar
                 np.add(s16[..., j], add, out=v[:, j], casting="unsafe")
         return v
     f = np.empty_like(s)
-    bias = np.int64(1 << (lay.L - 1)) if add is None else (1 << (lay.L - 1)) - add
-    for j in range(lay.lanes):
-        np.right_shift(s, lay.L * j, out=f)
-        if j < lay.lanes - 1:
-            f &= (1 << lay.L) - 1
+    bias = np.int64(1 << (layout.L - 1)) if add is None else (1 << (layout.L - 1)) - add
+    for j in range(layout.lanes):
+        np.right_shift(s, layout.L * j, out=f)
+        if j < layout.lanes - 1:
+            f &= (1 << layout.L) - 1
         np.subtract(f, bias, out=v[:, j], casting="unsafe")
     return v
 

@@ -4,7 +4,7 @@ A weight of ggml shape ``ne = (n_in, n_out)`` stores its ``n_out`` rows one
 after the other, each ``type.n_bytes(n_in)`` bytes, so rows ``a..b-1`` are one
 contiguous range of the tensor's bytes: one read of the file. Several weights
 stacked by rows (``attn_q``, ``attn_k``, ``attn_v`` as one ``wqkv``) are read
-as consecutive row ranges of their tensors (:func:`stacked_chunks`).
+as consecutive row ranges of their tensors (:class:`pyengine.weights.build.Builder`).
 """
 
 from __future__ import annotations
@@ -55,26 +55,6 @@ def dequantized_rows(gguf_file, name: str, a: int, b: int, out: np.ndarray | Non
 def chunk_rows(n_in: int) -> int:
     """Rows of ``n_in`` weights read at once: ``LOAD_CHUNK_BYTES`` of float32, at least one."""
     return max(1, LOAD_CHUNK_BYTES // (4 * n_in))
-
-
-def stacked_chunks(gguf_file, names: list[str], lo: int, hi: int):
-    """Rows ``lo..hi-1`` of the weights ``names`` stacked by rows, a chunk at a time: yields
-    ``(name, a, b, r)``, rows ``a..b-1`` of tensor ``name``, which are rows ``r..r+b-a-1`` of the
-    stack counted from ``lo``."""
-    r0 = 0
-    for name in names:
-        n_in, n_rows = gguf_file.tensors[name].shape
-        first, end = max(lo, r0), min(hi, r0 + n_rows)
-        for a in range(first, end, chunk_rows(n_in)):
-            b = min(end, a + chunk_rows(n_in))
-            yield name, a - r0, b - r0, a - lo
-        r0 += n_rows
-
-
-def stack_shape(gguf_file, names: list[str]) -> tuple[int, int]:
-    """(rows, n_in) of the weights ``names`` stacked by rows."""
-    infos = [gguf_file.tensors[n] for n in names]
-    return sum(i.shape[1] for i in infos), infos[0].shape[0]
 
 
 class FileRows:
