@@ -405,3 +405,17 @@ def test_einsum_path_gives_the_fixture_logits(files, fixtures_reference, monkeyp
     m = load_model(files["gemma3"])
     np.testing.assert_allclose(m.forward(r["prompt_ids"], m.new_cache(8)), r["last_pos_logits"], atol=1e-4)
 
+
+
+def test_a_load_checks_each_tensor_once(monkeypatch):
+    """engine.load checks every shape before reading (engine.check), and load_model does not check again."""
+    import pyengine.model.load as load
+    from pyengine.generation import engine
+    calls = []
+    check = load._check_tensors
+    monkeypatch.setattr(load, "_check_tensors", lambda g, c: calls.append(g) or check(g, c))
+    engine.load(str(TINY))
+    assert len(calls) == 1
+    with open_gguf(TINY) as g:                  # another file object: checked again
+        load_model(g)
+    assert len(calls) == 2

@@ -13,6 +13,8 @@ conversion already added 1); a tied output shares the token embedding.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from pyengine.errors import ModelError
@@ -98,9 +100,22 @@ def held_nbytes(tensors) -> int:
     return sum(t.n_bytes for name, t in tensors.items() if name not in IN_FILE)
 
 
+_CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()    # an open file -> (config, names) checked
+
+
 def check_tensors(gguf_file, config: ModelConfig) -> list[str]:
-    """The names of the tensors the model reads, in load order, each checked against ``config``.
+    """The names of the tensors the model reads, in load order, each checked against ``config`` (once a file
+    and config: a load after :func:`pyengine.generation.engine.check` does not check again).
     Raises ModelError for a required tensor missing or any tensor of the wrong shape."""
+    done = _CHECKED.get(gguf_file)
+    if done is not None and done[0] == config:
+        return list(done[1])
+    names = _check_tensors(gguf_file, config)
+    _CHECKED[gguf_file] = (config, tuple(names))
+    return names
+
+
+def _check_tensors(gguf_file, config: ModelConfig) -> list[str]:
     for name in UNSUPPORTED_TENSORS:
         if name in gguf_file.tensors:
             raise ModelError(f"tensor {name!r}: LongRoPE (Phi-3.5, Phi-4-mini) is not supported")

@@ -147,7 +147,7 @@ class Model:
         (:class:`pyengine.model.trace.Recorder`, None when off: one check per
         layer) sees the stream after the embedding, after each layer and at the end.
         """
-        tokens = self._check_tokens(tokens, cache, logits)
+        tokens = self.check_tokens(tokens, cache, logits)
         outs = []
         for i in range(0, len(tokens), UBATCH):
             step = tokens[i:i + UBATCH]
@@ -227,7 +227,7 @@ class Model:
             x[mine] = self.token_embd.rows(tokens[mine] - v0)
         return self.comm.all_reduce(x)
 
-    def _check_tokens(self, tokens, cache: KVCache, logits: str) -> np.ndarray:
+    def check_tokens(self, tokens, cache: KVCache, logits: str) -> np.ndarray:
         if logits not in LOGITS_MODES:
             raise PyEngineError(f"logits must be one of {', '.join(LOGITS_MODES)}, got {logits!r}")
         try:

@@ -47,7 +47,7 @@ class SplitModel:
         """As :meth:`pyengine.model.Model.forward`, every worker running its shard (commands of at most
         ``channel.MAX_TOKENS`` tokens). Raises PyEngineError (a bad token, the context full, a helper
         silent or failed); KeyboardInterrupt (Stop) gives the command up."""
-        ids = self.model._check_tokens(tokens, cache, logits)
+        ids = self.model.check_tokens(tokens, cache, logits)
         outs = []
         for i in range(0, len(ids), MAX_TOKENS):
             chunk = ids[i:i + MAX_TOKENS]
