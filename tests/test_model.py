@@ -414,8 +414,8 @@ def test_a_load_checks_each_tensor_once(monkeypatch):
     calls = []
     check = load._check_tensors
     monkeypatch.setattr(load, "_check_tensors", lambda g, c: calls.append(g) or check(g, c))
-    engine.load(str(TINY))
+    engine.load(str(TINY["llama"]))
     assert len(calls) == 1
-    with open_gguf(TINY) as g:                  # another file object: checked again
+    with open_gguf(TINY["llama"]) as g:         # another file object: checked again
         load_model(g)
     assert len(calls) == 2
