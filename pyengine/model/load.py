@@ -100,7 +100,7 @@ def held_nbytes(tensors) -> int:
     return sum(t.n_bytes for name, t in tensors.items() if name not in IN_FILE)
 
 
-_CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()    # an open file -> (config, names) checked
+_CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()    # a file -> (config, its tensors, names) checked
 
 
 def check_tensors(gguf_file, config: ModelConfig) -> list[str]:
@@ -108,10 +108,10 @@ def check_tensors(gguf_file, config: ModelConfig) -> list[str]:
     and config: a load after :func:`pyengine.generation.engine.check` does not check again).
     Raises ModelError for a required tensor missing or any tensor of the wrong shape."""
     done = _CHECKED.get(gguf_file)
-    if done is not None and done[0] == config:
-        return list(done[1])
+    if done is not None and done[0] == config and done[1] == gguf_file.tensors:
+        return list(done[2])
     names = _check_tensors(gguf_file, config)
-    _CHECKED[gguf_file] = (config, tuple(names))
+    _CHECKED[gguf_file] = (config, dict(gguf_file.tensors), tuple(names))
     return names
 
 

@@ -37,8 +37,8 @@ def test_the_worker_and_its_helper_hold_the_files_codes(weights, q8_qwen2):
     model = worker._session.chat.engine.model
     assert info["count"] == 2 and model.weights == weights
     for shard in (model, pool.helpers[0].model):
-        assert shard.layers[0].w_gate_up.form is Form[weights.upper()]
-        assert shard.layers[0].w_gate_up.shape[0] == 2 * (shard.shard.ffn[1] - shard.shard.ffn[0])
+        assert shard.layers[0].ffn.w_gate_up.form is Form[weights.upper()]
+        assert shard.layers[0].ffn.w_gate_up.shape[0] == 2 * (shard.shard.ffn[1] - shard.shard.ffn[0])
     assert text == cpython_reply(q8_qwen2, ["hello"], max_tokens=8, weights=weights, workers=2) != ""
     model.close()
 
