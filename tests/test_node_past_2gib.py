@@ -67,8 +67,8 @@ file, reader = run_js(\"\"\"(host) => {
 }\"\"\")(HOST)
 with open_gguf([BrowserFileSource(file, reader)]) as g:
     model = load_model(g, weights="blocks")
-lowest = min(m.data.ctypes.data for layer in model.layers for m in (layer.wqkv, layer.wo, layer.w_gate_up,
-                                                                     layer.w_down))
+lowest = min(m.data.ctypes.data for layer in model.layers
+             for m in (layer.mixer.wqkv, layer.mixer.wo, layer.ffn.w_gate_up, layer.ffn.w_down))
 probe = greedy_ids(model, PROMPT, STEPS)
 {"lowest": lowest, "ids": probe["greedy_ids"], "logits": probe["logits"],
  "checks": crossings() if BALLAST else None}

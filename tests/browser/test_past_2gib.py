@@ -33,7 +33,8 @@ from pyengine.browser import worker
 from pyengine.parallel.driver import SplitModel
 m = worker._session.model
 m = m.model if isinstance(m, SplitModel) else m
-json.dumps({"lowest": min(w.data.ctypes.data for l in m.layers for w in (l.wqkv, l.wo, l.w_gate_up, l.w_down)),
+json.dumps({"lowest": min(w.data.ctypes.data for l in m.layers
+                          for w in (l.mixer.wqkv, l.mixer.wo, l.ffn.w_gate_up, l.ffn.w_down)),
             "heap": __import__("pyodide_js")._module.HEAPU8.length})`));
 """
 
