@@ -39,7 +39,7 @@ PROMPT = "Give an order of a shop as JSON:"
 GRAMMARS = ROOT / ".cache" / "vocab" / "grammars"
 
 
-# tests/test_json_schema.py's last schema: nested objects, enums, a bounded array, a pattern
+# tests/generation/test_json_schema.py's last schema: nested objects, enums, a bounded array, a pattern
 ORDER = {"type": "object", "properties": {
     "id": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{4}$"},
     "items": {"type": "array", "maxItems": 2, "items": {

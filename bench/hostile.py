@@ -324,8 +324,8 @@ def auto_fits_case(_: str):
 
 
 def counts_case(case: str):
-    """A small file of hostile counts (tests/test_gguf_hostile.py's), written once, opened."""
-    from test_gguf_hostile import HOSTILE_COUNTS
+    """A small file of hostile counts (tests/gguf_file/test_gguf_hostile.py's), written once, opened."""
+    from gguf_file.test_gguf_hostile import HOSTILE_COUNTS
 
     from pyengine.errors import GGUFError
     from pyengine.gguf import open_gguf

@@ -412,7 +412,7 @@ NOTES = [
     "(see the minima of wllama-2t and llamacpp-2t); 4 workers on 2 cores take turns.",
     "Where pyengine's decode time goes: bench/PROFILE.md (bench/profile_step.py).",
     "pyengine's greedy ids (CPython, the kernel's blocks) leave llama.cpp's at a near-tie of the random weights: "
-    "the kernel rounds activations as llama.cpp does, and its float sums are its own (tests/test_model_real.py "
+    "the kernel rounds activations as llama.cpp does, and its float sums are its own (tests/model/test_model_real.py "
     "holds the ids to llama.cpp's up to a top-2 margin of 0.1 on the fixtures and real models).",
 ]
 

@@ -175,7 +175,7 @@ TEMPLATES_DIR = "llama_cpp_python-0.3.36/vendor/llama.cpp/models/templates/"
 
 def fetch_templates(dest: Path) -> Path:
     """The chat templates llama.cpp tests with (``models/templates/*.jinja`` of the pinned sdist, whose
-    sha256 pins them) in ``dest / "templates"``, for tests/test_chat_template.py; return that folder."""
+    sha256 pins them) in ``dest / "templates"``, for tests/text/test_chat_template.py; return that folder."""
     out = dest / "templates"
     done = out / "COMPLETE"
     if done.is_file():
@@ -213,7 +213,7 @@ def fetch(dest: Path = DEST) -> Path:
 
 def fetch_grammars(dest: Path = GRAMMARS_DEST) -> Path:
     """llama.cpp's GBNF grammars (:data:`GRAMMARS`, the sdist's ``grammars/``) in ``dest``, each
-    sha256-checked, for tests/test_grammar_files.py; return ``dest``."""
+    sha256-checked, for tests/generation/test_grammar_files.py; return ``dest``."""
     return extract_checked(GRAMMARS_DIR, GRAMMARS, dest)
 
 

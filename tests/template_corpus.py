@@ -5,7 +5,7 @@ issue 12 (a comparison of large nested lists, ``~``, join, format, ``%``, expand
 and the other ways a template could run long in one C call or hold much memory. ``random_template(rng)``
 builds a template tree from the operations a template can chain (literals, ``*``, ``+``, ``~``,
 comparisons, filters, str methods, slices, loops that feed a namespace back into itself).
-This module runs under CPython and under Pyodide (tests/test_node_pyodide.py imports it there).
+This module runs under CPython and under Pyodide (tests/node/test_node_pyodide.py imports it there).
 """
 
 from __future__ import annotations

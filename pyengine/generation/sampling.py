@@ -30,7 +30,7 @@ The vocabulary can be 262,144 wide: top-k bounds the k-th largest logit from a 1
 ``argpartition``s the few hundred candidates above it and sorts only the k survivors; top-p
 without top-k first tries the 256 most likely tokens, as llama.cpp does, then 8 times more at
 each try rather than sorting the whole vocabulary. The survivors of each step equal llama.cpp's
-(tests/test_sampling.py runs llama.cpp's own samplers on the same logits); the prompt is in the
+(tests/generation/test_sampling.py runs llama.cpp's own samplers on the same logits); the prompt is in the
 penalties' window as in llama-cli, which accepts the prompt tokens into its sampler
 ("push the prompt in the sampling context in order to apply repetition penalties later").
 """

@@ -2,7 +2,7 @@
 workers' script) with no violation, and what an attacker would inject (an inline script, an inline event
 handler, an inline style) is refused, both with serve.py's header and, on a server that sends no header at
 all, with index.html's meta tag alone. (eval cannot be tried from here: DevTools' own code may eval; the
-policy's text, which has no 'unsafe-eval', is tests/test_serve.py's.)"""
+policy's text, which has no 'unsafe-eval', is tests/app/test_serve.py's.)"""
 
 from __future__ import annotations
 

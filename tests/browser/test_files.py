@@ -126,8 +126,8 @@ def test_a_failed_reply_is_marked_and_left_out_of_the_chat(app):
 
 def test_an_unsupported_architecture_is_named_and_shown_in_the_inspector(app, tmp_path):
     """The error names the architecture and the supported ones; the file's keys and tensors are in the
-    Inspector tab; the model loaded before stays (tests/test_unsupported.py: the same file in the CLI)."""
-    from test_unsupported import mamba_bytes
+    Inspector tab; the model loaded before stays (tests/model/test_unsupported.py: the same file in the CLI)."""
+    from model.test_unsupported import mamba_bytes
     assert app.get_by_test_id("status").text_content() == "ready", "runs after a load in this module"
     path = tmp_path / "tiny-mamba.gguf"
     path.write_bytes(mamba_bytes())

@@ -9,8 +9,8 @@ import dataclasses
 
 import pytest
 from conftest import TINY
+from generation.test_thinking import QWEN3_LIKE
 from gguf_write import gguf_bytes
-from test_thinking import QWEN3_LIKE
 
 from browser.pages import EXACT, ask, drop_files, load_model, messages, new_chat, set_settings, wait_loaded
 from pyengine.generation import ChatSession, load

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from generation.test_tools import TOOLS, WEATHER, template
 from gguf_write import gguf_bytes
-from test_tools import TOOLS, WEATHER, template
 
 from browser.pages import load_model, messages, new_chat, send, set_settings, wait_status
 from pyengine.gguf import open_gguf

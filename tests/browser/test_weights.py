@@ -1,7 +1,7 @@
 """The page's Memory setting (a weight policy of pyengine.weights.budget.WEIGHT_FORMS): sent with ``load``,
 shown on the model card, and the replies of a compact model equal the CPython engine's in that form.
 
-The first tests drive pyengine.browser.worker in CPython (a fake pool of 2 workers, as tests/test_parallel.py);
+The first tests drive pyengine.browser.worker in CPython (a fake pool of 2 workers, as tests/parallel/test_parallel.py);
 the browser ones load SmolLM2-135M-Instruct in Chromium, cross-origin isolated: 2 workers.
 """
 
@@ -11,7 +11,7 @@ import json
 
 import pytest
 from conftest import TINY
-from test_parallel import FakePool, run, worker_reply
+from parallel.test_parallel import FakePool, run, worker_reply
 
 from browser.pages import error_text, load_model
 from browser.reference import cpython_reply, reply_before_near_tie
@@ -112,7 +112,7 @@ def test_the_default_form_replies_as_pyodide_under_node(compact_smollm, smollm2_
     """"auto" in one worker (the file's own blocks, their products in the C kernel: Chromium has relaxed SIMD,
     so its build that multiplies bytes by bytes) equals the engine with the same forms under Pyodide in Node
     (the SIMD128 build: the same bits), token for token."""
-    from test_node_pyodide import in_pyodide
+    from node.test_node_pyodide import in_pyodide
     page = compact_smollm
     load_model(page, [smollm2_path], "auto", workers="1")
     shown = page.get_by_test_id("model-info").locator("dd[data-field=weights]").text_content()

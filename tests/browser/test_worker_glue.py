@@ -432,7 +432,7 @@ def test_a_model_that_cannot_load_keeps_the_one_before(posted):
     before = list(worker._session.chat.messages)
     start = len(posted)
     run({"type": "load", "files": [retyped(TINY["llama"], **{"general.architecture": "phi9"})]})
-    # the header read, the file shown in the inspector (tests/test_unsupported.py: all of it); no "unloaded"
+    # the header read, the file shown in the inspector (tests/model/test_unsupported.py: all of it); no "unloaded"
     assert [m["type"] for m in posted[start:]] == ["progress", "inspect", "error"]
     with open_gguf(TINY["llama"]) as g:
         assert [t["name"] for t in posted[-2]["inspect"]["tensors"]] == list(g.tensors)

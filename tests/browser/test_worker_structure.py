@@ -64,7 +64,7 @@ def test_a_huge_editor_is_refused(posted, kind):  # noqa: F811
 
 def test_tools_are_checked_and_a_reply_lists_its_calls(posted, tmp_path):  # noqa: F811
     from conftest import TINY
-    from test_tools import TOOLS, WEATHER, template
+    from generation.test_tools import TOOLS, WEATHER, template
 
     from browser.test_thinking_page import with_template
     from browser.test_worker_glue import browser_source

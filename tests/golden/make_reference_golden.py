@@ -9,16 +9,16 @@ The committed data was made with llama-cpp-python 0.3.36 (its vendored llama.cpp
 libggml 0.25.3) and jinja2 3.1.6, CPU only. The cases are the tests' own (imported from them), so
 the tests and this script cannot drift apart. What llama.cpp is asked (README.md has the schema):
 
-- ``chat_builtin`` (tests/test_chat_template.py): ``llama_chat_apply_template(name, chat, add_ass)``
+- ``chat_builtin`` (tests/text/test_chat_template.py): ``llama_chat_apply_template(name, chat, add_ass)``
   for every built-in template pyengine knows x 4 chats x add_ass true/false (72 strings).
 - ``chat_jinja``, ``chat_jinja_error``: llama-cpp-python's ``Jinja2ChatFormatter`` (sandboxed Jinja2,
   trim_blocks, lstrip_blocks) rendering the test's RICH_TEMPLATE (8 strings), and the exception it
   raises on a ``tool`` message (``raise_exception``).
-- ``sampling`` (tests/test_sampling.py): llama.cpp's samplers (src/llama-sampler.cpp:
+- ``sampling`` (tests/generation/test_sampling.py): llama.cpp's samplers (src/llama-sampler.cpp:
   ``llama_sampler_init_penalties``, ``_top_k``, ``_top_p``, ``_min_p``) applied to each case's logits,
   first the penalties alone, then the chain; the survivors are stored as a bit mask plus the logits
   llama.cpp changed (the penalized ones), checked here to rebuild llama.cpp's output exactly.
-- ``split`` (tests/test_gguf_split.py): tiny-llama-q4km.gguf and its 3-part split (tests/gguf_split.py,
+- ``split`` (tests/gguf_file/test_gguf_split.py): tiny-llama-q4km.gguf and its 3-part split (tests/gguf_split.py,
   deterministic) each loaded by ``llama_cpp.Llama`` (part 1's name: llama.cpp finds the others),
   ``eval([1, 5, 9, 42])``, the last position's logits; plus the sha256 of every file it loaded.
 """
@@ -39,11 +39,11 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parent.parent)]
 
 import llama_cpp
-import test_chat_template as tct  # tests/: the cases
-import test_gguf_split as tgs
-import test_sampling as ts
+from generation import test_sampling as ts
+from gguf_file import test_gguf_split as tgs
 from gguf_split import split_gguf
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+from text import test_chat_template as tct  # tests/: the cases
 
 from pyengine.text.builtin_templates import BUILTIN_TEMPLATES
 

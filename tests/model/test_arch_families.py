@@ -31,8 +31,8 @@ import pytest
 from conftest import FIXTURES, GOLDEN, need_kernel
 from gguf_write import quantized_copy
 from split_threads import start, stop
-from test_model import Edited
 
+from model.test_model import Edited
 from pyengine.gguf import open_gguf
 from pyengine.model import load_model
 from pyengine.model.blocks import Attention, ShortConv

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 from conftest import ROOT
-from gbnf_recognizer import accepts, viable
 
+from generation.gbnf_recognizer import accepts, viable
 from pyengine.generation import ChatSession, load
 from pyengine.generation.grammar import Grammar
 from pyengine.generation.grammar_parse import parse_gbnf

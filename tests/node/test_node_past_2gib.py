@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import pytest
 from conftest import SMOLLM2
-from test_node_pyodide import in_pyodide, need, static_ready  # noqa: F401 (static_ready: a fixture)
+
+from node.test_node_pyodide import in_pyodide, need, static_ready  # noqa: F401 (static_ready: a fixture)
 
 pytestmark = pytest.mark.node
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_quants import random_blocks
+from gguf_file.test_quants import random_blocks
 
 from pyengine.gguf import quants
 from pyengine.gguf.ggml_types import GGML_TYPES_BY_NAME

@@ -9,8 +9,8 @@ from collections import Counter
 import numpy as np
 import pytest
 from conftest import TINY
-from test_generate import GREEDY, ByteTokenizer, FakeCache, ScriptedModel, ids_of
 
+from generation.test_generate import GREEDY, ByteTokenizer, FakeCache, ScriptedModel, ids_of
 from pyengine.errors import PyEngineError
 from pyengine.generation import ChatSession, Engine, Generation, generate, load
 from pyengine.generation import lookup as lookup_module

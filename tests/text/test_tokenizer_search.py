@@ -1,7 +1,7 @@
 """RWKV's and PLaMo 2's tokenizers (pyengine/text/greedy.py) on small vocabs: the rules, and hostile vocabs.
 
 Their ids against llama.cpp on real-size vocabs (RWKV World, a synthetic PLaMo 2) are in
-tests/test_tokenizer_vocabs.py; here, what those cannot show: llama.cpp's unescaping of RWKV token
+tests/text/test_tokenizer_vocabs.py; here, what those cannot show: llama.cpp's unescaping of RWKV token
 texts, the ties and the unknown characters of PLaMo 2's best path, and clear errors for vocabs that
 cannot work.
 """

@@ -18,15 +18,15 @@ import pytest
 from gguf_corpus import BROKEN
 from static_build import STATIC, offline
 from template_corpus import HOSTILE
-from test_node_pyodide import HARNESS, need, static_ready  # noqa: F401 (a fixture)
 
+from node.test_node_pyodide import HARNESS, need, static_ready  # noqa: F401 (a fixture)
 from pyengine.errors import GGUFError
 from pyengine.gguf import open_gguf
 from pyengine.text.template_bounds import MAX_BUILT
 
 pytestmark = pytest.mark.node
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 SECONDS, SLACK = 1.0, 2.0   # the bound the templates render under here, and how far past it one operation may end
 FUZZ_SECONDS = 20.0
 

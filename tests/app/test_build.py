@@ -52,7 +52,7 @@ def test_runtime_is_pyodide_0_27_7_with_lock_checked_wheels(static):
 
 
 def test_the_runtimes_js_reads_heap_addresses_as_unsigned(static):
-    """static/'s pyodide.asm.js holds none of ADDRESS_FIXES' signed forms (tests/test_node_past_2gib.py shows
+    """static/'s pyodide.asm.js holds none of ADDRESS_FIXES' signed forms (tests/node/test_node_past_2gib.py shows
     what they broke), and a runtime that lacks one is refused at build time, not patched in part."""
     js = (static / "pyodide" / "pyodide.asm.js").read_text()
     for pattern, _, _ in ADDRESS_FIXES:

@@ -1,4 +1,4 @@
-"""A helper worker killed mid-reply (pyengine.browser.worker over helpers as threads, tests/test_parallel.py's
+"""A helper worker killed mid-reply (pyengine.browser.worker over helpers as threads, tests/parallel/test_parallel.py's
 FakePool): its serving ends abruptly, as when its Python dies, and web/shard_worker.js marks it dead in the
 shared buffer (here: channel.mark_dead, what that JavaScript does). The reply ends at once with an error
 that says what to do, the conversation is as before the failed message, the split model is let go with its
@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 
 from conftest import TINY
-from test_parallel import FakePool, run, worker_reply
 
+from parallel.test_parallel import FakePool, run, worker_reply
 from pyengine.browser import worker
 from pyengine.gguf.source import FileSource
 from pyengine.parallel import channel, server

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SECRET = b"outside the root\n"
 BIG = 16 << 20  # bytes: more than the socket buffers hold, so an abort lands mid-file
 IDLE = 2        # seconds: the idle timeout the server runs with here (20 by default)

@@ -17,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 from conftest import TINY
+from node.test_node_pyodide import in_pyodide, static_ready  # noqa: F401 (static_ready: a fixture)
 from split_threads import start, stop
-from test_node_pyodide import in_pyodide, static_ready  # noqa: F401 (static_ready: a fixture)
 
 from pyengine.browser import worker
 from pyengine.errors import PyEngineError

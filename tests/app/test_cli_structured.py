@@ -7,8 +7,9 @@ import json
 
 import pytest
 from conftest import SMOLLM2, TINY
-from test_cli import run
-from test_tools import TOOLS, WEATHER, template
+from generation.test_tools import TOOLS, WEATHER, template
+
+from app.test_cli import run
 
 jsonschema = pytest.importorskip("jsonschema")
 

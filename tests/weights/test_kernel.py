@@ -18,8 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import need_kernel
-from test_quantized import Tensors, reference
-from test_quants import random_blocks
+from gguf_file.test_quants import random_blocks
 
 from pyengine.gguf import quants
 from pyengine.gguf.ggml_types import GGML_TYPES_BY_NAME
@@ -30,6 +29,7 @@ from pyengine.weights.build import Builder, whole
 from pyengine.weights.forms import Form, RowSplit
 from pyengine.weights.kernel import KernelError
 from pyengine.weights.matmul import absmax, quantize_activations
+from weights.test_quantized import Tensors, reference
 
 TYPES = list(kernel.TYPES)
 RNG = np.random.default_rng(11)

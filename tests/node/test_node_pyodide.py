@@ -33,7 +33,7 @@ from static_build import STATIC, current_static, offline
 
 pytestmark = pytest.mark.node
 
-HARNESS = Path(__file__).resolve().parent / "node" / "run_pyodide.mjs"
+HARNESS = Path(__file__).resolve().parent / "run_pyodide.mjs"
 GREEDY_STEPS = 8
 NEAR_TIE = 0.1       # a top-2 logit margin under this may flip with the summation order
 PROMPT_IDS = [1, 5, 9, 42]  # the fixtures' reference prompt (tests/fixtures/README.md)

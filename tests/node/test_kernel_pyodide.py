@@ -21,9 +21,9 @@ import json
 import numpy as np
 import pytest
 from conftest import FIXTURES, GOLDEN, SMOLLM2, need_kernel
-from test_node_pyodide import STATIC, in_pyodide, static_ready  # noqa: F401 (static_ready: a fixture)
-from test_quants import random_blocks
+from gguf_file.test_quants import random_blocks
 
+from node.test_node_pyodide import STATIC, in_pyodide, static_ready  # noqa: F401 (static_ready: a fixture)
 from pyengine.gguf import quants
 from pyengine.gguf.ggml_types import GGML_TYPES_BY_NAME
 from pyengine.weights import kernel

@@ -4,7 +4,7 @@ One Node run (tests/node/run_pyodide.mjs, from the built static/) encodes every 
 tests/golden/tokenize.json (both real models, parse_special off and on) and of
 tests/golden/tokenize_variants.json (the pre-tokenizer and space-prefix variants), and decodes the
 ``llama_detokenize`` cases; the test asserts that nothing differs and that every case was run.
-A second run does what tests/test_tokenizer_vocabs.py does, for llama.cpp's vocab files (.cache/vocab/)
+A second run does what tests/text/test_tokenizer_vocabs.py does, for llama.cpp's vocab files (.cache/vocab/)
 and the first name of each pre-tokenizer: their ids, pieces and split-oracle ids.
 """
 
@@ -22,7 +22,7 @@ from static_build import current_static
 
 pytestmark = pytest.mark.node
 
-HARNESS = Path(__file__).resolve().parent / "node" / "run_pyodide.mjs"
+HARNESS = Path(__file__).resolve().parent / "run_pyodide.mjs"
 
 CODE = '''
 import json, os

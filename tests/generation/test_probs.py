@@ -8,8 +8,8 @@ import json
 
 import numpy as np
 import pytest
+from app.test_cli import run
 from conftest import TINY
-from test_cli import run
 
 from pyengine.generation import generate, load
 from pyengine.generation.request import Request

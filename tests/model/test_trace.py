@@ -26,8 +26,8 @@ import json
 import numpy as np
 import pytest
 from conftest import FIXTURES, need_kernel
+from parallel.test_parallel import run
 from split_threads import start, stop
-from test_parallel import run
 
 from pyengine.cli import main
 from pyengine.errors import PyEngineError

@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 from conftest import TINY
-from gbnf_recognizer import accepts, viable
 
+from generation.gbnf_recognizer import accepts, viable
 from pyengine.generation import Engine, generate, load, load_tokenizer
 from pyengine.generation.grammar import FAR, Grammar, VocabTrie, vocab_trie
 from pyengine.generation.grammar_parse import CharClass, GrammarError, parse_gbnf

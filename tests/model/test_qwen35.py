@@ -28,12 +28,12 @@ import json
 import numpy as np
 import pytest
 from conftest import FIXTURES, GOLDEN, need_kernel
+from generation.test_lookup import MarginSampler, same_up_to_a_near_tie
 from gguf_write import quantized_copy
+from node.test_node_pyodide import in_pyodide, static_ready  # noqa: F401  (static_ready: a fixture)
 from split_threads import start, stop
-from test_arch_families import run  # the prompt's logits, 8 greedy ids, the 8th step's logits
-from test_lookup import MarginSampler, same_up_to_a_near_tie
-from test_node_pyodide import in_pyodide, static_ready  # noqa: F401  (static_ready: a fixture)
 
+from model.test_arch_families import run  # the prompt's logits, 8 greedy ids, the 8th step's logits
 from pyengine.generation import ChatSession, Generation, load
 from pyengine.generation.request import Request
 from pyengine.generation.sampling import Sampler, SamplerParams

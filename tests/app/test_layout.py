@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "pyengine"
+PACKAGE = Path(__file__).resolve().parents[2] / "pyengine"
 WEB = PACKAGE.parent / "web"
 MAX_FUNCTION_LINES = 60
 MAX_MODULE_LINES = 600

@@ -1,0 +1,1 @@
+"""Tests of pyengine.text: tokenizers and chat templates, against llama.cpp."""

@@ -1,0 +1,1 @@
+"""Tests of pyengine.weights: the quantized forms and the C kernel in CPython."""
