@@ -576,10 +576,14 @@ INLINE void row_dot_32(const type_info *t, const uint8_t *row, ptrdiff_t nb, con
 
 /* A prompt tile's columns: for MAX_TILE tokens, each block's activation scale, offset sum (offset_sum) and
    Q8_1's s, token by token in one place, so a block's lanes load them at once (not one token's record at a
-   time) while every row passes. COLS blocks at a time (48 KB on the stack): the K types' rows in pieces,
-   their sums carried in y; a 32-weight type's whole row (its four sums cannot be carried), or row_dot for
-   a row past COLS blocks (n > 16384). */
+   time) while every row passes. COLS blocks at a time (48 KB on the stack; 12 KB in wasm, whose stack is
+   Pyodide's): the K types' rows in pieces, their sums carried in y; a 32-weight type's whole row (its four
+   sums cannot be carried), or row_dot for a row past COLS blocks (n > 16384). */
+#if defined(__wasm__)
+#define COLS 128
+#else
 #define COLS 512
+#endif
 typedef struct { float d[COLS][MAX_TILE], s[COLS][MAX_TILE]; int32_t off[COLS][MAX_TILE]; } tile_cols;
 
 INLINE void fill_cols(const type_info *t, const act_view *acts, int nt, ptrdiff_t b0, ptrdiff_t b1, tile_cols *c) {
@@ -622,47 +626,61 @@ INLINE void row_dot_32_tile(const type_info *t, const uint8_t *row, ptrdiff_t nb
     }
 }
 
+/* A K type's tile: KTILE tokens, each a lane, their sums taken at once (x86: eight, hsum8_i32; wasm: four,
+   hsum4_i32) */
 #if WIDE_TILE
-/* A K type's row times MAX_TILE tokens (blocks b0..b1, columns c): block_dot's integers and float steps, each
-   token a lane, the eight tokens' sums taken at once (hsum8_i32) */
+#define KTILE MAX_TILE
+typedef f32x8 ktile_f;
+typedef i32x8 ktile_i;
+INLINE ktile_i ktile_sums(const i32x8 s[KTILE]) { return hsum8_i32(s); }
+INLINE ktile_f ktile_load(const float *p) { return load_f32x8(p); }
+#else
+#define KTILE TILE
+typedef f32x4 ktile_f;
+typedef i32x4 ktile_i;
+INLINE ktile_i ktile_sums(const i32x8 s[KTILE]) { return hsum4_i32(s[0], s[1], s[2], s[3]); }
+INLINE ktile_f ktile_load(const float *p) { return load_f32x4(p); }
+#endif
+
+/* A K type's row times a tile of KTILE tokens (blocks b0..b1, columns c), added to y[i * ldy] (first: y
+   starts at 0): block_dot's integers and float steps, each token a lane */
 INLINE void row_dot_k_tile(const type_info *t, const uint8_t *row, ptrdiff_t b0, ptrdiff_t b1, const act_view *acts,
                            const tile_cols *c, int first, float *y, ptrdiff_t ldy) {
-    f32x8 acc;
-    UNROLL for (int i = 0; i < MAX_TILE; i++) acc[i] = first ? 0 : y[i * ldy];
+    ktile_f acc;
+    UNROLL for (int i = 0; i < KTILE; i++) acc[i] = first ? 0 : y[i * ldy];
     for (ptrdiff_t b = b0; b < b1; b++) {
         const uint8_t *blk = row + b * t->bytes;
         head h;
         t->head(blk, &h);
         int16_t sc[QK_K / 16];
         UNROLL for (int j = 0; j < QK_K / 16; j++) sc[j] = h.sc[j];
-        i32x8 s[MAX_TILE];
-        UNROLL for (int i = 0; i < MAX_TILE; i++) s[i] = (i32x8){0};
+        i32x8 s[KTILE];
+        UNROLL for (int i = 0; i < KTILE; i++) s[i] = (i32x8){0};
         UNROLL for (int j = 0; j < QK_K / 16; j += SUBS) {
             const wcodes w = codes_at(t, blk, j, sc + j);
-            UNROLL for (int i = 0; i < MAX_TILE; i++) s[i] += products(t, w, acts[i].q + b * QK_K + 16 * j);
+            UNROLL for (int i = 0; i < KTILE; i++) s[i] += products(t, w, acts[i].q + b * QK_K + 16 * j);
         }
-        i32x8 sum = hsum8_i32(s);
-        if (t->off > 0) {                                 /* offset_sum's, eight at once */
-            UNROLL for (int i = 0; i < MAX_TILE; i++) s[i] = madd(h.sc, load_i16x16(acts[i].bsum + b * (QK_K / 16)));
-            sum -= t->off * hsum8_i32(s);
+        ktile_i sum = ktile_sums(s);
+        if (OFFSET_BY_SUMS && t->off > 0) {               /* offset_sum's, a tile at once */
+            UNROLL for (int i = 0; i < KTILE; i++) s[i] = madd(h.sc, load_i16x16(acts[i].bsum + b * (QK_K / 16)));
+            sum -= t->off * ktile_sums(s);
         }
-        const f32x8 dx = load_f32x8(c->d[b - b0]);
-        f32x8 v = (h.d * dx) * __builtin_convertvector(sum, f32x8);
+        const ktile_f dx = ktile_load(c->d[b - b0]);
+        ktile_f v = (h.d * dx) * __builtin_convertvector(sum, ktile_f);
         if (t->mins) {                                    /* - dmin * d_x * sum_j min_j bsum_j */
-            UNROLL for (int i = 0; i < MAX_TILE; i++) s[i] = madd(h.mins, load_i16x16(acts[i].bsum + b * (QK_K / 16)));
-            v -= (h.m * dx) * __builtin_convertvector(hsum8_i32(s), f32x8);
+            UNROLL for (int i = 0; i < KTILE; i++) s[i] = madd(h.mins, load_i16x16(acts[i].bsum + b * (QK_K / 16)));
+            v -= (h.m * dx) * __builtin_convertvector(ktile_sums(s), ktile_f);
         }
         acc += v;
     }
-    UNROLL for (int i = 0; i < MAX_TILE; i++) y[i * ldy] = acc[i];
+    UNROLL for (int i = 0; i < KTILE; i++) y[i * ldy] = acc[i];
 }
-#endif
 
 INLINE void row_dot(const type_info *t, const uint8_t *row, ptrdiff_t nb, const act_view *acts, int nt,
                     float *y, ptrdiff_t ldy);
 
-/* rows times a tile of nt tokens with the tile's columns: the 32-weight types, and on x86 the K types' tiles
-   of MAX_TILE (COLS blocks at a time, each row's sum carried in y) */
+/* rows times a tile of nt tokens with the tile's columns: the 32-weight types, and the K types' tiles of
+   KTILE (COLS blocks at a time, each row's sum carried in y) */
 INLINE void rows_tile(const type_info *t, const uint8_t *w, ptrdiff_t rows, ptrdiff_t nb, const act_view *acts,
                       int nt, float *y, ptrdiff_t ldy) {
     if (t->qk == QK && nb > COLS) {
@@ -674,11 +692,8 @@ INLINE void rows_tile(const type_info *t, const uint8_t *w, ptrdiff_t rows, ptrd
         const ptrdiff_t b1 = b0 + COLS < nb ? b0 + COLS : nb;
         fill_cols(t, acts, nt, b0, b1, &c);
         for (ptrdiff_t r = 0; r < rows; r++)
-#if WIDE_TILE
             if (t->qk == QK_K) row_dot_k_tile(t, w + r * nb * t->bytes, b0, b1, acts, &c, b0 == 0, y + r, ldy);
-            else
-#endif
-            row_dot_32_tile(t, w + r * nb * t->bytes, nb, acts, &c, nt, y + r, ldy);
+            else row_dot_32_tile(t, w + r * nb * t->bytes, nb, acts, &c, nt, y + r, ldy);
     }
 }
 
@@ -712,7 +727,8 @@ INLINE void mul_mat_type(const type_info *t, const uint8_t *w, ptrdiff_t rows, p
         for (; i + TILE <= t1; i += TILE) {
             act_view a[TILE];
             UNROLL for (int k = 0; k < TILE; k++) a[k] = act_at(t->act, act + (i + k) * rec, n);
-            if (SUMS4 && t->qk == QK) rows_tile(t, w, rows, nb, a, TILE, y + i * ldy, ldy);
+            if ((SUMS4 && t->qk == QK) || (t->qk == QK_K && KTILE == TILE))
+                rows_tile(t, w, rows, nb, a, TILE, y + i * ldy, ldy);
             else for (ptrdiff_t r = 0; r < rows; r++) row_dot(t, w + r * row_bytes, nb, a, TILE, y + i * ldy + r, ldy);
         }
         for (; i < t1; i++) {
