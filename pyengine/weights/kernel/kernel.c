@@ -14,7 +14,10 @@
  * Each type is two small functions that follow ggml's dequantize_row_<type>: head_<type> reads a
  * block's scales, sub_<type> the 16 codes of one of its sub-blocks as bytes. One dot product
  * (block_dot) and one loop over rows and tokens (mul_mat_type) then serve every type. A prompt runs
- * tokens four at a time over each block, so a sub-block's codes are read once for four tokens.
+ * tokens in tiles over each block (four; eight on x86), so a sub-block's codes are read once for the tile,
+ * and the tile's activation scales are laid out token by token once (tile_cols). The 32-weight types sum a
+ * row's blocks in four running sums (LANES), the K types in one, in block order; every target and tile
+ * adds the same floats in the same order, so wasm and native give the same bits.
  *
  * The products (the product step, codes_at and products) differ by target. On x86 two sub-blocks' codes
  * are multiplied as bytes by the activations' int8 codes and summed in pairs into int16 (pmaddubsw, as
