@@ -62,7 +62,7 @@ enum { E_TYPE = -1, E_SIZE = -2 };   /* errors: an unknown type; n or a count th
 #define WIDE_TILE 0
 #endif
 #if defined(__wasm__)
-#define SUMS4 0              /* the 32-weight types' four sums at once: slower in V8 (its lanes' shuffles) */
+#define SUMS4 0              /* a 32-weight row's four blocks at once in decode: slower in V8 (its shuffles) */
 #else
 #define SUMS4 1
 #endif
@@ -730,7 +730,7 @@ INLINE void mul_mat_type(const type_info *t, const uint8_t *w, ptrdiff_t rows, p
         for (; i + TILE <= t1; i += TILE) {
             act_view a[TILE];
             UNROLL for (int k = 0; k < TILE; k++) a[k] = act_at(t->act, act + (i + k) * rec, n);
-            if ((SUMS4 && t->qk == QK) || (t->qk == QK_K && KTILE == TILE))
+            if (t->qk == QK || (t->qk == QK_K && KTILE == TILE))
                 rows_tile(t, w, rows, nb, a, TILE, y + i * ldy, ldy);
             else for (ptrdiff_t r = 0; r < rows; r++) row_dot(t, w + r * row_bytes, nb, a, TILE, y + i * ldy + r, ldy);
         }
