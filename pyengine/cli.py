@@ -13,7 +13,7 @@ import shlex
 import sys
 import time
 
-from pyengine.errors import PyEngineError, UnsupportedArchitectureError
+from pyengine.errors import PyEngineError, TemplateError, UnsupportedArchitectureError
 from pyengine.generation.lookup import LOOKUP_DEFAULT
 from pyengine.weights import kernel
 from pyengine.weights.budget import CHOICES
@@ -127,7 +127,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     request, n_ctx = _request(args), _n_ctx(args)      # bad options fail before the slow load
     messages = _read_messages(args.messages) if args.messages is not None else None
     tools = _read_tools(args.tools) if args.tools is not None else None
-    template = _option_file(args.chat_template_file, "--chat-template-file") if args.chat_template_file else None
+    template = _template_file(args.chat_template_file) if args.chat_template_file else None
     engine = _with_template(_load(args.model, args.weights), template)
     session = ChatSession(engine, system=args.system, n_ctx=_fit_ctx(n_ctx, engine), tools=tools,
                           tool_choice=args.tool_choice)
@@ -286,6 +286,18 @@ def _option_file(path: str, option: str) -> str:
     if len(text) > MAX_OPTION_FILE:
         raise PyEngineError(f"{path} ({option}): more than {MAX_OPTION_FILE} characters")
     return text
+
+
+def _template_file(path: str) -> str:
+    """The text of ``--chat-template-file``, compiled once before the model loads: a template that does not
+    parse is an error naming the file."""
+    from pyengine.text.chat_template import check_template
+    source = _option_file(path, "--chat-template-file")
+    try:
+        check_template(source)
+    except TemplateError as e:
+        raise TemplateError(f"{path} (--chat-template-file): {e}") from None
+    return source
 
 
 def _grammar(args: argparse.Namespace):

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pyengine.errors import TemplateError
+from pyengine.errors import ModelError, TemplateError
 from pyengine.text.chat_template import ChatTemplate
 
 
@@ -67,9 +67,11 @@ def check(paths_or_gguf: Any) -> Checked:
         tokenizer, template, template_error = text_parts(gguf)
         for name in check_tensors(gguf, config):                          # shapes, then types
             dequantizer(gguf.tensors[name].type, name)
-    except BaseException:
+    except BaseException as e:
         if owned:
             gguf.close()
+        if type(e) is ModelError:                                         # the file it is about, named
+            raise ModelError(f"{gguf.name}: {e}") from None
         raise
     return Checked(gguf, config, tokenizer, template, template_error, owned)
 

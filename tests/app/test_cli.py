@@ -169,6 +169,21 @@ def test_missing_model_file(cli, tmp_path):
     assert rc == 1 and err.startswith("error:") and "nope.gguf" in err
 
 
+def test_a_missing_tensor_names_the_file(cli, tmp_path):
+    data = bytearray(TINY["llama"].read_bytes())
+    data[data.find(b"blk.1.ffn_up.weight")] = ord("X")                   # the tensor now has another name
+    (tmp_path / "renamed.gguf").write_bytes(data)
+    rc, _, err = cli(["generate", str(tmp_path / "renamed.gguf"), "-p", "x"])
+    assert rc == 1 and err.startswith("error: renamed.gguf: missing tensor 'blk.1.ffn_up.weight'")
+
+
+def test_a_chat_template_file_that_does_not_parse_is_named_before_the_load(cli, tmp_path):
+    (tmp_path / "bad.jinja").write_text("{% for x in %}")
+    rc, out, err = cli(["chat", LLAMA, "--chat-template-file", str(tmp_path / "bad.jinja")], "hi\n")
+    assert rc == 1 and "loaded" not in err and out == ""
+    assert err.startswith(f"error: {tmp_path / 'bad.jinja'} (--chat-template-file): chat template does not parse")
+
+
 @pytest.mark.real_model
 @pytest.mark.parametrize("model", ["smollm2_path", "gemma3_path"])
 def test_generate_real_models_as_llama_cpp(cli, model, request):
