@@ -593,8 +593,9 @@ INLINE void fill_cols(const type_info *t, const act_view *acts, int nt, ptrdiff_
     for (ptrdiff_t b = b0; b < b1; b++)
         UNROLL for (int i = 0; i < nt; i++) {
             c->d[b - b0][i] = acts[i].d[b];
-            c->s[b - b0][i] = t->mins && t->qk == QK ? acts[i].s[b] : 0;
-            c->off[b - b0][i] = t->qk == QK ? offset_sum(t, 0, &acts[i], b) : 0;    /* (K types: their scales') */
+            if (t->qk == QK_K) continue;                  /* a K type's offsets go by its block's scales */
+            c->s[b - b0][i] = t->mins ? acts[i].s[b] : 0;
+            c->off[b - b0][i] = offset_sum(t, 0, &acts[i], b);
         }
 }
 
@@ -624,7 +625,8 @@ INLINE void row_dot_32_tile(const type_info *t, const uint8_t *row, ptrdiff_t nb
         }
     }
     UNROLL for (int i = 0; i < nt; i++) {
-        const float lanes[LANES] = {acc[0][i / 4][i % 4], acc[1][i / 4][i % 4], acc[2][i / 4][i % 4], acc[3][i / 4][i % 4]};
+        float lanes[LANES];
+        UNROLL for (int k = 0; k < LANES; k++) lanes[k] = acc[k][i / 4][i % 4];
         y[i * ldy] = lane_sum(lanes, 1);
     }
 }
@@ -679,8 +681,16 @@ INLINE void row_dot_k_tile(const type_info *t, const uint8_t *row, ptrdiff_t b0,
     UNROLL for (int i = 0; i < KTILE; i++) y[i * ldy] = acc[i];
 }
 
+/* row r times nt tokens into y[i * ldy + r]: block_dot's products summed in block order (K types) or in
+   LANES sums (32-weight types) */
 INLINE void row_dot(const type_info *t, const uint8_t *row, ptrdiff_t nb, const act_view *acts, int nt,
-                    float *y, ptrdiff_t ldy);
+                    float *y, ptrdiff_t ldy) {
+    const int lanes = t->qk == QK ? LANES : 1;
+    float acc[LANES][MAX_TILE];
+    UNROLL for (int k = 0; k < LANES; k++) UNROLL for (int i = 0; i < nt; i++) acc[k][i] = 0;
+    for (ptrdiff_t b = 0; b < nb; b++) block_dot(t, row + b * t->bytes, acts, nt, b, acc[b % lanes]);
+    UNROLL for (int i = 0; i < nt; i++) y[i * ldy] = lanes == 1 ? acc[0][i] : lane_sum(&acc[0][i], MAX_TILE);
+}
 
 /* rows times a tile of nt tokens with the tile's columns: the 32-weight types, and the K types' tiles of
    KTILE (COLS blocks at a time, each row's sum carried in y) */
@@ -698,17 +708,6 @@ INLINE void rows_tile(const type_info *t, const uint8_t *w, ptrdiff_t rows, ptrd
             if (t->qk == QK_K) row_dot_k_tile(t, w + r * nb * t->bytes, b0, b1, acts, &c, b0 == 0, y + r, ldy);
             else row_dot_32_tile(t, w + r * nb * t->bytes, nb, acts, &c, nt, y + r, ldy);
     }
-}
-
-/* row r times nt tokens into y[i * ldy + r]: block_dot's products summed in block order (K types) or in
-   LANES sums (32-weight types) */
-INLINE void row_dot(const type_info *t, const uint8_t *row, ptrdiff_t nb, const act_view *acts, int nt,
-                    float *y, ptrdiff_t ldy) {
-    const int lanes = t->qk == QK ? LANES : 1;
-    float acc[LANES][MAX_TILE];
-    UNROLL for (int k = 0; k < LANES; k++) UNROLL for (int i = 0; i < nt; i++) acc[k][i] = 0;
-    for (ptrdiff_t b = 0; b < nb; b++) block_dot(t, row + b * t->bytes, acts, nt, b, acc[b % lanes]);
-    UNROLL for (int i = 0; i < nt; i++) y[i * ldy] = lanes == 1 ? acc[0][i] : lane_sum(&acc[0][i], MAX_TILE);
 }
 
 /* y (T, ldy) [:, :rows] = W (rows, n) x^T for one type, a row at a time (the weights read in the order
