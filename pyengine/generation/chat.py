@@ -185,18 +185,21 @@ class ChatSession:
         caller keeps it (checked, it becomes this one; the cache's common prefix with the last turn is
         reused, so an edited or regenerated turn prefills only what changed)."""
         self._close_turn()
-        return self._start(self.messages if messages is None else check_messages([dict(m) for m in messages]),
-                           request)
+        return self._start(self._given(messages), request)
 
     def resume(self, request: Request | None = None, messages: list[dict] | None = None) -> Generation:
         """Go on with the last message, the assistant's (say, a reply the context or a token limit cut), of
         the conversation or of ``messages`` (as :meth:`respond` takes them): its text is the start of the
         reply, and what follows is added to it when the turn ends."""
         self._close_turn()
-        messages = self.messages if messages is None else check_messages([dict(m) for m in messages])
+        messages = self._given(messages)
         if not messages or messages[-1]["role"] != "assistant":
             raise PyEngineError("there is no reply to continue: the last message is not the model's")
         return self._start(messages, request, messages[-1]["content"])
+
+    def _given(self, messages: list[dict] | None) -> list[dict]:
+        """The caller's ``messages``, checked and copied, or the conversation's (None)."""
+        return self.messages if messages is None else check_messages([dict(m) for m in messages])
 
     def keep_shown(self, shown: str) -> None:
         """The last reply was stopped after the caller had shown ``shown`` of it: its message keeps exactly
@@ -217,14 +220,13 @@ class ChatSession:
         A failure leaves the conversation as it was; so does a reply that fails later (:meth:`_ended`). A
         KeyboardInterrupt (the page's Stop) while the prompt is built ends the turn with an empty reply, as
         the page shows it: the conversation keeps the user's message, and the cache starts again."""
-        before = self.messages
+        before, asked = self.messages, messages[:-1] if tail is not None else messages
         try:
-            turn = self._begin(self.conversation(messages[:-1] if tail is not None else messages),
-                               request or Request(), tail)
+            turn = self._begin(self.conversation(asked), request or Request(), tail)
         except KeyboardInterrupt:
             self.turn, self.tokens = None, []
             self.cache.truncate(0)
-            self.messages = (messages[:-1] if tail is not None else messages) + [{"role": "assistant", "content": ""}]
+            self.messages = asked + [{"role": "assistant", "content": ""}]
             raise
         self.messages, self._before, self._tail, self._resumed = messages, before, tail or "", tail is not None
         return turn
