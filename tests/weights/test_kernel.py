@@ -100,6 +100,19 @@ def test_the_product_of_any_number_of_tokens(k, type_name):
         assert np.isnan(wide[:, :3]).all() and np.isnan(wide[:, 3 + rows:]).all()   # nothing written outside
 
 
+@pytest.mark.parametrize("type_name", TYPES)
+def test_a_prompts_tiles_give_one_tokens_bits(k, type_name):
+    """A prompt's tiles (x86: eight rows a vector, the rows past them as one token's) add the same floats in
+    the same order as one token does: 37 tokens at once and one at a time agree bit for bit."""
+    t = GGML_TYPES_BY_NAME[type_name]
+    rows, n = 21, 1024
+    raw = random_blocks(type_name, rows * n // t.block_size, RNG).reshape(rows, -1)
+    act = k.quantize(RNG.standard_normal((37, n)).astype(np.float32), type_name)
+    tiles = k.mul_mat(raw, type_name, n, act, np.empty((37, rows), np.float32))
+    one = [k.mul_mat(raw, type_name, n, act[i:i + 1], np.empty((1, rows), np.float32))[0] for i in range(37)]
+    assert np.isfinite(tiles).all() and np.array_equal(tiles.view(np.uint32), np.array(one).view(np.uint32))
+
+
 def test_the_blocks_form(k):
     """One row split of two types: one rounding of x a vec_dot type, the parts' rows in order, rows() bit
     for bit, a batch and one token alike."""

@@ -15,9 +15,10 @@
  * block's scales, sub_<type> the 16 codes of one of its sub-blocks as bytes. One dot product
  * (block_dot) and one loop over rows and tokens (mul_mat_type) then serve every type. A prompt runs
  * tokens in tiles over each block (four; eight on x86), so a sub-block's codes are read once for the tile,
- * and the tile's activation scales are laid out token by token once (tile_cols). The 32-weight types sum a
- * row's blocks in four running sums (LANES), the K types in one, in block order; every target and tile
- * adds the same floats in the same order, so wasm and native give the same bits.
+ * and the tile's activation scales are laid out token by token once (tile_cols); on x86 the 32-weight types
+ * take eight rows at once instead, a row in each lane (rows_dot_32_tile, as ggml's repacked GEMMs). The
+ * 32-weight types sum a row's blocks in four running sums (LANES), the K types in one, in block order; every
+ * target and tile adds the same floats in the same order, so wasm and native give the same bits.
  *
  * The products (the product step, codes_at and products) differ by target. On x86 two sub-blocks' codes
  * are multiplied as bytes by the activations' int8 codes and summed in pairs into int16 (pmaddubsw, as
@@ -423,29 +424,33 @@ INLINE u8x16 sub_iq4_xs(const void *p, int j) {
 #define SIGNED (-1)          /* OFF of the types whose sub_ gives signed codes */
 
 /* every weight type: its name, ggml number, weights a block, block struct, activations' type, has mins,
-   the offset its unsigned codes carry (or SIGNED) */
+   the offset its unsigned codes carry (or SIGNED), and SPAN: how many pmaddubsw results (4 codes each) x86's
+   rows in lanes may add as int16 before scaling them, min(weights a scale / 4, 32767 / (2 * 127 * largest
+   |code|)) (rows_dot_codes; the 32-weight types' scale is 1, for 32 weights) */
 #define WEIGHT_TYPES(X)                                      \
-    X(q4_0, Q4_0, QK, block_q4_0, Q8_0, 0, 8)                \
-    X(q4_1, Q4_1, QK, block_q4_1, Q8_1, 1, 0)                \
-    X(q5_0, Q5_0, QK, block_q5_0, Q8_0, 0, 16)               \
-    X(q5_1, Q5_1, QK, block_q5_1, Q8_1, 1, 0)                \
-    X(q8_0, Q8_0, QK, block_q8_0, Q8_0, 0, SIGNED)           \
-    X(iq4_nl, IQ4_NL, QK, block_iq4_nl, Q8_0, 0, SIGNED)     \
-    X(q2_K, Q2_K, QK_K, block_q2_K, Q8_K, 1, 0)              \
-    X(q3_K, Q3_K, QK_K, block_q3_K, Q8_K, 0, 4)              \
-    X(q4_K, Q4_K, QK_K, block_q4_K, Q8_K, 1, 0)              \
-    X(q5_K, Q5_K, QK_K, block_q5_K, Q8_K, 1, 0)              \
-    X(q6_K, Q6_K, QK_K, block_q6_K, Q8_K, 0, 32)             \
-    X(iq4_xs, IQ4_XS, QK_K, block_iq4_xs, Q8_K, 0, SIGNED)
+    X(q4_0, Q4_0, QK, block_q4_0, Q8_0, 0, 8, 8)             \
+    X(q4_1, Q4_1, QK, block_q4_1, Q8_1, 1, 0, 8)             \
+    X(q5_0, Q5_0, QK, block_q5_0, Q8_0, 0, 16, 4)            \
+    X(q5_1, Q5_1, QK, block_q5_1, Q8_1, 1, 0, 4)             \
+    X(q8_0, Q8_0, QK, block_q8_0, Q8_0, 0, SIGNED, 1)        \
+    X(iq4_nl, IQ4_NL, QK, block_iq4_nl, Q8_0, 0, SIGNED, 1)  \
+    X(q2_K, Q2_K, QK_K, block_q2_K, Q8_K, 1, 0, 4)           \
+    X(q3_K, Q3_K, QK_K, block_q3_K, Q8_K, 0, 4, 4)           \
+    X(q4_K, Q4_K, QK_K, block_q4_K, Q8_K, 1, 0, 8)           \
+    X(q5_K, Q5_K, QK_K, block_q5_K, Q8_K, 1, 0, 4)           \
+    X(q6_K, Q6_K, QK_K, block_q6_K, Q8_K, 0, 32, 2)          \
+    X(iq4_xs, IQ4_XS, QK_K, block_iq4_xs, Q8_K, 0, SIGNED, 1)
 
 typedef struct {
-    int type, qk, bytes, act, mins, off;
+    int type, qk, bytes, act, mins, off, span;
     void (*head)(const void *, head *);
     u8x16 (*sub)(const void *, int);
 } type_info;
 
-#define TYPE_INFO(name, T, qk, block, act, mins, off) {T, qk, sizeof(block), act, mins, off, head_##name, sub_##name},
-static const type_info TYPES[] = {WEIGHT_TYPES(TYPE_INFO)};
+#define TYPE_INFO(name, T, qk, block, act, mins, off, span) \
+    {T, qk, sizeof(block), act, mins, off, span, head_##name, sub_##name}
+#define TYPE_ITEM(...) TYPE_INFO(__VA_ARGS__),
+static const type_info TYPES[] = {WEIGHT_TYPES(TYPE_ITEM)};
 
 static const type_info *type_of(int type) {
     for (unsigned i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++)
@@ -692,21 +697,127 @@ INLINE void row_dot(const type_info *t, const uint8_t *row, ptrdiff_t nb, const 
     UNROLL for (int i = 0; i < nt; i++) y[i * ldy] = lanes == 1 ? acc[0][i] : lane_sum(&acc[0][i], MAX_TILE);
 }
 
-/* rows times a tile of nt tokens with the tile's columns: the 32-weight types, and the K types' tiles of
-   KTILE (COLS blocks at a time, each row's sum carried in y) */
+/* ---- x86's prompt tiles of the 32-weight types: eight rows a vector ----
+ * As ggml-cpu/arch/x86/repack.cpp's GEMMs (ggml_gemm_q4_0_8x8_q8_0), without their repacking: a block of 8
+ * rows, read where the rows lie, is transposed once for a tile of tokens (rows_codes: lane r of vector k holds
+ * row r's codes 4k..4k+3) and each token's codes are broadcast 4 at a time to every lane, so that pmaddubsw
+ * sums a row in each lane: no sums across lanes (the tiles of one row take 4 of them a block and token). The
+ * float steps are block_dot's, 8 rows at once: each (row, token) adds the same floats in the same order as
+ * one token's row_dot_32, so the bits are the same. (The K types' own tiles sum across lanes once in 256
+ * weights; rows in lanes did not pay for them here.) */
+#if WIDE_TILE
+#define ROWS 8
+
+/* 8 rows' 16 bytes v[r] by pieces of 4: out[c] lane r = bytes 4c..4c+3 of v[r] (unpck[lh]dq, unpck[lh]qdq) */
+INLINE void transpose8x4(const u32x4 v[ROWS], u32x8 out[4]) {
+    u32x8 p[4];
+    UNROLL for (int i = 0; i < 4; i++) p[i] = __builtin_shufflevector(v[i], v[i + 4], 0, 1, 2, 3, 4, 5, 6, 7);
+    const u32x8 t0 = __builtin_shufflevector(p[0], p[1], 0, 8, 1, 9, 4, 12, 5, 13);    /* rows 0 1 0 1 | 4 5 4 5 */
+    const u32x8 t1 = __builtin_shufflevector(p[0], p[1], 2, 10, 3, 11, 6, 14, 7, 15);
+    const u32x8 t2 = __builtin_shufflevector(p[2], p[3], 0, 8, 1, 9, 4, 12, 5, 13);    /* rows 2 3 2 3 | 6 7 6 7 */
+    const u32x8 t3 = __builtin_shufflevector(p[2], p[3], 2, 10, 3, 11, 6, 14, 7, 15);
+    out[0] = __builtin_shufflevector(t0, t2, 0, 1, 8, 9, 4, 5, 12, 13);
+    out[1] = __builtin_shufflevector(t0, t2, 2, 3, 10, 11, 6, 7, 14, 15);
+    out[2] = __builtin_shufflevector(t1, t3, 0, 1, 8, 9, 4, 5, 12, 13);
+    out[3] = __builtin_shufflevector(t1, t3, 2, 3, 10, 11, 6, 7, 14, 15);
+}
+
+/* 8 rows' blocks blk[r] as codes: q[k] lane r = row r's codes 4k..4k+3. Q4_0's 16 bytes of nibbles are
+   transposed first and then unpacked for 8 rows at once; other types' sub-blocks one row at a time. */
+INLINE void rows_codes(const type_info *t, const uint8_t *const blk[ROWS], u8x32 q[8]) {
+    u32x4 lo[ROWS], hi[ROWS];
+    if (t->type == Q4_0) {
+        UNROLL for (int r = 0; r < ROWS; r++) __builtin_memcpy(&lo[r], ((const block_q4_0 *)blk[r])->qs, 16);
+        transpose8x4(lo, (u32x8 *)q);
+        UNROLL for (int c = 0; c < 4; c++) q[c + 4] = (u8x32)((u16x16)q[c] >> 4) & 15, q[c] &= 15;
+        return;
+    }
+    UNROLL for (int r = 0; r < ROWS; r++) lo[r] = (u32x4)t->sub(blk[r], 0), hi[r] = (u32x4)t->sub(blk[r], 1);
+    transpose8x4(lo, (u32x8 *)q);
+    transpose8x4(hi, (u32x8 *)q + 4);
+}
+
+/* 4 bytes at p in every lane */
+INLINE u32x8 broadcast4(const void *p) {
+    uint32_t four;
+    __builtin_memcpy(&four, p, 4);
+    return (u32x8){0} + four;
+}
+
+/* A block's codes q (rows_codes) times nt tokens' 32 codes x[i]: s[i] lane r = row r's integer sum. SPAN
+   pmaddubsw results are added as int16 before pmaddwd (exact: see WEIGHT_TYPES); four tokens at a time, their
+   sums in registers. */
+INLINE void rows_dot_codes(const type_info *t, const u8x32 q[8], const code *const x[], int nt, i32x8 s[]) {
+    const i16x16 ones = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    UNROLL for (int i0 = 0; i0 < nt; i0 += TILE) {
+        i16x16 p[TILE];
+        UNROLL for (int k = 0; k < 8; k++) UNROLL for (int i = i0; i < i0 + TILE; i++) {
+            const i16x16 m = maddubs(q[k], (i8x32)broadcast4(x[i] + 4 * k), t->off == SIGNED);
+            p[i - i0] = k % t->span ? p[i - i0] + m : m;
+            if (k % t->span == t->span - 1) s[i] += madd(p[i - i0], ones);
+        }
+    }
+}
+
+/* 8 rows of a 32-weight type (row_bytes apart from w) times nt tokens into y[i * ldy + r]: block_dot's float
+   steps, block b in running sum b % LANES, then lane_sum's order */
+INLINE void rows_dot_32_tile(const type_info *t, const uint8_t *w, ptrdiff_t row_bytes, ptrdiff_t nb,
+                             const act_view *acts, int nt, float *y, ptrdiff_t ldy) {
+    f32x8 acc[LANES][MAX_TILE];
+    UNROLL for (int k = 0; k < LANES; k++) UNROLL for (int i = 0; i < nt; i++) acc[k][i] = (f32x8){0};
+    for (ptrdiff_t b4 = 0; b4 < nb; b4 += LANES) UNROLL for (int k = 0; k < LANES; k++) {
+        const ptrdiff_t b = b4 + k;
+        if (b >= nb) break;
+        const uint8_t *blk[ROWS];
+        f32x8 dw, mw;
+        UNROLL for (int r = 0; r < ROWS; r++) {
+            head h = {.m = 0};
+            blk[r] = w + r * row_bytes + b * t->bytes;
+            t->head(blk[r], &h);
+            dw[r] = h.d, mw[r] = h.m;
+        }
+        u8x32 q[8];
+        rows_codes(t, blk, q);
+        const code *x[MAX_TILE];
+        i32x8 s[MAX_TILE];
+        UNROLL for (int i = 0; i < nt; i++) x[i] = acts[i].q + b * QK, s[i] = (i32x8){0};
+        rows_dot_codes(t, q, x, nt, s);
+        UNROLL for (int i = 0; i < nt; i++) {
+            f32x8 v = (dw * acts[i].d[b]) * __builtin_convertvector(s[i] - offset_sum(t, 0, &acts[i], b), f32x8);
+            if (t->mins) v += mw * acts[i].s[b];
+            acc[k][i] += v;
+        }
+    }
+    UNROLL for (int i = 0; i < nt; i++) {
+        const f32x8 sum = (acc[0][i] + acc[1][i]) + (acc[2][i] + acc[3][i]);
+        __builtin_memcpy(y + i * ldy, &sum, sizeof sum);
+    }
+}
+#endif
+
+/* rows times a tile of nt tokens: on x86 a 32-weight type's rows eight at a time (rows_dot_32_tile); the
+   others with the tile's columns (the 32-weight types, and the K types' tiles of KTILE: COLS blocks at a time,
+   each row's sum carried in y) or else one row at a time (row_dot) */
 INLINE void rows_tile(const type_info *t, const uint8_t *w, ptrdiff_t rows, ptrdiff_t nb, const act_view *acts,
                       int nt, float *y, ptrdiff_t ldy) {
-    if (t->qk == QK && nb > COLS) {
-        for (ptrdiff_t r = 0; r < rows; r++) row_dot(t, w + r * nb * t->bytes, nb, acts, nt, y + r, ldy);
+    const ptrdiff_t row_bytes = nb * t->bytes;
+#if WIDE_TILE
+    const ptrdiff_t eights = t->qk == QK ? rows - rows % ROWS : 0;
+    for (ptrdiff_t r = 0; r < eights; r += ROWS)
+        rows_dot_32_tile(t, w + r * row_bytes, row_bytes, nb, acts, nt, y + r, ldy);
+    w += eights * row_bytes, y += eights, rows -= eights;
+#endif
+    if ((t->qk == QK && nb > COLS) || (t->qk == QK_K && nt != KTILE)) {
+        for (ptrdiff_t r = 0; r < rows; r++) row_dot(t, w + r * row_bytes, nb, acts, nt, y + r, ldy);
         return;
     }
     tile_cols c;
-    for (ptrdiff_t b0 = 0; b0 < nb; b0 += COLS) {
+    for (ptrdiff_t b0 = 0; rows && b0 < nb; b0 += COLS) {
         const ptrdiff_t b1 = b0 + COLS < nb ? b0 + COLS : nb;
         fill_cols(t, acts, nt, b0, b1, &c);
         for (ptrdiff_t r = 0; r < rows; r++)
-            if (t->qk == QK_K) row_dot_k_tile(t, w + r * nb * t->bytes, b0, b1, acts, &c, b0 == 0, y + r, ldy);
-            else row_dot_32_tile(t, w + r * nb * t->bytes, nb, acts, &c, nt, y + r, ldy);
+            if (t->qk == QK_K) row_dot_k_tile(t, w + r * row_bytes, b0, b1, acts, &c, b0 == 0, y + r, ldy);
+            else row_dot_32_tile(t, w + r * row_bytes, nb, acts, &c, nt, y + r, ldy);
     }
 }
 
@@ -729,9 +840,7 @@ INLINE void mul_mat_type(const type_info *t, const uint8_t *w, ptrdiff_t rows, p
         for (; i + TILE <= t1; i += TILE) {
             act_view a[TILE];
             UNROLL for (int k = 0; k < TILE; k++) a[k] = act_at(t->act, act + (i + k) * rec, n);
-            if (t->qk == QK || (t->qk == QK_K && KTILE == TILE))
-                rows_tile(t, w, rows, nb, a, TILE, y + i * ldy, ldy);
-            else for (ptrdiff_t r = 0; r < rows; r++) row_dot(t, w + r * row_bytes, nb, a, TILE, y + i * ldy + r, ldy);
+            rows_tile(t, w, rows, nb, a, TILE, y + i * ldy, ldy);
         }
         for (; i < t1; i++) {
             const act_view a = act_at(t->act, act + i * rec, n);
@@ -744,10 +853,10 @@ INLINE void mul_mat_type(const type_info *t, const uint8_t *w, ptrdiff_t rows, p
 }
 
 /* one copy of the loops a type, its head_ and sub_ inlined */
-#define MUL_MAT(name, T, qk, block, act, mins, off)                                                      \
+#define MUL_MAT(name, T, qk, block, act, mins, off, span)                                                \
     static void mul_mat_##name(const uint8_t *w, ptrdiff_t rows, ptrdiff_t n, uint8_t *x, ptrdiff_t tokens,   \
                                float *y, ptrdiff_t ldy) {                                                  \
-        static const type_info t = {T, qk, sizeof(block), act, mins, off, head_##name, sub_##name};      \
+        static const type_info t = TYPE_INFO(name, T, qk, block, act, mins, off, span);                  \
         mul_mat_type(&t, w, rows, n, x, tokens, y, ldy);                                                 \
     }
 WEIGHT_TYPES(MUL_MAT)
@@ -789,7 +898,7 @@ EXPORT int pe_mul_mat(int type, const uint8_t *w, int rows, int n, uint8_t *act,
     if (rec < 0) return rec;
     if (rows < 0 || tokens < 0 || (tokens > 1 && ldy < rows)) return E_SIZE;
     if (!fp16_filled) fill_fp16();
-#define CASE(name, T, qk_, block_, act_, mins_, off_) \
+#define CASE(name, T, qk_, block_, act_, mins_, off_, span_) \
     case T: mul_mat_##name(w, rows, n, act, tokens, y, ldy); return 0;
     switch (type) { WEIGHT_TYPES(CASE) }
     return E_TYPE;
