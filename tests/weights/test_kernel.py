@@ -113,6 +113,23 @@ def test_a_prompts_tiles_give_one_tokens_bits(k, type_name):
     assert np.isfinite(tiles).all() and np.array_equal(tiles.view(np.uint32), np.array(one).view(np.uint32))
 
 
+def test_every_native_build_gives_the_same_bits(k):
+    """The native builds this CPU runs (AVX-512 with 16 rows a vector, AVX2 with 8, the portable one) give the
+    same bits for every type, one token or a prompt's tiles."""
+    builds = {b: kernel.Kernel(str(kernel.HERE / kernel.NATIVE[b])) for b in kernel.native_builds()}
+    if len(builds) < 2:
+        pytest.skip(f"only {list(builds)} runs here")
+    rows, n = 37, 512
+    for type_name in TYPES:
+        raw = random_blocks(type_name, rows * n // GGML_TYPES_BY_NAME[type_name].block_size, RNG).reshape(rows, -1)
+        x = RNG.standard_normal((37, n)).astype(np.float32)
+        for tokens in (1, 5, 37):
+            got = {b: lib.mul_mat(raw, type_name, n, lib.quantize(x[:tokens], type_name),
+                                  np.empty((tokens, rows), np.float32)).view(np.uint32) for b, lib in builds.items()}
+            first = next(iter(got.values()))
+            assert all(np.array_equal(g, first) for g in got.values()), (type_name, tokens)
+
+
 def test_the_blocks_form(k):
     """One row split of two types: one rounding of x a vec_dot type, the parts' rows in order, rows() bit
     for bit, a batch and one token alike."""

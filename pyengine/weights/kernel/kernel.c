@@ -697,57 +697,88 @@ INLINE void row_dot(const type_info *t, const uint8_t *row, ptrdiff_t nb, const 
     UNROLL for (int i = 0; i < nt; i++) y[i * ldy] = lanes == 1 ? acc[0][i] : lane_sum(&acc[0][i], MAX_TILE);
 }
 
-/* ---- x86's prompt tiles of the 32-weight types: eight rows a vector ----
- * As ggml-cpu/arch/x86/repack.cpp's GEMMs (ggml_gemm_q4_0_8x8_q8_0), without their repacking: a block of 8
- * rows, read where the rows lie, is transposed once for a tile of tokens (rows_codes: lane r of vector k holds
- * row r's codes 4k..4k+3) and each token's codes are broadcast 4 at a time to every lane, so that pmaddubsw
- * sums a row in each lane: no sums across lanes (the tiles of one row take 4 of them a block and token). The
- * float steps are block_dot's, 8 rows at once: each (row, token) adds the same floats in the same order as
- * one token's row_dot_32, so the bits are the same. (The K types' own tiles sum across lanes once in 256
- * weights; rows in lanes did not pay for them here.) */
+/* ---- x86's prompt tiles of the 32-weight types: a row in each lane ----
+ * As ggml-cpu/arch/x86/repack.cpp's GEMMs (ggml_gemm_q4_0_8x8_q8_0), without their repacking: a block of
+ * ROWS rows (8: AVX2; 16: AVX-512), read where the rows lie, is transposed once for a tile of tokens (rows_codes:
+ * lane r of vector k holds row r's codes 4k..4k+3) and each token's codes are broadcast 4 at a time to every
+ * lane, so that pmaddubsw (vpdpbusd with AVX-512 VNNI) sums a row in each lane: no sums across lanes (the
+ * tiles of one row take 4 of them a block and token). The float steps are block_dot's, ROWS rows at once:
+ * each (row, token) adds the same floats in the same order as one token's row_dot_32, so the bits are the
+ * same. (The K types' own tiles sum across lanes once in 256 weights; rows in lanes did not pay for them.) */
 #if WIDE_TILE
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#define ROWS 16
+/* unpck[lh]dq, unpck[lh]qdq: pairs of lanes of two vectors interleaved within each 128 bits */
+#define LO32 0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29
+#define HI32 2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31
+#define LO64 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
+#define HI64 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
+#else
 #define ROWS 8
+#define LO32 0, 8, 1, 9, 4, 12, 5, 13
+#define HI32 2, 10, 3, 11, 6, 14, 7, 15
+#define LO64 0, 1, 8, 9, 4, 5, 12, 13
+#define HI64 2, 3, 10, 11, 6, 7, 14, 15
+#endif
+typedef uint8_t rows_u8 __attribute__((vector_size(4 * ROWS)));       /* 4 bytes of each row */
+typedef int8_t rows_i8 __attribute__((vector_size(4 * ROWS)));
+typedef int16_t rows_i16 __attribute__((vector_size(4 * ROWS)));
+typedef uint16_t rows_u16 __attribute__((vector_size(4 * ROWS)));
+typedef int32_t rows_i32 __attribute__((vector_size(4 * ROWS)));     /* an int32 for each row */
+typedef uint32_t rows_u32 __attribute__((vector_size(4 * ROWS)));
+typedef float rows_f32 __attribute__((vector_size(4 * ROWS)));
 
-/* 8 rows' 16 bytes v[r] by pieces of 4: out[c] lane r = bytes 4c..4c+3 of v[r] (unpck[lh]dq, unpck[lh]qdq) */
-INLINE void transpose8x4(const u32x4 v[ROWS], u32x8 out[4]) {
-    u32x8 p[4];
-    UNROLL for (int i = 0; i < 4; i++) p[i] = __builtin_shufflevector(v[i], v[i + 4], 0, 1, 2, 3, 4, 5, 6, 7);
-    const u32x8 t0 = __builtin_shufflevector(p[0], p[1], 0, 8, 1, 9, 4, 12, 5, 13);    /* rows 0 1 0 1 | 4 5 4 5 */
-    const u32x8 t1 = __builtin_shufflevector(p[0], p[1], 2, 10, 3, 11, 6, 14, 7, 15);
-    const u32x8 t2 = __builtin_shufflevector(p[2], p[3], 0, 8, 1, 9, 4, 12, 5, 13);    /* rows 2 3 2 3 | 6 7 6 7 */
-    const u32x8 t3 = __builtin_shufflevector(p[2], p[3], 2, 10, 3, 11, 6, 14, 7, 15);
-    out[0] = __builtin_shufflevector(t0, t2, 0, 1, 8, 9, 4, 5, 12, 13);
-    out[1] = __builtin_shufflevector(t0, t2, 2, 3, 10, 11, 6, 7, 14, 15);
-    out[2] = __builtin_shufflevector(t1, t3, 0, 1, 8, 9, 4, 5, 12, 13);
-    out[3] = __builtin_shufflevector(t1, t3, 2, 3, 10, 11, 6, 7, 14, 15);
+/* ROWS rows' 16 bytes v[r] by pieces of 4: out[c] lane r = bytes 4c..4c+3 of v[r]. Vector i first holds rows
+   i, i + 4, (i + 8, i + 12) in its 128-bit lanes; then two rounds of interleaving within those lanes. */
+INLINE void transpose_rows(const u32x4 v[ROWS], rows_u32 out[4]) {
+    rows_u32 p[4];
+    UNROLL for (int i = 0; i < 4; i++) {
+        const u32x8 a = __builtin_shufflevector(v[i], v[i + 4], 0, 1, 2, 3, 4, 5, 6, 7);
+#if ROWS == 16
+        const u32x8 b = __builtin_shufflevector(v[i + 8], v[i + 12], 0, 1, 2, 3, 4, 5, 6, 7);
+        p[i] = __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+#else
+        p[i] = a;
+#endif
+    }
+    const rows_u32 t0 = __builtin_shufflevector(p[0], p[1], LO32), t1 = __builtin_shufflevector(p[0], p[1], HI32);
+    const rows_u32 t2 = __builtin_shufflevector(p[2], p[3], LO32), t3 = __builtin_shufflevector(p[2], p[3], HI32);
+    out[0] = __builtin_shufflevector(t0, t2, LO64);
+    out[1] = __builtin_shufflevector(t0, t2, HI64);
+    out[2] = __builtin_shufflevector(t1, t3, LO64);
+    out[3] = __builtin_shufflevector(t1, t3, HI64);
 }
 
-/* 8 rows' blocks blk[r] as codes: q[k] lane r = row r's codes 4k..4k+3. Q4_0's 16 bytes of nibbles are
-   transposed first and then unpacked for 8 rows at once; other types' sub-blocks one row at a time. */
-INLINE void rows_codes(const type_info *t, const uint8_t *const blk[ROWS], u8x32 q[8]) {
+/* ROWS rows' blocks blk[r] as codes: q[k] lane r = row r's codes 4k..4k+3. Q4_0's 16 bytes of nibbles are
+   transposed first and then unpacked for all rows at once; other types' sub-blocks one row at a time. */
+INLINE void rows_codes(const type_info *t, const uint8_t *const blk[ROWS], rows_u8 q[8]) {
     u32x4 lo[ROWS], hi[ROWS];
     if (t->type == Q4_0) {
         UNROLL for (int r = 0; r < ROWS; r++) __builtin_memcpy(&lo[r], ((const block_q4_0 *)blk[r])->qs, 16);
-        transpose8x4(lo, (u32x8 *)q);
-        UNROLL for (int c = 0; c < 4; c++) q[c + 4] = (u8x32)((u16x16)q[c] >> 4) & 15, q[c] &= 15;
+        transpose_rows(lo, (rows_u32 *)q);
+        UNROLL for (int c = 0; c < 4; c++) q[c + 4] = (rows_u8)((rows_u16)q[c] >> 4) & 15, q[c] &= 15;
         return;
     }
     UNROLL for (int r = 0; r < ROWS; r++) lo[r] = (u32x4)t->sub(blk[r], 0), hi[r] = (u32x4)t->sub(blk[r], 1);
-    transpose8x4(lo, (u32x8 *)q);
-    transpose8x4(hi, (u32x8 *)q + 4);
+    transpose_rows(lo, (rows_u32 *)q);
+    transpose_rows(hi, (rows_u32 *)q + 4);
 }
 
 /* 4 bytes at p in every lane */
-INLINE u32x8 broadcast4(const void *p) {
+INLINE rows_u32 broadcast4(const void *p) {
     uint32_t four;
     __builtin_memcpy(&four, p, 4);
-    return (u32x8){0} + four;
+    return (rows_u32){0} + four;
 }
 
-/* A block's codes q (rows_codes) times nt tokens' 32 codes x[i]: s[i] lane r = row r's integer sum. SPAN
-   pmaddubsw results are added as int16 before pmaddwd (exact: see WEIGHT_TYPES); four tokens at a time, their
-   sums in registers. */
-INLINE void rows_dot_codes(const type_info *t, const u8x32 q[8], const code *const x[], int nt, i32x8 s[]) {
+/* A block's codes q (rows_codes) times nt tokens' 32 codes x[i]: s[i] lane r = row r's integer sum. AVX2:
+   SPAN pmaddubsw results added as int16 before pmaddwd (exact: see WEIGHT_TYPES), four tokens at a time, their
+   sums in registers; AVX-512: vpdpbusd. */
+INLINE void rows_dot_codes(const type_info *t, const rows_u8 q[8], const code *const x[], int nt, rows_i32 s[]) {
+#if ROWS == 16
+    UNROLL for (int k = 0; k < 8; k++) UNROLL for (int i = 0; i < nt; i++)
+        s[i] = dpbusd(s[i], q[k], (rows_i8)broadcast4(x[i] + 4 * k), t->off == SIGNED);
+#else
     const i16x16 ones = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     UNROLL for (int i0 = 0; i0 < nt; i0 += TILE) {
         i16x16 p[TILE];
@@ -757,56 +788,50 @@ INLINE void rows_dot_codes(const type_info *t, const u8x32 q[8], const code *con
             if (k % t->span == t->span - 1) s[i] += madd(p[i - i0], ones);
         }
     }
+#endif
 }
 
-/* 8 rows of a 32-weight type (row_bytes apart from w) times nt tokens into y[i * ldy + r]: block_dot's float
+/* ROWS rows of a 32-weight type (row_bytes apart from w) times nt tokens into y[i * ldy + r]: block_dot's float
    steps, block b in running sum b % LANES, then lane_sum's order */
 INLINE void rows_dot_32_tile(const type_info *t, const uint8_t *w, ptrdiff_t row_bytes, ptrdiff_t nb,
                              const act_view *acts, int nt, float *y, ptrdiff_t ldy) {
-    f32x8 acc[LANES][MAX_TILE];
-    UNROLL for (int k = 0; k < LANES; k++) UNROLL for (int i = 0; i < nt; i++) acc[k][i] = (f32x8){0};
+    rows_f32 acc[LANES][MAX_TILE];
+    UNROLL for (int k = 0; k < LANES; k++) UNROLL for (int i = 0; i < nt; i++) acc[k][i] = (rows_f32){0};
     for (ptrdiff_t b4 = 0; b4 < nb; b4 += LANES) UNROLL for (int k = 0; k < LANES; k++) {
         const ptrdiff_t b = b4 + k;
         if (b >= nb) break;
         const uint8_t *blk[ROWS];
-        f32x8 dw, mw;
+        rows_f32 dw, mw;
         UNROLL for (int r = 0; r < ROWS; r++) {
             head h = {.m = 0};
             blk[r] = w + r * row_bytes + b * t->bytes;
             t->head(blk[r], &h);
             dw[r] = h.d, mw[r] = h.m;
         }
-        u8x32 q[8];
+        rows_u8 q[8];
         rows_codes(t, blk, q);
         const code *x[MAX_TILE];
-        i32x8 s[MAX_TILE];
-        UNROLL for (int i = 0; i < nt; i++) x[i] = acts[i].q + b * QK, s[i] = (i32x8){0};
+        rows_i32 s[MAX_TILE];
+        UNROLL for (int i = 0; i < nt; i++) x[i] = acts[i].q + b * QK, s[i] = (rows_i32){0};
         rows_dot_codes(t, q, x, nt, s);
         UNROLL for (int i = 0; i < nt; i++) {
-            f32x8 v = (dw * acts[i].d[b]) * __builtin_convertvector(s[i] - offset_sum(t, 0, &acts[i], b), f32x8);
+            rows_f32 v = (dw * acts[i].d[b]) * __builtin_convertvector(s[i] - offset_sum(t, 0, &acts[i], b), rows_f32);
             if (t->mins) v += mw * acts[i].s[b];
             acc[k][i] += v;
         }
     }
     UNROLL for (int i = 0; i < nt; i++) {
-        const f32x8 sum = (acc[0][i] + acc[1][i]) + (acc[2][i] + acc[3][i]);
+        const rows_f32 sum = (acc[0][i] + acc[1][i]) + (acc[2][i] + acc[3][i]);
         __builtin_memcpy(y + i * ldy, &sum, sizeof sum);
     }
 }
 #endif
 
-/* rows times a tile of nt tokens: on x86 a 32-weight type's rows eight at a time (rows_dot_32_tile); the
-   others with the tile's columns (the 32-weight types, and the K types' tiles of KTILE: COLS blocks at a time,
-   each row's sum carried in y) or else one row at a time (row_dot) */
+/* rows times a tile of nt tokens with the tile's columns (the 32-weight types, and the K types' tiles of
+   KTILE: COLS blocks at a time, each row's sum carried in y), or else one row at a time (row_dot) */
 INLINE void rows_tile(const type_info *t, const uint8_t *w, ptrdiff_t rows, ptrdiff_t nb, const act_view *acts,
                       int nt, float *y, ptrdiff_t ldy) {
     const ptrdiff_t row_bytes = nb * t->bytes;
-#if WIDE_TILE
-    const ptrdiff_t eights = t->qk == QK ? rows - rows % ROWS : 0;
-    for (ptrdiff_t r = 0; r < eights; r += ROWS)
-        rows_dot_32_tile(t, w + r * row_bytes, row_bytes, nb, acts, nt, y + r, ldy);
-    w += eights * row_bytes, y += eights, rows -= eights;
-#endif
     if ((t->qk == QK && nb > COLS) || (t->qk == QK_K && nt != KTILE)) {
         for (ptrdiff_t r = 0; r < rows; r++) row_dot(t, w + r * row_bytes, nb, acts, nt, y + r, ldy);
         return;
@@ -821,34 +846,45 @@ INLINE void rows_tile(const type_info *t, const uint8_t *w, ptrdiff_t rows, ptrd
     }
 }
 
+/* rows times nt tokens (a multiple of TILE) in tiles of MAX_TILE (x86) and TILE tokens. On x86 a 32-weight
+   type's rows ROWS at a time (rows_dot_32_tile), each group over every tile while its blocks are in cache
+   (one pass over the matrix, not one a tile); the rows past them by rows_tile. */
+INLINE void tiles(const type_info *t, const uint8_t *w, ptrdiff_t rows, ptrdiff_t nb, const act_view *acts, int nt,
+                  float *y, ptrdiff_t ldy) {
+#if WIDE_TILE
+    const ptrdiff_t row_bytes = nb * t->bytes, grouped = t->qk == QK ? rows - rows % ROWS : 0;
+    for (ptrdiff_t r = 0; r < grouped; r += ROWS) {
+        const uint8_t *wr = w + r * row_bytes;
+        int i = 0;
+        for (; i + MAX_TILE <= nt; i += MAX_TILE)
+            rows_dot_32_tile(t, wr, row_bytes, nb, acts + i, MAX_TILE, y + i * ldy + r, ldy);
+        for (; i < nt; i += TILE) rows_dot_32_tile(t, wr, row_bytes, nb, acts + i, TILE, y + i * ldy + r, ldy);
+    }
+    w += grouped * row_bytes, y += grouped, rows -= grouped;
+#endif
+    int i = 0;
+    if (WIDE_TILE)
+        for (; i + MAX_TILE <= nt; i += MAX_TILE) rows_tile(t, w, rows, nb, acts + i, MAX_TILE, y + i * ldy, ldy);
+    for (; i < nt; i += TILE) rows_tile(t, w, rows, nb, acts + i, TILE, y + i * ldy, ldy);
+}
+
 /* y (T, ldy) [:, :rows] = W (rows, n) x^T for one type, a row at a time (the weights read in the order
-   they lie: memory's fastest). A prompt: TILE tokens at a time over each row, TOKEN_TILE tokens' codes
-   kept in cache while the rows pass. */
+   they lie: memory's fastest). A prompt: TOKEN_TILE tokens' codes kept in cache while the rows pass in tiles
+   (tiles), the tokens past the last tile one at a time. */
 #define TOKEN_TILE 32
 INLINE void mul_mat_type(const type_info *t, const uint8_t *w, ptrdiff_t rows, ptrdiff_t n, uint8_t *act,
                          ptrdiff_t tokens, float *y, ptrdiff_t ldy) {
     const ptrdiff_t nb = n / t->qk, rec = act_bytes(t->act, n), row_bytes = nb * t->bytes;
     for (ptrdiff_t t0 = 0; t0 < tokens; t0 += TOKEN_TILE) {
-        const ptrdiff_t t1 = t0 + TOKEN_TILE < tokens ? t0 + TOKEN_TILE : tokens;
-        ptrdiff_t i = t0;
-        if (WIDE_TILE)
-            for (; i + MAX_TILE <= t1; i += MAX_TILE) {
-                act_view a[MAX_TILE];
-                UNROLL for (int k = 0; k < MAX_TILE; k++) a[k] = act_at(t->act, act + (i + k) * rec, n);
-                rows_tile(t, w, rows, nb, a, MAX_TILE, y + i * ldy, ldy);
-            }
-        for (; i + TILE <= t1; i += TILE) {
-            act_view a[TILE];
-            UNROLL for (int k = 0; k < TILE; k++) a[k] = act_at(t->act, act + (i + k) * rec, n);
-            rows_tile(t, w, rows, nb, a, TILE, y + i * ldy, ldy);
-        }
-        for (; i < t1; i++) {
-            const act_view a = act_at(t->act, act + i * rec, n);
+        const int nt = (int)(t0 + TOKEN_TILE < tokens ? TOKEN_TILE : tokens - t0), tiled = nt - nt % TILE;
+        act_view a[TOKEN_TILE];
+        for (int i = 0; i < nt; i++) a[i] = act_at(t->act, act + (t0 + i) * rec, n);
+        tiles(t, w, rows, nb, a, tiled, y + t0 * ldy, ldy);
+        for (int i = tiled; i < nt; i++)
             for (ptrdiff_t r = 0; r < rows; r++) {
-                if (SUMS4 && t->qk == QK) row_dot_32(t, w + r * row_bytes, nb, &a, y + i * ldy + r);
-                else row_dot(t, w + r * row_bytes, nb, &a, 1, y + i * ldy + r, ldy);
+                if (SUMS4 && t->qk == QK) row_dot_32(t, w + r * row_bytes, nb, &a[i], y + (t0 + i) * ldy + r);
+                else row_dot(t, w + r * row_bytes, nb, &a[i], 1, y + (t0 + i) * ldy + r, ldy);
             }
-        }
     }
 }
 

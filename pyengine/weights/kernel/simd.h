@@ -124,6 +124,20 @@ INLINE i16x16 maddubs32(u8x32 w, const code *a, int sign) {
 }
 #endif
 
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+typedef uint8_t u8x64 __attribute__((vector_size(64)));
+typedef int8_t  i8x64 __attribute__((vector_size(64)));
+typedef int32_t i32x16 __attribute__((vector_size(64)));
+/* acc plus the sums of 4 adjacent products of w (unsigned) and x (signed) in each int32 lane (vpdpbusd: exact,
+   no int16 step); `sign`: w signed, taken as |w| times x with w's sign */
+INLINE i32x16 dpbusd(i32x16 acc, u8x64 w, i8x64 x, int sign) {
+    __m512i wv = (__m512i)w, xv = (__m512i)x;
+    if (sign) xv = _mm512_mask_sub_epi8(xv, _mm512_movepi8_mask(wv), _mm512_setzero_si512(), xv),
+              wv = _mm512_abs_epi8(wv);
+    return (i32x16)_mm512_dpbusd_epi32((__m512i)acc, wv, xv);
+}
+#endif
+
 /* 32 weight codes w, unsigned < 128, times 32 activation codes a: 16 int16 sums of adjacent products (lane m:
    bytes 2m and 2m + 1), exact for |a| <= 127 (an activation code of -128 only comes with a NaN scale) */
 INLINE i16x16 byte_products(u8x32 w, const code *a) {
