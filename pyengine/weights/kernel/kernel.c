@@ -792,12 +792,18 @@ INLINE void rows_dot_codes(const type_info *t, const rows_u8 q[8], const code *c
 }
 
 /* ROWS rows of a 32-weight type (row_bytes apart from w) times nt tokens into y[i * ldy + r]: block_dot's float
-   steps, block b in running sum b % LANES, then lane_sum's order */
+   steps, block b in running sum b % LANES, then lane_sum's order. `next`: the next ROWS rows, fetched into
+   the cache meanwhile (or 0). */
 INLINE void rows_dot_32_tile(const type_info *t, const uint8_t *w, ptrdiff_t row_bytes, ptrdiff_t nb,
-                             const act_view *acts, int nt, float *y, ptrdiff_t ldy) {
+                             const act_view *acts, int nt, float *y, ptrdiff_t ldy, const uint8_t *next) {
     rows_f32 acc[LANES][MAX_TILE];
     UNROLL for (int k = 0; k < LANES; k++) UNROLL for (int i = 0; i < nt; i++) acc[k][i] = (rows_f32){0};
     for (ptrdiff_t b4 = 0; b4 < nb; b4 += LANES) UNROLL for (int k = 0; k < LANES; k++) {
+        if (next && k == 0)                              /* LANES blocks: at most two cache lines a row */
+            UNROLL for (int r = 0; r < ROWS; r++) {
+                __builtin_prefetch(next + r * row_bytes + b4 * t->bytes);
+                __builtin_prefetch(next + r * row_bytes + b4 * t->bytes + 64);
+            }
         const ptrdiff_t b = b4 + k;
         if (b >= nb) break;
         const uint8_t *blk[ROWS];
@@ -854,11 +860,12 @@ INLINE void tiles(const type_info *t, const uint8_t *w, ptrdiff_t rows, ptrdiff_
 #if WIDE_TILE
     const ptrdiff_t row_bytes = nb * t->bytes, grouped = t->qk == QK ? rows - rows % ROWS : 0;
     for (ptrdiff_t r = 0; r < grouped; r += ROWS) {
-        const uint8_t *wr = w + r * row_bytes;
+        const uint8_t *wr = w + r * row_bytes, *next = r + ROWS < grouped ? wr + ROWS * row_bytes : 0;
         int i = 0;
-        for (; i + MAX_TILE <= nt; i += MAX_TILE)
-            rows_dot_32_tile(t, wr, row_bytes, nb, acts + i, MAX_TILE, y + i * ldy + r, ldy);
-        for (; i < nt; i += TILE) rows_dot_32_tile(t, wr, row_bytes, nb, acts + i, TILE, y + i * ldy + r, ldy);
+        for (; i + MAX_TILE <= nt; i += MAX_TILE)      /* the next rows fetched during the first tile */
+            rows_dot_32_tile(t, wr, row_bytes, nb, acts + i, MAX_TILE, y + i * ldy + r, ldy, i ? 0 : next);
+        for (; i < nt; i += TILE)
+            rows_dot_32_tile(t, wr, row_bytes, nb, acts + i, TILE, y + i * ldy + r, ldy, i ? 0 : next);
     }
     w += grouped * row_bytes, y += grouped, rows -= grouped;
 #endif
