@@ -16,9 +16,10 @@
  * (block_dot) and one loop over rows and tokens (mul_mat_type) then serve every type. A prompt runs
  * tokens in tiles over each block (four; eight on x86), so a sub-block's codes are read once for the tile,
  * and the tile's activation scales are laid out token by token once (tile_cols); on x86 the 32-weight types
- * take eight rows at once instead, a row in each lane (rows_dot_32_tile, as ggml's repacked GEMMs). The
- * 32-weight types sum a row's blocks in four running sums (LANES), the K types in one, in block order; every
- * target and tile adds the same floats in the same order, so wasm and native give the same bits.
+ * (and with AVX-512 the K types) take 8 or 16 rows at once instead, a row in each lane (rows_dot_32,
+ * rows_dot_k, as ggml's repacked GEMMs). The 32-weight types sum a row's blocks in four running sums (LANES),
+ * the K types in one, in block order; every target and tile adds the same floats in the same order, so wasm
+ * and native give the same bits.
  *
  * The products (the product step, codes_at and products) differ by target. On x86 two sub-blocks' codes
  * are multiplied as bytes by the activations' int8 codes and summed in pairs into int16 (pmaddubsw, as
@@ -57,6 +58,7 @@ enum { E_TYPE = -1, E_SIZE = -2 };   /* errors: an unknown type; n or a count th
 #define QK_K 256             /* weights a super-block of the K types and IQ4_XS */
 #define TILE 4               /* tokens of a prompt multiplied at once by each block */
 #define MAX_TILE 8           /* x86's tile: eight tokens a block, their sums in AVX2's 16 registers */
+#define TOKEN_TILE 32        /* a prompt's tokens whose codes stay in cache while the rows pass */
 #if CODE_BYTES == 1 && !defined(__wasm__)
 #define WIDE_TILE 1          /* (wasm's relaxed build keeps four: V8 has 16 registers of 128 bits) */
 #else
@@ -424,9 +426,10 @@ INLINE u8x16 sub_iq4_xs(const void *p, int j) {
 #define SIGNED (-1)          /* OFF of the types whose sub_ gives signed codes */
 
 /* every weight type: its name, ggml number, weights a block, block struct, activations' type, has mins,
-   the offset its unsigned codes carry (or SIGNED), and SPAN: how many pmaddubsw results (4 codes each) x86's
-   rows in lanes may add as int16 before scaling them, min(weights a scale / 4, 32767 / (2 * 127 * largest
-   |code|)) (rows_dot_codes; the 32-weight types' scale is 1, for 32 weights) */
+   the offset its unsigned codes carry (or SIGNED), and x86's SPAN in rows in lanes: pieces of 4 codes summed
+   before a scale. The 32-weight types (AVX2: rows_dot_block): as many pmaddubsw results as int16 holds,
+   32767 / (2 * 127 * largest |code|), at most 8; the K types (AVX-512: rows_block_k): one sub-block scale's,
+   weights a scale / 4. */
 #define WEIGHT_TYPES(X)                                      \
     X(q4_0, Q4_0, QK, block_q4_0, Q8_0, 0, 8, 8)             \
     X(q4_1, Q4_1, QK, block_q4_1, Q8_1, 1, 0, 8)             \
@@ -437,9 +440,9 @@ INLINE u8x16 sub_iq4_xs(const void *p, int j) {
     X(q2_K, Q2_K, QK_K, block_q2_K, Q8_K, 1, 0, 4)           \
     X(q3_K, Q3_K, QK_K, block_q3_K, Q8_K, 0, 4, 4)           \
     X(q4_K, Q4_K, QK_K, block_q4_K, Q8_K, 1, 0, 8)           \
-    X(q5_K, Q5_K, QK_K, block_q5_K, Q8_K, 1, 0, 4)           \
-    X(q6_K, Q6_K, QK_K, block_q6_K, Q8_K, 0, 32, 2)          \
-    X(iq4_xs, IQ4_XS, QK_K, block_iq4_xs, Q8_K, 0, SIGNED, 1)
+    X(q5_K, Q5_K, QK_K, block_q5_K, Q8_K, 1, 0, 8)           \
+    X(q6_K, Q6_K, QK_K, block_q6_K, Q8_K, 0, 32, 4)          \
+    X(iq4_xs, IQ4_XS, QK_K, block_iq4_xs, Q8_K, 0, SIGNED, 8)
 
 typedef struct {
     int type, qk, bytes, act, mins, off, span;
@@ -697,17 +700,19 @@ INLINE void row_dot(const type_info *t, const uint8_t *row, ptrdiff_t nb, const 
     UNROLL for (int i = 0; i < nt; i++) y[i * ldy] = lanes == 1 ? acc[0][i] : lane_sum(&acc[0][i], MAX_TILE);
 }
 
-/* ---- x86's prompt tiles of the 32-weight types: a row in each lane ----
- * As ggml-cpu/arch/x86/repack.cpp's GEMMs (ggml_gemm_q4_0_8x8_q8_0), without their repacking: a block of
- * ROWS rows (8: AVX2; 16: AVX-512), read where the rows lie, is transposed once for a tile of tokens (rows_codes:
- * lane r of vector k holds row r's codes 4k..4k+3) and each token's codes are broadcast 4 at a time to every
- * lane, so that pmaddubsw (vpdpbusd with AVX-512 VNNI) sums a row in each lane: no sums across lanes (the
- * tiles of one row take 4 of them a block and token). The float steps are block_dot's, ROWS rows at once:
- * each (row, token) adds the same floats in the same order as one token's row_dot_32, so the bits are the
- * same. (The K types' own tiles sum across lanes once in 256 weights; rows in lanes did not pay for them.) */
+/* ---- x86's prompt tiles: a row in each lane ----
+ * As ggml-cpu/arch/x86/repack.cpp's GEMMs (ggml_gemm_q4_0_8x8_q8_0, ggml_gemm_q4_K_8x8_q8_K), without their
+ * repacking: a block of ROWS rows (8: AVX2; 16: AVX-512), read where the rows lie, is transposed once for a
+ * chunk of tokens (rows_codes: lane r of vector k holds row r's codes 4k..4k+3) and each token's codes are
+ * broadcast 4 at a time to every lane, so that pmaddubsw (vpdpbusd with AVX-512 VNNI) sums a row in each
+ * lane: no sums across lanes. The float steps are block_dot's, ROWS rows at once: each (row, token) adds the
+ * same floats in the same order as one token's row_dot, so the bits are the same. The K types take this way
+ * with AVX-512 only: with AVX2 their own tiles (row_dot_k_tile, a sum across lanes once in 256 weights)
+ * were faster. */
 #if WIDE_TILE
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define ROWS 16
+#define ROWS_K 1             /* the K types too */
 /* unpck[lh]dq, unpck[lh]qdq: pairs of lanes of two vectors interleaved within each 128 bits */
 #define LO32 0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29
 #define HI32 2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31
@@ -715,6 +720,7 @@ INLINE void row_dot(const type_info *t, const uint8_t *row, ptrdiff_t nb, const 
 #define HI64 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
 #else
 #define ROWS 8
+#define ROWS_K 0
 #define LO32 0, 8, 1, 9, 4, 12, 5, 13
 #define HI32 2, 10, 3, 11, 6, 14, 7, 15
 #define LO64 0, 1, 8, 9, 4, 5, 12, 13
@@ -749,19 +755,49 @@ INLINE void transpose_rows(const u32x4 v[ROWS], rows_u32 out[4]) {
     out[3] = __builtin_shufflevector(t1, t3, HI64);
 }
 
-/* ROWS rows' blocks blk[r] as codes: q[k] lane r = row r's codes 4k..4k+3. Q4_0's 16 bytes of nibbles are
-   transposed first and then unpacked for all rows at once; other types' sub-blocks one row at a time. */
-INLINE void rows_codes(const type_info *t, const uint8_t *const blk[ROWS], rows_u8 q[8]) {
-    u32x4 lo[ROWS], hi[ROWS];
-    if (t->type == Q4_0) {
-        UNROLL for (int r = 0; r < ROWS; r++) __builtin_memcpy(&lo[r], ((const block_q4_0 *)blk[r])->qs, 16);
-        transpose_rows(lo, (rows_u32 *)q);
-        UNROLL for (int c = 0; c < 4; c++) q[c + 4] = (rows_u8)((rows_u16)q[c] >> 4) & 15, q[c] &= 15;
-        return;
+/* the 16 bytes at byte o of ROWS rows' blocks blk[r], by pieces of 4 (transpose_rows) */
+INLINE void rows_piece(const uint8_t *const blk[ROWS], size_t o, rows_u8 p[4]) {
+    u32x4 v[ROWS];
+    UNROLL for (int r = 0; r < ROWS; r++) __builtin_memcpy(&v[r], blk[r] + o, 16);
+    transpose_rows(v, (rows_u32 *)p);
+}
+
+/* each byte's low or high nibble; bits by, by + 1 of each byte as bits 4, 5 (sub_q6_K's high bits) */
+INLINE rows_u8 nibble_rows(rows_u8 v, int high) { return high ? (rows_u8)((rows_u16)v >> 4) & 15 : v & 15; }
+INLINE rows_u8 bits45_rows(rows_u8 v, int by) {
+    return (rows_u8)(by <= 4 ? (rows_u16)v << (4 - by) : (rows_u16)v >> (by - 4)) & 0x30;
+}
+
+/* A block's codes of ROWS rows blk[r]: q[g][k] lane r = row r's codes 32g + 4k..32g + 4k + 3. The packed bytes
+   of Q4_0, Q4_K and Q6_K are transposed first and unpacked for all rows at once (dequantize_row_<type>'s
+   layouts, as their sub_ read them); other types' sub-blocks a row at a time. */
+INLINE void rows_codes(const type_info *t, const uint8_t *const blk[ROWS], rows_u8 q[][8]) {
+    rows_u8 p[16], h[8];
+    if (t->type == Q4_0) {                               /* low nibbles: weights 0..15, high: 16..31 */
+        rows_piece(blk, offsetof(block_q4_0, qs), p);
+        UNROLL for (int c = 0; c < 4; c++) q[0][c] = nibble_rows(p[c], 0), q[0][c + 4] = nibble_rows(p[c], 1);
+    } else if (t->type == Q4_K) {                        /* 32 bytes a 64 weights: low nibbles, then high */
+        UNROLL for (int g = 0; g < 8; g += 2) {
+            rows_piece(blk, offsetof(block_q4_K, qs) + 16 * g, p);
+            rows_piece(blk, offsetof(block_q4_K, qs) + 16 * g + 16, p + 4);
+            UNROLL for (int c = 0; c < 8; c++) q[g][c] = nibble_rows(p[c], 0), q[g + 1][c] = nibble_rows(p[c], 1);
+        }
+    } else if (t->type == Q6_K) {                        /* 128 weights: ql[64 n..], qh[32 n..] */
+        UNROLL for (int n = 0; n < 2; n++) {
+            UNROLL for (int i = 0; i < 4; i++) rows_piece(blk, offsetof(block_q6_K, ql) + 64 * n + 16 * i, p + 4 * i);
+            UNROLL for (int i = 0; i < 2; i++) rows_piece(blk, offsetof(block_q6_K, qh) + 32 * n + 16 * i, h + 4 * i);
+            UNROLL for (int k = 0; k < 4; k++) UNROLL for (int c = 0; c < 8; c++)    /* weights 32k + 4c.. */
+                q[4 * n + k][c] = nibble_rows(p[8 * (k % 2) + c], k / 2) | bits45_rows(h[c], 2 * k);
+        }
+    } else {
+        UNROLL for (int j = 0; j < t->qk / 16; j += 2) {
+            u32x4 lo[ROWS], hi[ROWS];
+            UNROLL for (int r = 0; r < ROWS; r++)
+                lo[r] = (u32x4)t->sub(blk[r], j), hi[r] = (u32x4)t->sub(blk[r], j + 1);
+            transpose_rows(lo, (rows_u32 *)q[j / 2]);
+            transpose_rows(hi, (rows_u32 *)q[j / 2] + 4);
+        }
     }
-    UNROLL for (int r = 0; r < ROWS; r++) lo[r] = (u32x4)t->sub(blk[r], 0), hi[r] = (u32x4)t->sub(blk[r], 1);
-    transpose_rows(lo, (rows_u32 *)q);
-    transpose_rows(hi, (rows_u32 *)q + 4);
 }
 
 /* 4 bytes at p in every lane */
@@ -771,19 +807,34 @@ INLINE rows_u32 broadcast4(const void *p) {
     return (rows_u32){0} + four;
 }
 
-/* A block's codes q (rows_codes) times nt tokens' 32 codes x[i]: s[i] lane r = row r's integer sum. AVX2:
-   SPAN pmaddubsw results added as int16 before pmaddwd (exact: see WEIGHT_TYPES), four tokens at a time, their
-   sums in registers; AVX-512: vpdpbusd. */
-INLINE void rows_dot_codes(const type_info *t, const rows_u8 q[8], const code *const x[], int nt, rows_i32 s[]) {
+/* ROWS rows' block b (rows row_bytes apart from w): blk[r], its head h[r], and d and m a row a lane; the same
+   block of the next ROWS rows (`next`, or 0) fetched into the cache meanwhile */
+INLINE void rows_heads(const type_info *t, const uint8_t *w, ptrdiff_t row_bytes, ptrdiff_t b, const uint8_t *next,
+                       const uint8_t *blk[ROWS], head h[ROWS], rows_f32 *d, rows_f32 *m) {
+    UNROLL for (int r = 0; r < ROWS; r++) {
+        blk[r] = w + r * row_bytes + b * t->bytes;
+        if (next)
+            UNROLL for (int o = 0; o < t->bytes; o += 64) __builtin_prefetch(next + r * row_bytes + b * t->bytes + o);
+        h[r] = (head){.m = 0};
+        t->head(blk[r], &h[r]);
+        (*d)[r] = h[r].d, (*m)[r] = h[r].m;
+    }
+}
+
+/* A 32-weight block's codes q (rows_codes) times nt tokens' 32 codes acts[i] (block b): lane r of s[i] = row
+   r's integer sum. AVX2: SPAN pmaddubsw results added as int16 before pmaddwd (exact: see WEIGHT_TYPES), four
+   tokens at a time, their sums in registers; AVX-512: vpdpbusd. */
+INLINE void rows_dot_block(const type_info *t, const rows_u8 q[8], const act_view *acts, ptrdiff_t b, int nt,
+                           rows_i32 s[]) {
 #if ROWS == 16
     UNROLL for (int k = 0; k < 8; k++) UNROLL for (int i = 0; i < nt; i++)
-        s[i] = dpbusd(s[i], q[k], (rows_i8)broadcast4(x[i] + 4 * k), t->off == SIGNED);
+        s[i] = dpbusd(s[i], q[k], (rows_i8)broadcast4(acts[i].q + b * QK + 4 * k), t->off == SIGNED);
 #else
     const i16x16 ones = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     UNROLL for (int i0 = 0; i0 < nt; i0 += TILE) {
         i16x16 p[TILE];
         UNROLL for (int k = 0; k < 8; k++) UNROLL for (int i = i0; i < i0 + TILE; i++) {
-            const i16x16 m = maddubs(q[k], (i8x32)broadcast4(x[i] + 4 * k), t->off == SIGNED);
+            const i16x16 m = maddubs(q[k], (i8x32)broadcast4(acts[i].q + b * QK + 4 * k), t->off == SIGNED);
             p[i - i0] = k % t->span ? p[i - i0] + m : m;
             if (k % t->span == t->span - 1) s[i] += madd(p[i - i0], ones);
         }
@@ -791,46 +842,117 @@ INLINE void rows_dot_codes(const type_info *t, const rows_u8 q[8], const code *c
 #endif
 }
 
-/* ROWS rows of a 32-weight type (row_bytes apart from w) times nt tokens into y[i * ldy + r]: block_dot's float
-   steps, block b in running sum b % LANES, then lane_sum's order. `next`: the next ROWS rows, fetched into
-   the cache meanwhile (or 0). */
-INLINE void rows_dot_32_tile(const type_info *t, const uint8_t *w, ptrdiff_t row_bytes, ptrdiff_t nb,
-                             const act_view *acts, int nt, float *y, ptrdiff_t ldy, const uint8_t *next) {
-    rows_f32 acc[LANES][MAX_TILE];
-    UNROLL for (int k = 0; k < LANES; k++) UNROLL for (int i = 0; i < nt; i++) acc[k][i] = (rows_f32){0};
+/* block_dot's float steps for a 32-weight block b, ROWS rows a lane, nt tokens: into acc[i] */
+INLINE void rows_block_32(const type_info *t, const rows_u8 q[8], rows_f32 dw, rows_f32 mw, const act_view *acts,
+                          ptrdiff_t b, int nt, rows_f32 acc[]) {
+    rows_i32 s[MAX_TILE];
+    UNROLL for (int i = 0; i < nt; i++) s[i] = (rows_i32){0};
+    rows_dot_block(t, q, acts, b, nt, s);
+    UNROLL for (int i = 0; i < nt; i++) {
+        rows_f32 v = (dw * acts[i].d[b]) * __builtin_convertvector(s[i] - offset_sum(t, 0, &acts[i], b), rows_f32);
+        if (t->mins) v += mw * acts[i].s[b];
+        acc[i] += v;
+    }
+}
+
+/* ROWS rows of a 32-weight type (row_bytes apart from w) times nt <= TOKEN_TILE tokens (a multiple of TILE)
+   into y[i * ldy + r]: block b in running sum b % LANES, then lane_sum's order; each block read and transposed
+   once for the nt tokens, MAX_TILE at a time */
+INLINE void rows_dot_32(const type_info *t, const uint8_t *w, ptrdiff_t row_bytes, ptrdiff_t nb, const act_view *acts,
+                        int nt, float *y, ptrdiff_t ldy, const uint8_t *next) {
+    rows_f32 acc[LANES][TOKEN_TILE];
+    UNROLL for (int k = 0; k < LANES; k++) for (int i = 0; i < nt; i++) acc[k][i] = (rows_f32){0};
     for (ptrdiff_t b4 = 0; b4 < nb; b4 += LANES) UNROLL for (int k = 0; k < LANES; k++) {
-        if (next && k == 0)                              /* LANES blocks: at most two cache lines a row */
-            UNROLL for (int r = 0; r < ROWS; r++) {
-                __builtin_prefetch(next + r * row_bytes + b4 * t->bytes);
-                __builtin_prefetch(next + r * row_bytes + b4 * t->bytes + 64);
-            }
         const ptrdiff_t b = b4 + k;
         if (b >= nb) break;
         const uint8_t *blk[ROWS];
+        head h[ROWS];
         rows_f32 dw, mw;
-        UNROLL for (int r = 0; r < ROWS; r++) {
-            head h = {.m = 0};
-            blk[r] = w + r * row_bytes + b * t->bytes;
-            t->head(blk[r], &h);
-            dw[r] = h.d, mw[r] = h.m;
-        }
-        rows_u8 q[8];
+        rows_heads(t, w, row_bytes, b, next, blk, h, &dw, &mw);
+        rows_u8 q[1][8];
         rows_codes(t, blk, q);
-        const code *x[MAX_TILE];
-        rows_i32 s[MAX_TILE];
-        UNROLL for (int i = 0; i < nt; i++) x[i] = acts[i].q + b * QK, s[i] = (rows_i32){0};
-        rows_dot_codes(t, q, x, nt, s);
-        UNROLL for (int i = 0; i < nt; i++) {
-            rows_f32 v = (dw * acts[i].d[b]) * __builtin_convertvector(s[i] - offset_sum(t, 0, &acts[i], b), rows_f32);
-            if (t->mins) v += mw * acts[i].s[b];
-            acc[k][i] += v;
-        }
+        for (int i = 0; i < nt; i += MAX_TILE)
+            if (nt - i >= MAX_TILE) rows_block_32(t, q[0], dw, mw, acts + i, b, MAX_TILE, acc[k] + i);
+            else rows_block_32(t, q[0], dw, mw, acts + i, b, TILE, acc[k] + i);
     }
-    UNROLL for (int i = 0; i < nt; i++) {
+    for (int i = 0; i < nt; i++) {
         const rows_f32 sum = (acc[0][i] + acc[1][i]) + (acc[2][i] + acc[3][i]);
         __builtin_memcpy(y + i * ldy, &sum, sizeof sum);
     }
 }
+
+#if ROWS_K
+/* ROWS rows' 16 int16 v[r] in pairs: out[p] lane r = v[r][2p], v[r][2p + 1] */
+INLINE void rows_pairs(const head h[ROWS], int mins, rows_i16 out[8]) {
+    u32x4 lo[ROWS], hi[ROWS];
+    UNROLL for (int r = 0; r < ROWS; r++) {
+        const i16x16 v = mins ? h[r].mins : h[r].sc;
+        __builtin_memcpy(&lo[r], &v, 16);
+        __builtin_memcpy(&hi[r], (const int16_t *)&v + 8, 16);
+    }
+    transpose_rows(lo, (rows_u32 *)out);
+    transpose_rows(hi, (rows_u32 *)out + 4);
+}
+
+/* lane r: sum over j of v[r][j] * x[j] for rows_pairs' pairs of v and 16 int16 x (a token's bsums) */
+INLINE rows_i32 pairs_dot(const rows_i16 pairs[8], const int16_t *x) {
+    rows_i32 s = {0};
+    UNROLL for (int p = 0; p < 8; p++) s = dpwssd(s, pairs[p], (rows_i16)broadcast4(x + 2 * p));
+    return s;
+}
+
+/* block_dot's integers and float steps for a K type's block b, ROWS rows a lane, nt tokens: into acc[i]. Each
+   SPAN pieces of 4 codes (one sub-block scale's) are summed by vpdpbusd, then scaled as int32 (sc: scales a
+   row a lane, one vector a sub-block of 16). */
+INLINE void rows_block_k(const type_info *t, const rows_u8 q[][8], const rows_i32 sc[QK_K / 16],
+                         const rows_i16 scp[8], const rows_i16 minp[8], rows_f32 dw, rows_f32 mw,
+                         const act_view *acts, ptrdiff_t b, int nt, rows_f32 acc[]) {
+    rows_i32 s[MAX_TILE];
+    UNROLL for (int i = 0; i < nt; i++) s[i] = (rows_i32){0};
+    UNROLL for (int g = 0; g < QK_K / 32; g++) UNROLL for (int i = 0; i < nt; i++) {
+        rows_i32 a = {0};
+        UNROLL for (int k = 0; k < 8; k++) {
+            const rows_i8 x = (rows_i8)broadcast4(acts[i].q + b * QK_K + 32 * g + 4 * k);
+            a = dpbusd(k % t->span ? a : (rows_i32){0}, q[g][k], x, t->off == SIGNED);
+            if (k % t->span == t->span - 1) s[i] += a * sc[2 * g + k / 4];
+        }
+    }
+    UNROLL for (int i = 0; i < nt; i++) {
+        const int16_t *bsum = acts[i].bsum + b * (QK_K / 16);
+        if (t->off > 0) s[i] -= t->off * pairs_dot(scp, bsum);          /* offset_sum's */
+        const float dx = acts[i].d[b];
+        rows_f32 v = (dw * dx) * __builtin_convertvector(s[i], rows_f32);
+        if (t->mins) v -= (mw * dx) * __builtin_convertvector(pairs_dot(minp, bsum), rows_f32);
+        acc[i] += v;
+    }
+}
+
+/* ROWS rows of a K type times nt <= TOKEN_TILE tokens (a multiple of TILE) into y[i * ldy + r], in block order;
+   each block's codes and scales transposed once for the nt tokens */
+INLINE void rows_dot_k(const type_info *t, const uint8_t *w, ptrdiff_t row_bytes, ptrdiff_t nb, const act_view *acts,
+                       int nt, float *y, ptrdiff_t ldy, const uint8_t *next) {
+    rows_f32 acc[TOKEN_TILE];
+    for (int i = 0; i < nt; i++) acc[i] = (rows_f32){0};
+    for (ptrdiff_t b = 0; b < nb; b++) {
+        const uint8_t *blk[ROWS];
+        head h[ROWS];
+        rows_f32 dw, mw;
+        rows_heads(t, w, row_bytes, b, next, blk, h, &dw, &mw);
+        rows_i16 scp[8], minp[8];
+        rows_i32 sc[QK_K / 16];
+        rows_pairs(h, 0, scp);
+        UNROLL for (int p = 0; p < 8; p++)                  /* each pair's scales as int32, sign extended */
+            sc[2 * p] = ((rows_i32)scp[p] << 16) >> 16, sc[2 * p + 1] = (rows_i32)scp[p] >> 16;
+        if (t->mins) rows_pairs(h, 1, minp);
+        rows_u8 q[QK_K / 32][8];
+        rows_codes(t, blk, q);
+        for (int i = 0; i < nt; i += MAX_TILE)
+            if (nt - i >= MAX_TILE) rows_block_k(t, q, sc, scp, minp, dw, mw, acts + i, b, MAX_TILE, acc + i);
+            else rows_block_k(t, q, sc, scp, minp, dw, mw, acts + i, b, TILE, acc + i);
+    }
+    for (int i = 0; i < nt; i++) __builtin_memcpy(y + i * ldy, &acc[i], sizeof acc[i]);
+}
+#endif
 #endif
 
 /* rows times a tile of nt tokens with the tile's columns (the 32-weight types, and the K types' tiles of
@@ -852,20 +974,22 @@ INLINE void rows_tile(const type_info *t, const uint8_t *w, ptrdiff_t rows, ptrd
     }
 }
 
-/* rows times nt tokens (a multiple of TILE) in tiles of MAX_TILE (x86) and TILE tokens. On x86 a 32-weight
-   type's rows ROWS at a time (rows_dot_32_tile), each group over every tile while its blocks are in cache
-   (one pass over the matrix, not one a tile); the rows past them by rows_tile. */
+/* rows times nt tokens (a multiple of TILE) in tiles of MAX_TILE (x86) and TILE tokens. On x86 ROWS rows at a
+   time (rows_dot_32; rows_dot_k with AVX-512), each group over all nt tokens while its blocks are in cache,
+   the next group fetched meanwhile; the rows past them by rows_tile. */
 INLINE void tiles(const type_info *t, const uint8_t *w, ptrdiff_t rows, ptrdiff_t nb, const act_view *acts, int nt,
                   float *y, ptrdiff_t ldy) {
 #if WIDE_TILE
-    const ptrdiff_t row_bytes = nb * t->bytes, grouped = t->qk == QK ? rows - rows % ROWS : 0;
+    const ptrdiff_t row_bytes = nb * t->bytes, grouped = t->qk == QK || ROWS_K ? rows - rows % ROWS : 0;
     for (ptrdiff_t r = 0; r < grouped; r += ROWS) {
         const uint8_t *wr = w + r * row_bytes, *next = r + ROWS < grouped ? wr + ROWS * row_bytes : 0;
-        int i = 0;
-        for (; i + MAX_TILE <= nt; i += MAX_TILE)      /* the next rows fetched during the first tile */
-            rows_dot_32_tile(t, wr, row_bytes, nb, acts + i, MAX_TILE, y + i * ldy + r, ldy, i ? 0 : next);
-        for (; i < nt; i += TILE)
-            rows_dot_32_tile(t, wr, row_bytes, nb, acts + i, TILE, y + i * ldy + r, ldy, i ? 0 : next);
+#if ROWS_K
+        if (t->qk == QK_K) {
+            rows_dot_k(t, wr, row_bytes, nb, acts, nt, y + r, ldy, next);
+            continue;
+        }
+#endif
+        rows_dot_32(t, wr, row_bytes, nb, acts, nt, y + r, ldy, next);
     }
     w += grouped * row_bytes, y += grouped, rows -= grouped;
 #endif
@@ -878,7 +1002,6 @@ INLINE void tiles(const type_info *t, const uint8_t *w, ptrdiff_t rows, ptrdiff_
 /* y (T, ldy) [:, :rows] = W (rows, n) x^T for one type, a row at a time (the weights read in the order
    they lie: memory's fastest). A prompt: TOKEN_TILE tokens' codes kept in cache while the rows pass in tiles
    (tiles), the tokens past the last tile one at a time. */
-#define TOKEN_TILE 32
 INLINE void mul_mat_type(const type_info *t, const uint8_t *w, ptrdiff_t rows, ptrdiff_t n, uint8_t *act,
                          ptrdiff_t tokens, float *y, ptrdiff_t ldy) {
     const ptrdiff_t nb = n / t->qk, rec = act_bytes(t->act, n), row_bytes = nb * t->bytes;

@@ -127,6 +127,7 @@ INLINE i16x16 maddubs32(u8x32 w, const code *a, int sign) {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 typedef uint8_t u8x64 __attribute__((vector_size(64)));
 typedef int8_t  i8x64 __attribute__((vector_size(64)));
+typedef int16_t i16x32 __attribute__((vector_size(64)));
 typedef int32_t i32x16 __attribute__((vector_size(64)));
 /* acc plus the sums of 4 adjacent products of w (unsigned) and x (signed) in each int32 lane (vpdpbusd: exact,
    no int16 step); `sign`: w signed, taken as |w| times x with w's sign */
@@ -135,6 +136,10 @@ INLINE i32x16 dpbusd(i32x16 acc, u8x64 w, i8x64 x, int sign) {
     if (sign) xv = _mm512_mask_sub_epi8(xv, _mm512_movepi8_mask(wv), _mm512_setzero_si512(), xv),
               wv = _mm512_abs_epi8(wv);
     return (i32x16)_mm512_dpbusd_epi32((__m512i)acc, wv, xv);
+}
+/* acc plus the sums of adjacent int16 products of a and b in each int32 lane (vpdpwssd: pmaddwd and an add) */
+INLINE i32x16 dpwssd(i32x16 acc, i16x32 a, i16x32 b) {
+    return (i32x16)_mm512_dpwssd_epi32((__m512i)acc, (__m512i)a, (__m512i)b);
 }
 #endif
 
