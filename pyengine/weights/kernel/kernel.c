@@ -430,32 +430,31 @@ INLINE u8x16 sub_iq4_xs(const void *p, int j) {
 #define SIGNED (-1)          /* OFF of the types whose sub_ gives signed codes */
 
 /* every weight type: its name, ggml number, weights a block, block struct, activations' type, has mins,
-   the offset its unsigned codes carry (or SIGNED), and x86's SPAN in rows in lanes: pieces of 4 codes summed
-   before a scale. The 32-weight types (AVX2: rows_dot_block): as many pmaddubsw results as int16 holds,
-   32767 / (2 * 127 * largest |code|), at most 8; the K types (AVX-512: rows_block_k): one sub-block scale's,
-   weights a scale / 4. */
-#define WEIGHT_TYPES(X)                                      \
-    X(q4_0, Q4_0, QK, block_q4_0, Q8_0, 0, 8, 8)             \
-    X(q4_1, Q4_1, QK, block_q4_1, Q8_1, 1, 0, 8)             \
-    X(q5_0, Q5_0, QK, block_q5_0, Q8_0, 0, 16, 4)            \
-    X(q5_1, Q5_1, QK, block_q5_1, Q8_1, 1, 0, 4)             \
-    X(q8_0, Q8_0, QK, block_q8_0, Q8_0, 0, SIGNED, 1)        \
-    X(iq4_nl, IQ4_NL, QK, block_iq4_nl, Q8_0, 0, SIGNED, 1)  \
-    X(q2_K, Q2_K, QK_K, block_q2_K, Q8_K, 1, 0, 4)           \
-    X(q3_K, Q3_K, QK_K, block_q3_K, Q8_K, 0, 4, 4)           \
-    X(q4_K, Q4_K, QK_K, block_q4_K, Q8_K, 1, 0, 8)           \
-    X(q5_K, Q5_K, QK_K, block_q5_K, Q8_K, 1, 0, 8)           \
-    X(q6_K, Q6_K, QK_K, block_q6_K, Q8_K, 0, 32, 4)          \
-    X(iq4_xs, IQ4_XS, QK_K, block_iq4_xs, Q8_K, 0, SIGNED, 8)
+   the offset its unsigned codes carry (or SIGNED); and for x86's rows in lanes (rows_dot_pieces), PIECES: the
+   pieces of 4 codes one scale covers (weights a scale / 4; a 32-weight block: 8), and SUMS16: how many
+   pmaddubsw results int16 holds, 32767 / (2 * 127 * largest |code|), at most 8 */
+#define WEIGHT_TYPES(X)                                         \
+    X(q4_0, Q4_0, QK, block_q4_0, Q8_0, 0, 8, 8, 8)             \
+    X(q4_1, Q4_1, QK, block_q4_1, Q8_1, 1, 0, 8, 8)             \
+    X(q5_0, Q5_0, QK, block_q5_0, Q8_0, 0, 16, 8, 4)            \
+    X(q5_1, Q5_1, QK, block_q5_1, Q8_1, 1, 0, 8, 4)             \
+    X(q8_0, Q8_0, QK, block_q8_0, Q8_0, 0, SIGNED, 8, 1)        \
+    X(iq4_nl, IQ4_NL, QK, block_iq4_nl, Q8_0, 0, SIGNED, 8, 1)  \
+    X(q2_K, Q2_K, QK_K, block_q2_K, Q8_K, 1, 0, 4, 8)           \
+    X(q3_K, Q3_K, QK_K, block_q3_K, Q8_K, 0, 4, 4, 8)           \
+    X(q4_K, Q4_K, QK_K, block_q4_K, Q8_K, 1, 0, 8, 8)           \
+    X(q5_K, Q5_K, QK_K, block_q5_K, Q8_K, 1, 0, 8, 4)           \
+    X(q6_K, Q6_K, QK_K, block_q6_K, Q8_K, 0, 32, 4, 2)          \
+    X(iq4_xs, IQ4_XS, QK_K, block_iq4_xs, Q8_K, 0, SIGNED, 8, 1)
 
 typedef struct {
-    int type, qk, bytes, act, mins, off, span;
+    int type, qk, bytes, act, mins, off, pieces, sums16;
     void (*head)(const void *, head *);
     u8x16 (*sub)(const void *, int);
 } type_info;
 
-#define TYPE_INFO(name, T, qk, block, act, mins, off, span) \
-    {T, qk, sizeof(block), act, mins, off, span, head_##name, sub_##name}
+#define TYPE_INFO(name, T, qk, block, act, mins, off, pieces, sums16) \
+    {T, qk, sizeof(block), act, mins, off, pieces, sums16, head_##name, sub_##name}
 #define TYPE_ITEM(...) TYPE_INFO(__VA_ARGS__),
 static const type_info TYPES[] = {WEIGHT_TYPES(TYPE_ITEM)};
 
@@ -710,13 +709,10 @@ INLINE void row_dot(const type_info *t, const uint8_t *row, ptrdiff_t nb, const 
  * chunk of tokens (rows_codes: lane r of vector k holds row r's codes 4k..4k+3) and each token's codes are
  * broadcast 4 at a time to every lane, so that pmaddubsw (vpdpbusd with AVX-512 VNNI) sums a row in each
  * lane: no sums across lanes. The float steps are block_dot's, ROWS rows at once: each (row, token) adds the
- * same floats in the same order as one token's row_dot, so the bits are the same. The K types take this way
- * with AVX-512 only: with AVX2 their own tiles (row_dot_k_tile, a sum across lanes once in 256 weights)
- * were faster. */
+ * same floats in the same order as one token's row_dot, so the bits are the same. */
 #if WIDE_TILE
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define ROWS 16
-#define ROWS_K 1             /* the K types too */
 /* unpck[lh]dq, unpck[lh]qdq: pairs of lanes of two vectors interleaved within each 128 bits */
 #define LO32 0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29
 #define HI32 2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31
@@ -724,7 +720,6 @@ INLINE void row_dot(const type_info *t, const uint8_t *row, ptrdiff_t nb, const 
 #define HI64 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
 #else
 #define ROWS 8
-#define ROWS_K 0
 #define LO32 0, 8, 1, 9, 4, 12, 5, 13
 #define HI32 2, 10, 3, 11, 6, 14, 7, 15
 #define LO64 0, 1, 8, 9, 4, 5, 12, 13
@@ -825,22 +820,41 @@ INLINE void rows_heads(const type_info *t, const uint8_t *w, ptrdiff_t row_bytes
     }
 }
 
-/* A 32-weight block's codes q (rows_codes) times nt tokens' 32 codes acts[i] (block b): lane r of s[i] = row
-   r's integer sum. AVX2: SPAN pmaddubsw results added as int16 before pmaddwd (exact: see WEIGHT_TYPES), four
-   tokens at a time, their sums in registers; AVX-512: vpdpbusd. */
-INLINE void rows_dot_block(const type_info *t, const rows_u8 q[8], const act_view *acts, ptrdiff_t b, int nt,
-                           rows_i32 s[]) {
 #if ROWS == 16
-    UNROLL for (int k = 0; k < 8; k++) UNROLL for (int i = 0; i < nt; i++)
-        s[i] = dpbusd(s[i], q[k], (rows_i8)broadcast4(acts[i].q + b * QK + 4 * k), t->off == SIGNED);
+typedef rows_i32 rows_scale;         /* a sub-block's integer scale a row a lane: int32 (vpdpbusd's sums) */
+#else
+typedef rows_i16 rows_scale;         /* ... or in both int16 of each row's lane (pmaddwd's pairs) */
+#endif
+
+/* 32 weights' codes q of ROWS rows (rows_codes) times nt tokens' 32 codes acts[i].q + at, added to s[i] (lane
+   r: row r's integer sum), each sub-block of 16 scaled by sc[0], sc[1] (K types; 0: a 32-weight block, its
+   scale 1). AVX-512: a scale's PIECES summed by vpdpbusd in int32, then scaled; AVX2: min(PIECES, SUMS16)
+   pmaddubsw results added as int16 (exact), then scaled by pmaddwd, four tokens at a time in registers. */
+INLINE void rows_dot_pieces(const type_info *t, const rows_u8 q[8], const act_view *acts, ptrdiff_t at, int nt,
+                            const rows_scale *sc, rows_i32 s[]) {
+    const int sign = t->off == SIGNED;
+#if ROWS == 16
+    if (!sc) {                                           /* the tokens' sums side by side (measured fastest) */
+        UNROLL for (int k = 0; k < 8; k++) UNROLL for (int i = 0; i < nt; i++)
+            s[i] = dpbusd(s[i], q[k], (rows_i8)broadcast4(acts[i].q + at + 4 * k), sign);
+        return;
+    }
+    UNROLL for (int i = 0; i < nt; i++) {                /* a token at a time (K types: faster so) */
+        rows_i32 a = {0};
+        UNROLL for (int k = 0; k < 8; k++) {
+            a = dpbusd(a, q[k], (rows_i8)broadcast4(acts[i].q + at + 4 * k), sign);
+            if (k % t->pieces == t->pieces - 1) s[i] += a * sc[k / 4], a = (rows_i32){0};
+        }
+    }
 #else
     const i16x16 ones = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    const int span = t->sums16 < t->pieces ? t->sums16 : t->pieces;
     UNROLL for (int i0 = 0; i0 < nt; i0 += TILE) {
         i16x16 p[TILE];
         UNROLL for (int k = 0; k < 8; k++) UNROLL for (int i = i0; i < i0 + TILE; i++) {
-            const i16x16 m = maddubs(q[k], (i8x32)broadcast4(acts[i].q + b * QK + 4 * k), t->off == SIGNED);
-            p[i - i0] = k % t->span ? p[i - i0] + m : m;
-            if (k % t->span == t->span - 1) s[i] += madd(p[i - i0], ones);
+            const i16x16 m = maddubs(q[k], (i8x32)broadcast4(acts[i].q + at + 4 * k), sign);
+            p[i - i0] = k % span ? p[i - i0] + m : m;
+            if (k % span == span - 1) s[i] += madd(p[i - i0], sc ? sc[k / 4] : ones);
         }
     }
 #endif
@@ -851,7 +865,7 @@ INLINE void rows_block_32(const type_info *t, const rows_u8 q[8], rows_f32 dw, r
                           ptrdiff_t b, int nt, rows_f32 acc[]) {
     rows_i32 s[MAX_TILE];
     UNROLL for (int i = 0; i < nt; i++) s[i] = (rows_i32){0};
-    rows_dot_block(t, q, acts, b, nt, s);
+    rows_dot_pieces(t, q, acts, b * QK, nt, 0, s);
     UNROLL for (int i = 0; i < nt; i++) {
         rows_f32 v = (dw * acts[i].d[b]) * __builtin_convertvector(s[i] - offset_sum(t, 0, &acts[i], b), rows_f32);
         if (t->mins) v += mw * acts[i].s[b];
@@ -885,7 +899,6 @@ INLINE void rows_dot_32(const type_info *t, const uint8_t *w, ptrdiff_t row_byte
     }
 }
 
-#if ROWS_K
 /* ROWS rows' 16 int16 v[r] in pairs: out[p] lane r = v[r][2p], v[r][2p + 1] */
 INLINE void rows_pairs(const head h[ROWS], int mins, rows_i16 out[8]) {
     u32x4 lo[ROWS], hi[ROWS];
@@ -901,26 +914,22 @@ INLINE void rows_pairs(const head h[ROWS], int mins, rows_i16 out[8]) {
 /* lane r: sum over j of v[r][j] * x[j] for rows_pairs' pairs of v and 16 int16 x (a token's bsums) */
 INLINE rows_i32 pairs_dot(const rows_i16 pairs[8], const int16_t *x) {
     rows_i32 s = {0};
+#if ROWS == 16
     UNROLL for (int p = 0; p < 8; p++) s = dpwssd(s, pairs[p], (rows_i16)broadcast4(x + 2 * p));
+#else
+    UNROLL for (int p = 0; p < 8; p++) s += madd(pairs[p], (rows_i16)broadcast4(x + 2 * p));
+#endif
     return s;
 }
 
-/* block_dot's integers and float steps for a K type's block b, ROWS rows a lane, nt tokens: into acc[i]. Each
-   SPAN pieces of 4 codes (one sub-block scale's) are summed by vpdpbusd, then scaled as int32 (sc: scales a
-   row a lane, one vector a sub-block of 16). */
-INLINE void rows_block_k(const type_info *t, const rows_u8 q[][8], const rows_i32 sc[QK_K / 16],
+/* block_dot's integers and float steps for a K type's block b, ROWS rows a lane, nt tokens: into acc[i] (sc:
+   each sub-block's scales, scp and minp: the scales and mins in pairs, rows_pairs) */
+INLINE void rows_block_k(const type_info *t, const rows_u8 q[][8], const rows_scale sc[QK_K / 16],
                          const rows_i16 scp[8], const rows_i16 minp[8], rows_f32 dw, rows_f32 mw,
                          const act_view *acts, ptrdiff_t b, int nt, rows_f32 acc[]) {
     rows_i32 s[MAX_TILE];
     UNROLL for (int i = 0; i < nt; i++) s[i] = (rows_i32){0};
-    UNROLL for (int g = 0; g < QK_K / 32; g++) UNROLL for (int i = 0; i < nt; i++) {
-        rows_i32 a = {0};
-        UNROLL for (int k = 0; k < 8; k++) {
-            const rows_i8 x = (rows_i8)broadcast4(acts[i].q + b * QK_K + 32 * g + 4 * k);
-            a = dpbusd(k % t->span ? a : (rows_i32){0}, q[g][k], x, t->off == SIGNED);
-            if (k % t->span == t->span - 1) s[i] += a * sc[2 * g + k / 4];
-        }
-    }
+    UNROLL for (int g = 0; g < QK_K / 32; g++) rows_dot_pieces(t, q[g], acts, b * QK_K + 32 * g, nt, sc + 2 * g, s);
     UNROLL for (int i = 0; i < nt; i++) {
         const int16_t *bsum = acts[i].bsum + b * (QK_K / 16);
         if (t->off > 0) s[i] -= t->off * pairs_dot(scp, bsum);          /* offset_sum's */
@@ -943,10 +952,16 @@ INLINE void rows_dot_k(const type_info *t, const uint8_t *w, ptrdiff_t row_bytes
         rows_f32 dw, mw;
         rows_heads(t, w, row_bytes, b, next, blk, h, &dw, &mw);
         rows_i16 scp[8], minp[8];
-        rows_i32 sc[QK_K / 16];
+        rows_scale sc[QK_K / 16];
         rows_pairs(h, 0, scp);
-        UNROLL for (int p = 0; p < 8; p++)                  /* each pair's scales as int32, sign extended */
-            sc[2 * p] = ((rows_i32)scp[p] << 16) >> 16, sc[2 * p + 1] = (rows_i32)scp[p] >> 16;
+        UNROLL for (int p = 0; p < 8; p++) {                /* each of a pair's scales, sign extended */
+            const rows_i32 lo = ((rows_i32)scp[p] << 16) >> 16, hi = (rows_i32)scp[p] >> 16;
+#if ROWS == 16
+            sc[2 * p] = lo, sc[2 * p + 1] = hi;
+#else
+            sc[2 * p] = (rows_i16)(lo << 16 | (lo & 0xffff)), sc[2 * p + 1] = (rows_i16)(hi << 16 | (hi & 0xffff));
+#endif
+        }
         if (t->mins) rows_pairs(h, 1, minp);
         rows_u8 q[QK_K / 32][8];
         rows_codes(t, blk, q);
@@ -956,7 +971,6 @@ INLINE void rows_dot_k(const type_info *t, const uint8_t *w, ptrdiff_t row_bytes
     }
     for (int i = 0; i < nt; i++) __builtin_memcpy(y + i * ldy, &acc[i], sizeof acc[i]);
 }
-#endif
 #endif
 
 /* rows times a tile of nt tokens with the tile's columns (the 32-weight types, and the K types' tiles of
@@ -979,21 +993,16 @@ INLINE void rows_tile(const type_info *t, const uint8_t *w, ptrdiff_t rows, ptrd
 }
 
 /* rows times nt tokens (a multiple of TILE) in tiles of MAX_TILE (x86) and TILE tokens. On x86 ROWS rows at a
-   time (rows_dot_32; rows_dot_k with AVX-512), each group over all nt tokens while its blocks are in cache,
-   the next group fetched meanwhile; the rows past them by rows_tile. */
+   time (rows_dot_32, rows_dot_k), each group over all nt tokens while its blocks are in cache, the next group
+   fetched meanwhile; the rows past them by rows_tile. */
 INLINE void tiles(const type_info *t, const uint8_t *w, ptrdiff_t rows, ptrdiff_t nb, const act_view *acts, int nt,
                   float *y, ptrdiff_t ldy) {
 #if WIDE_TILE
-    const ptrdiff_t row_bytes = nb * t->bytes, grouped = t->qk == QK || ROWS_K ? rows - rows % ROWS : 0;
+    const ptrdiff_t row_bytes = nb * t->bytes, grouped = rows - rows % ROWS;
     for (ptrdiff_t r = 0; r < grouped; r += ROWS) {
         const uint8_t *wr = w + r * row_bytes, *next = r + ROWS < grouped ? wr + ROWS * row_bytes : 0;
-#if ROWS_K
-        if (t->qk == QK_K) {
-            rows_dot_k(t, wr, row_bytes, nb, acts, nt, y + r, ldy, next);
-            continue;
-        }
-#endif
-        rows_dot_32(t, wr, row_bytes, nb, acts, nt, y + r, ldy, next);
+        if (t->qk == QK_K) rows_dot_k(t, wr, row_bytes, nb, acts, nt, y + r, ldy, next);
+        else rows_dot_32(t, wr, row_bytes, nb, acts, nt, y + r, ldy, next);
     }
     w += grouped * row_bytes, y += grouped, rows -= grouped;
 #endif
@@ -1023,10 +1032,10 @@ INLINE void mul_mat_type(const type_info *t, const uint8_t *w, ptrdiff_t rows, p
 }
 
 /* one copy of the loops a type, its head_ and sub_ inlined */
-#define MUL_MAT(name, T, qk, block, act, mins, off, span)                                                \
+#define MUL_MAT(name, T, qk, block, act, mins, off, pieces, sums16)                                      \
     static void mul_mat_##name(const uint8_t *w, ptrdiff_t rows, ptrdiff_t n, uint8_t *x, ptrdiff_t tokens,   \
                                float *y, ptrdiff_t ldy) {                                                  \
-        static const type_info t = TYPE_INFO(name, T, qk, block, act, mins, off, span);                  \
+        static const type_info t = TYPE_INFO(name, T, qk, block, act, mins, off, pieces, sums16);        \
         mul_mat_type(&t, w, rows, n, x, tokens, y, ldy);                                                 \
     }
 WEIGHT_TYPES(MUL_MAT)
@@ -1068,7 +1077,7 @@ EXPORT int pe_mul_mat(int type, const uint8_t *w, int rows, int n, uint8_t *act,
     if (rec < 0) return rec;
     if (rows < 0 || tokens < 0 || (tokens > 1 && ldy < rows)) return E_SIZE;
     if (!fp16_filled) fill_fp16();
-#define CASE(name, T, qk_, block_, act_, mins_, off_, span_) \
+#define CASE(name, T, qk_, block_, act_, mins_, off_, pieces_, sums16_) \
     case T: mul_mat_##name(w, rows, n, act, tokens, y, ldy); return 0;
     switch (type) { WEIGHT_TYPES(CASE) }
     return E_TYPE;
