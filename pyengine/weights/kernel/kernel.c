@@ -15,11 +15,10 @@
  * block's scales, sub_<type> the 16 codes of one of its sub-blocks as bytes. One dot product
  * (block_dot) and one loop over rows and tokens (mul_mat_type) then serve every type. A prompt runs
  * tokens in tiles over each block (four; eight on x86), so a sub-block's codes are read once for the tile,
- * and the tile's activation scales are laid out token by token once (tile_cols); on x86 the 32-weight types
- * (and with AVX-512 the K types) take 8 or 16 rows at once instead, a row in each lane (rows_dot_32,
- * rows_dot_k, as ggml's repacked GEMMs). The 32-weight types sum a row's blocks in four running sums (LANES),
- * the K types in one, in block order; every target and tile adds the same floats in the same order, so wasm
- * and native give the same bits.
+ * and the tile's activation scales are laid out token by token once (tile_cols); on x86 a prompt takes 8
+ * (AVX2) or 16 (AVX-512) rows at once instead, a row in each lane (rows_dot_32, rows_dot_k, as ggml's repacked
+ * GEMMs). The 32-weight types sum a row's blocks in four running sums (LANES), the K types in one, in block
+ * order; every target and tile adds the same floats in the same order, so wasm and native give the same bits.
  *
  * The products (the product step, codes_at and products) differ by target. On x86 two sub-blocks' codes
  * are multiplied as bytes by the activations' int8 codes and summed in pairs into int16 (pmaddubsw, as
@@ -899,7 +898,7 @@ INLINE void rows_dot_32(const type_info *t, const uint8_t *w, ptrdiff_t row_byte
     }
 }
 
-/* ROWS rows' 16 int16 v[r] in pairs: out[p] lane r = v[r][2p], v[r][2p + 1] */
+/* ROWS rows' 16 sub-block scales (or mins: `mins`) in pairs: out[p] lane r = h[r]'s values 2p, 2p + 1 */
 INLINE void rows_pairs(const head h[ROWS], int mins, rows_i16 out[8]) {
     u32x4 lo[ROWS], hi[ROWS];
     UNROLL for (int r = 0; r < ROWS; r++) {
