@@ -1021,7 +1021,7 @@ INLINE void mul_mat_type(const type_info *t, const uint8_t *w, ptrdiff_t rows, p
         const int nt = (int)(t0 + TOKEN_TILE < tokens ? TOKEN_TILE : tokens - t0), tiled = nt - nt % TILE;
         act_view a[TOKEN_TILE];
         for (int i = 0; i < nt; i++) a[i] = act_at(t->act, act + (t0 + i) * rec, n);
-        tiles(t, w, rows, nb, a, tiled, y + t0 * ldy, ldy);
+        if (tiled) tiles(t, w, rows, nb, a, tiled, y + t0 * ldy, ldy);
         for (int i = tiled; i < nt; i++)
             for (ptrdiff_t r = 0; r < rows; r++) {
                 if (SUMS4 && t->qk == QK) row_dot_32(t, w + r * row_bytes, nb, &a[i], y + (t0 + i) * ldy + r);
