@@ -9,7 +9,6 @@ start, leaves one worker that works.
 from __future__ import annotations
 
 import json
-
 import os
 import shutil
 
