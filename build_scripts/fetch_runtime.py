@@ -43,7 +43,7 @@ ADDRESS_FIXES = (
 # When malloc runs out, emscripten grows the wasm heap to 1.2 times its size (at most 96 MiB past what was asked),
 # and a heap never shrinks: a 400 MiB heap 1 MiB short became 480 MiB. Grown at most GROWTH_SLACK past the
 # request instead, a heap holds what was once asked for, give or take a few growths' slack.
-GROWTH_SLACK = 16 * 2**20
+GROWTH_SLACK = 4 * 2**20
 GROWTH_FIX = (re.compile(re.escape("overGrownHeapSize=Math.min(overGrownHeapSize,requestedSize+100663296)")),
               f"overGrownHeapSize=Math.min(overGrownHeapSize,requestedSize+{GROWTH_SLACK})", 1)
 # Pyodide packages (names in pyodide-lock.json) served beside the core, with everything they depend on.

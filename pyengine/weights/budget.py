@@ -27,7 +27,6 @@ from pyengine.weights import kernel
 from pyengine.weights.forms import Form
 from pyengine.weights.quantized import Layout
 
-HEAP_HEADROOM = 32 * 2**20           # bytes reserved past the weights: a load's chunks, a forward pass's arrays
 FILE_RATIO = 3.0                     # in the browser, all workers' wasm heaps within this many times the file
 RUNTIME_BYTES = 100 * 2**20          # a worker's heap besides the weights: Python, numpy, KV cache, work arrays
 MIN_BUDGET = 64 * 2**20              # the browser's budget is never less: a small model keeps float32
@@ -215,7 +214,7 @@ def reserve_heap(nbytes: int) -> None:
     """Under Pyodide, grow the wasm heap once by ``nbytes``: what a load is about to hold.
 
     The wasm heap never shrinks, and whenever malloc runs out it grows by up to
-    16 MiB more than asked (build_scripts/fetch_runtime.py, GROWTH_FIX): a load
+    4 MiB more than asked (build_scripts/fetch_runtime.py, GROWTH_FIX): a load
     allocating matrix after matrix would leave growth after growth's slack on
     top of its weights. One array of the whole, freed at once, grows the heap
     by exactly that; the weights then fill the space it left. Nothing happens in CPython, or when the space cannot be
