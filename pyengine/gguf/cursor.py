@@ -200,6 +200,32 @@ class Cursor:
             self.report()
         return out
 
+    def skip(self, n: int, what: str) -> None:
+        """Move past the next ``n`` bytes (checked against the file) without making anything of them."""
+        self._check_left(n, what)
+        if n <= len(self.buf) - self.p:
+            self.p += n
+        else:
+            self.buf, self.base, self.p = b"", self.offset + n, 0
+
+    def skip_strings(self, count: int) -> None:
+        """Move past ``count`` strings, reading only their lengths (each checked against the file)."""
+        self.check_count(count, 8, "array of strings")
+        unpack, i = U64.unpack_from, 0
+        while i < count:
+            buf, p = self.buf, self.p
+            last = len(buf) - 8
+            while i < count and p <= last:           # the strings wholly inside the buffer
+                r = p + 8 + unpack(buf, p)[0]
+                if r > len(buf):
+                    break
+                p, i = r, i + 1
+            self.p = p
+            if i < count:                            # the one that runs past it: refilled or refused
+                self.skip(self.u64("string length"), "string")
+                i += 1
+            self.report()
+
     def numbers(self, dtype: str, count: int, what: str) -> np.ndarray:
         """``count`` fixed-size items: a read-only 1-D array over bytes of its own.
 
