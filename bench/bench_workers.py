@@ -81,14 +81,14 @@ def one_run(pw, url: str, model: Path, setting: str, prompt: str = PROMPT, n_gen
         if page.get_by_test_id("status").text_content() != "ready":
             raise RuntimeError(f"load failed: {error_text(page)}")
         note = page.get_by_test_id("workers-note")
-        count, heap = int(note.get_attribute("data-count")), json.loads(note.get_attribute("data-heap"))
-        sync = note.get_attribute("data-sync-us")
+        count, sync = int(note.get_attribute("data-count")), note.get_attribute("data-sync-us")
         if count != workers:
             raise RuntimeError(f"asked for {workers} workers, got {count}: {note.text_content()}")
         set_settings(page, temperature=0, max_tokens=n_gen, seed=None)
         send(page, prompt)
         wait_reply(page)
         stats = json.loads(page.get_by_test_id("stats").get_attribute("data-stats"))
+        heap = json.loads(note.get_attribute("data-heap"))                # after the reply: the peak
         if guard.outside:
             raise RuntimeError(f"requests left 127.0.0.1: {guard.outside}")
     finally:

@@ -37,8 +37,9 @@ WASM_RELAXED = ROOT / "build" / "kernel" / "pyengine_kernel_relaxed.so"
 SOURCES = (KERNEL / "kernel.c", KERNEL / "simd.h")
 ZIG = [sys.executable, "-m", "ziglang"]
 ZIG_VERSION = "0.17.1"
-# -ffp-contract=off: no fused multiply-adds, so that every build sums the same floats to the same bits
-COMMON = ["-O3", "-ffp-contract=off", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror"]
+# -ffp-contract=off: no fused multiply-adds, so that every build sums the same floats to the same bits;
+# -fno-math-errno: a square root is the instruction (IEEE, exact), never a call into a libm the wasm module lacks
+COMMON = ["-O3", "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror"]
 WASM_CC = ["-target", "wasm32-emscripten", "-msimd128", "-mno-extended-const", "-ffreestanding", *COMMON]
 # relaxed SIMD: i16x8.relaxed_dot_i8x16_i7x16_s, pmaddubsw in V8 on x86 (exact for 7-bit weight codes)
 WASM_RELAXED_CC = [*WASM_CC, "-mrelaxed-simd"]

@@ -40,6 +40,12 @@ ADDRESS_FIXES = (
     (re.compile(re.escape("return HEAP8.slice(t,t+n).buffer")),
      "return HEAP8.slice(t>>>0,t+n>>>0).buffer", 1),                                 # python2js_buffer_1d_contiguous
 )
+# When malloc runs out, emscripten grows the wasm heap to 1.2 times its size (at most 96 MiB past what was asked),
+# and a heap never shrinks: a 400 MiB heap 1 MiB short became 480 MiB. Grown at most GROWTH_SLACK past the
+# request instead, a heap holds what was once asked for, give or take a few growths' slack.
+GROWTH_SLACK = 4 * 2**20
+GROWTH_FIX = (re.compile(re.escape("overGrownHeapSize=Math.min(overGrownHeapSize,requestedSize+100663296)")),
+              f"overGrownHeapSize=Math.min(overGrownHeapSize,requestedSize+{GROWTH_SLACK})", 1)
 # Pyodide packages (names in pyodide-lock.json) served beside the core, with everything they depend on.
 LOCK_PACKAGES = ("numpy", "micropip", "packaging")
 
@@ -59,7 +65,7 @@ def install_core(tgz: Path, dest: Path) -> dict[Path, str]:
                 raise SystemExit(f"error: {tgz.name} has no package/{name}")
             data = member.read()
             if name == "pyodide.asm.js":
-                data = unsigned_addresses(data.decode()).encode()
+                data = modest_growth(unsigned_addresses(data.decode())).encode()
             done[dest / name] = install_bytes(data, dest / name)
     return done
 
@@ -68,8 +74,19 @@ def unsigned_addresses(js: str) -> str:
     """pyodide.asm.js with ``ADDRESS_FIXES`` applied: heap addresses read as unsigned, so that strings and
     buffers cross between Python and JavaScript right anywhere in a 4 GiB heap. Exits when a pattern is
     not found as often as expected (another Pyodide: look again)."""
-    for pattern, fixed, count in ADDRESS_FIXES:
-        js, n = pattern.subn(fixed, js)
+    return fixed(js, ADDRESS_FIXES)
+
+
+def modest_growth(js: str) -> str:
+    """pyodide.asm.js with ``GROWTH_FIX`` applied: the heap grows at most ``GROWTH_SLACK`` past what malloc asks."""
+    return fixed(js, (GROWTH_FIX,))
+
+
+def fixed(js: str, fixes: tuple) -> str:
+    """``js`` with each (pattern, replacement, count) of ``fixes`` replaced. Exits when a pattern is not found
+    as often as expected (another Pyodide: look again)."""
+    for pattern, replacement, count in fixes:
+        js, n = pattern.subn(replacement, js)
         if n != count:
             raise SystemExit(f"error: pyodide.asm.js holds {pattern.pattern!r} {n} times, not {count}")
     return js

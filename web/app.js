@@ -38,7 +38,7 @@ import {
 import { findDemo, loadFailed, loadSucceeded, modelLetGo, showReading, wireLoading } from "./app/loading.js";
 import { drawModels, modelLoaded, wireSavedModels } from "./app/saved_models.js";
 import { hideModel, showInspector, showModel, useCards, wireModelView } from "./app/model_view.js";
-import { drawSettings, showWorkers, useRules, wireSettings, workersWanted } from "./app/settings_form.js";
+import { drawSettings, showHeap, showWorkers, useRules, wireSettings, workersWanted } from "./app/settings_form.js";
 import { hideProgress, replying, setPhase, settle, showError, showProgress, status, wireStatus } from "./app/status.js";
 import { drawStructure, structureChecked } from "./app/structure.js";
 import { toolsChecked } from "./app/tools_panel.js";
@@ -114,6 +114,7 @@ const handlers = {
     replyDone(msg.stopped, msg.stats, msg);
     replyEnded();
     showStats(msg.stats);
+    showHeap(msg.heap);
     if (replying()) settle();
   },
   traced(msg) { showTrace(msg.trace, msg.back); },

@@ -8,7 +8,8 @@
 // (ctl[STAMP + index] = gen + 1; the last of ctl[COUNT] to arrive resets it and moves ctl[GEN] on), then
 // adds every worker's slot in worker order. Addresses are byte offsets into Pyodide's wasm memory.
 
-const SPIN_MS = 2; // milliseconds a wait spins before it sleeps
+const SPIN_MS = 2; // milliseconds a wait spins at most before it sleeps ...
+const MIN_SPIN_MS = 0.05; // ... and at least
 
 // The Float32Array of n floats at byte address `address` of Pyodide's memory (looked up at every call:
 // the memory's buffer changes when it grows).
@@ -27,16 +28,22 @@ export function registerMeeting(pyodide) {
 export function meetingBlock(pyodide, sab, words, dataAt) {
   const ctl = new Int32Array(sab, 0, dataAt);
   const data = new Float32Array(sab, 4 * dataAt);
-  // Sleep while ctl[i] is v, at most ms; returns ctl[i]. Spins up to SPIN_MS first: a worker put to
-  // sleep by Atomics.wait wakes late after the notify (in Chromium on 2 cores, a small model's decode
-  // step lost 0.3 ms a meeting that way), and a decode step meets every half millisecond or so.
+  // Sleep while ctl[i] is v, at most ms; returns ctl[i]. Spins first: a worker put to sleep by
+  // Atomics.wait wakes late after the notify (in Chromium on 2 cores, a small model's decode step lost
+  // 0.3 ms a meeting that way), and a decode step meets every half millisecond or so. But a spin holds a
+  // core: when other work wants the CPU too, the worker awaited may be the one it keeps waiting (Gemma 3
+  // in 2 workers beside one busy process: 130 ms a token spinning 2 ms, 64-79 spinning 0.1 ms). So the spin
+  // halves after a wait it did not cover (down to MIN_SPIN_MS) and doubles after one it did (up to SPIN_MS).
+  let spin = SPIN_MS;
   const wait = (i, v, ms) => {
-    const until = performance.now() + SPIN_MS;
+    const until = performance.now() + spin;
     while (Atomics.load(ctl, i) === v) {
-      for (let k = 0; k < 1024 && Atomics.load(ctl, i) === v; k++);
+      for (let k = 0; k < 256 && Atomics.load(ctl, i) === v; k++);
       if (performance.now() > until) break;
     }
-    if (Atomics.load(ctl, i) === v) Atomics.wait(ctl, i, v, ms);
+    const covered = Atomics.load(ctl, i) !== v;
+    spin = covered ? Math.min(SPIN_MS, 2 * spin) : Math.max(MIN_SPIN_MS, spin / 2);
+    if (!covered) Atomics.wait(ctl, i, v, ms);
     return Atomics.load(ctl, i);
   };
   return {

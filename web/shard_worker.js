@@ -33,7 +33,7 @@ self.onmessage = async (e) => {
   try {
     // Blocks this worker until the main worker sends EXIT (a new model, or a failed load elsewhere).
     shard.serve_helper(msg.files, msg.plan, msg.index, msg.sab,
-      (bytes) => post({ type: "ready", bytes, heap: heapBytes(pyodide) }));
+      (bytes) => post({ type: "ready", bytes, heap: heapBytes(pyodide) }), () => heapBytes(pyodide));
     post({ type: "exited" });
   } catch (err) {
     markDead(msg.sab, words);

@@ -25,6 +25,7 @@ from pyengine.parallel.channel import (  # noqa: F401 (dead_words: for shard_wor
     dead_words,
 )
 from pyengine.parallel.server import load_helper
+from pyengine.text.vocab import VOCAB_ARRAYS
 
 
 class JsBlock:
@@ -116,12 +117,13 @@ def new_block(n_floats: int):
     return JsBlock.new(n_floats) if sys.platform == "emscripten" else ThreadBlock(n_floats)
 
 
-def serve_helper(files: list, plan: Any, index: int, sab: Any, ready) -> None:
+def serve_helper(files: list, plan: Any, index: int, sab: Any, ready, heap) -> None:
     """A helper worker's job (``web/shard_worker.js``): load its shard of the model from the browser
-    ``files``, call ``ready(bytes held)``, then run commands until EXIT; its shard is let go on return."""
+    ``files``, call ``ready(bytes held)``, then run commands until EXIT, telling the main worker its wasm
+    heap (``heap()``, bytes) after each; its shard is let go on return."""
     plan = plan.to_py() if hasattr(plan, "to_py") else plan
-    with open_gguf([BrowserFileSource(f) for f in files]) as g:
-        helper = load_helper(g, plan, index, js_block(sab))
+    with open_gguf([BrowserFileSource(f) for f in files], skip=VOCAB_ARRAYS) as g:
+        helper = load_helper(g, plan, index, js_block(sab), lambda: int(heap()))
     ready(helper.model.weights_nbytes)
     try:
         helper.serve()

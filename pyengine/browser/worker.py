@@ -352,6 +352,12 @@ class WorkerSession:
     def _heap(self) -> list[int]:
         return [int(self.heap())] if self.heap is not None else []
 
+    def _heaps(self) -> list[int]:
+        """Each worker's wasm heap in bytes, this one's first (a helper's after its last command; [] outside
+        a browser)."""
+        helpers = self.model.chan.heaps() if isinstance(self.model, SplitModel) else []
+        return self._heap() + helpers if self._heap() else []
+
 
     # --- chat
     def check(self, fields: dict, bad_input: list) -> None:
@@ -412,7 +418,8 @@ class WorkerSession:
             self.chat.keep_shown("".join(shown))  # what the page shows, to the last character
         calls = self.chat.messages[-1].get("tool_calls") if turn is not None and not stopped else None
         extra = {"tool_calls": calls, "content": self.chat.messages[-1]["content"]} if calls else {}
-        self.post({"type": "done", "stopped": stopped, "stats": turn.stats.as_dict() if turn else None, **extra})
+        self.post({"type": "done", "stopped": stopped, "stats": turn.stats.as_dict() if turn else None,
+                   "heap": self._heaps(), **extra})
 
     def request(self, command: ChatCommand, values: dict) -> Request:
         """The reply's :class:`Request`: the settings' numbers (``values``, as :func:`check_fields` read them),
@@ -581,7 +588,7 @@ async def handle(msg: Any) -> None:
         _session.post({"type": "error", "during": kind, "message": error_text(e)})
     except KeyboardInterrupt:  # a Stop that landed outside the reply's loop (say, while "done" was posted)
         if kind == "chat":
-            _session.post({"type": "done", "stopped": True, "stats": None})  # the page waits for one
+            _session.post({"type": "done", "stopped": True, "stats": None, "heap": []})  # the page waits for one
         elif kind == "load":
             _session.load_stopped()
 

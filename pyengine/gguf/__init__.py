@@ -14,7 +14,7 @@ The format (GGUF v2 and v3, little-endian; ggml's ``gguf.h`` and ``gguf.cpp``):
                  ``general.alignment`` (a ``UINT32`` power of two; 32 if absent).
 
 Every number in the file comes from a stranger. The header is parsed from one
-growing buffer (1 MiB, then doubling), so a 6 MB header costs a handful of
+growing buffer (1 MiB, then doubling up to 4 MiB), so a 6 MB header costs a few
 reads (a value of 4 MiB or more past the buffer is read on its own); every
 count and length is checked against the bytes left in the file before anything
 is allocated, so a count of 2^63 fails at once. Choices where the format leaves

@@ -22,7 +22,7 @@ import numpy as np
 from pyengine.errors import GGUFError
 
 FIRST_CHUNK = 1 << 20      # bytes of the first header read; each next read doubles
-MAX_CHUNK = 64 << 20       # ... up to this
+MAX_CHUNK = 4 << 20        # ... up to this (a chunk and the tail it joins are held at once)
 OWN_READ = 4 << 20         # a value of at least this many bytes that runs past the buffer: one read of its own
 OBJECT_BYTES = 64          # charged to the cap per string or array made (about a CPython str and its list slot)
 PROGRESS_BYTES = 2 << 20   # header bytes between two progress calls
@@ -166,13 +166,14 @@ class Cursor:
         """``count`` strings: the hot loop of header parsing (262,144 vocab entries).
 
         Strings wholly inside the buffer, the cap and the next progress report
-        are cut straight out of the buffer; the one that stops the loop goes
-        through :meth:`string_bytes`, which refills or raises. All are decoded
-        at the end.
+        are cut straight out of the buffer and decoded; the one that stops the
+        loop goes through :meth:`string`, which refills or raises. (Decoded one
+        by one: a list of every string's bytes beside a list of the strings once
+        took twice the memory, and its holes stayed in a browser's heap.)
         """
         self.check_count(count, 8, "array of strings")
         self.hold(8 * count, count + 1, f"array of {count:,} strings")
-        raw: list[bytes] = [b""] * count
+        out: list[str] = [""] * count
         unpack = U64.unpack_from
         start, i = self.offset, 0
         while i < count:
@@ -186,18 +187,44 @@ class Cursor:
                 r = q + unpack(buf, p)[0]
                 if r > stop:
                     break
-                raw[j] = buf[q:r]
+                out[j] = buf[q:r].decode("utf-8", "surrogateescape")
                 p = r
             else:
                 j = count
             i = j                  # the first string not cut out of this buffer
             self.p = p
             if i < count:
-                raw[i] = self.string_bytes(objects=0)
+                out[i] = self.string(objects=0)
                 i += 1
             self.estimate = self.offset + (self.offset - start) * (count - i) // i
             self.report()
-        return [b.decode("utf-8", "surrogateescape") for b in raw]
+        return out
+
+    def skip(self, n: int, what: str) -> None:
+        """Move past the next ``n`` bytes (checked against the file) without making anything of them."""
+        self._check_left(n, what)
+        if n <= len(self.buf) - self.p:
+            self.p += n
+        else:
+            self.buf, self.base, self.p = b"", self.offset + n, 0
+
+    def skip_strings(self, count: int) -> None:
+        """Move past ``count`` strings, reading only their lengths (each checked against the file)."""
+        self.check_count(count, 8, "array of strings")
+        unpack, i = U64.unpack_from, 0
+        while i < count:
+            buf, p = self.buf, self.p
+            last = len(buf) - 8
+            while i < count and p <= last:           # the strings wholly inside the buffer
+                r = p + 8 + unpack(buf, p)[0]
+                if r > len(buf):
+                    break
+                p, i = r, i + 1
+            self.p = p
+            if i < count:                            # the one that runs past it: refilled or refused
+                self.skip(self.u64("string length"), "string")
+                i += 1
+            self.report()
 
     def numbers(self, dtype: str, count: int, what: str) -> np.ndarray:
         """``count`` fixed-size items: a read-only 1-D array over bytes of its own.

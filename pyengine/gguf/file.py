@@ -98,17 +98,18 @@ def _is_source(x: Any) -> bool:
     return hasattr(x, "read") and hasattr(x, "size") and hasattr(x, "name")
 
 
-def _read_parts(sources: list, progress: Callable[[int, int], None] | None) -> list[GGUFPart]:
+def _read_parts(sources: list, progress: Callable[[int, int], None] | None, skip: frozenset[str]) -> list[GGUFPart]:
     """Each source's header, reporting ``progress`` as bytes of all headers so far."""
     parts: list[GGUFPart] = []
     for src in sources:
         before = sum(p.sections[3].end for p in parts)  # the end of each header's tensor infos
         report = None if progress is None else (lambda done, total, b=before: progress(b + done, b + total))
-        parts.append(read_part(src, progress=report))
+        parts.append(read_part(src, progress=report, skip=skip))
     return parts
 
 
-def open_gguf(paths_or_sources: Any, progress: Callable[[int, int], None] | None = None) -> GGUFFile:
+def open_gguf(paths_or_sources: Any, progress: Callable[[int, int], None] | None = None,
+              skip: frozenset[str] = frozenset()) -> GGUFFile:
     """Open one GGUF file, or every part of a split model given in any order.
 
     ``paths_or_sources``: a path, a byte source (see :mod:`pyengine.gguf.source`),
@@ -118,7 +119,9 @@ def open_gguf(paths_or_sources: Any, progress: Callable[[int, int], None] | None
     header and at the end of each file: bytes of header, summed over the
     files in the order given. ``bytes_done`` only grows; ``bytes_total`` is
     an estimate (a header's size is known once it is parsed), at least
-    ``bytes_done`` and equal to it in the last call. Raises :class:`GGUFError`
+    ``bytes_done`` and equal to it in the last call. An array under a key in
+    ``skip`` is only counted (a :class:`~pyengine.gguf.header.SkippedArray`:
+    a helper worker has no use for the vocabulary's lists). Raises :class:`GGUFError`
     for malformed, hostile or mismatched files, naming the file and byte
     offset; ``OSError`` if a path cannot be opened.
     """
@@ -137,7 +140,7 @@ def open_gguf(paths_or_sources: Any, progress: Callable[[int, int], None] | None
                 x = FileSource(x)
                 owned.append(x)
             sources.append(x)
-        parts = order_split(_read_parts(sources, progress))
+        parts = order_split(_read_parts(sources, progress, skip))
         for i, p in enumerate(parts):
             p.index = i
             p.tensors = {n: t._replace(part=i) for n, t in p.tensors.items()}

@@ -110,6 +110,32 @@ def _value_type(cur: Cursor, what: str) -> int:
     return tid
 
 
+@dataclass(frozen=True)
+class SkippedArray:
+    """An array the reader was asked not to make (:func:`read_part`'s ``skip``): its length only."""
+    count: int
+
+    def __len__(self) -> int:
+        return self.count
+
+
+def _skip_array(cur: Cursor) -> tuple[SkippedArray, str]:
+    """Move past one array of numbers or strings -> (SkippedArray, type name); an array of arrays is
+    an error here (the keys skipped hold no such thing)."""
+    item = _value_type(cur, "array item type")
+    count = cur.u64("array length")
+    item_name, fmt, _ = VALUE_TYPES[item]
+    if item == T_STRING:
+        cur.skip_strings(count)
+    elif fmt is not None:
+        size = struct.calcsize(fmt)
+        cur.check_count(count, size, f"array of {item_name}")
+        cur.skip(count * size, f"array of {item_name}")
+    else:
+        raise cur.error("an array of arrays where an array of numbers or strings was expected")
+    return SkippedArray(count), f"ARRAY[{item_name}]"
+
+
 def _read_value(cur: Cursor, tid: int, depth: int = 0) -> tuple[Any, str]:
     """One value of GGUF type ``tid`` -> (value, type name like ``ARRAY[STRING]``).
 
@@ -138,10 +164,10 @@ def _read_value(cur: Cursor, tid: int, depth: int = 0) -> tuple[Any, str]:
     return cur.numbers(dtype, count, f"array of {item_name}"), f"ARRAY[{item_name}]"
 
 
-def _read_metadata(cur: Cursor, n_kv: int) -> tuple[dict, dict, dict]:
+def _read_metadata(cur: Cursor, n_kv: int, skip: frozenset[str] = frozenset()) -> tuple[dict, dict, dict]:
     """The ``n_kv`` key-value pairs -> (values, type names, byte offset of each value), within the cap
     :func:`read_part` set (every key charged before the first is read; each string and array before it
-    is made)."""
+    is made); an array under a key in ``skip`` is a :class:`SkippedArray`."""
     cur.check_count(n_kv, _MIN_KV_BYTES, "metadata")
     cur.hold(0, n_kv, f"count of {n_kv:,} keys", each=KEY_BYTES)
     values: dict[str, Any] = {}
@@ -158,7 +184,7 @@ def _read_metadata(cur: Cursor, n_kv: int) -> tuple[dict, dict, dict]:
         cur.where = f"key {key!r}"
         tid = _value_type(cur, "value type")
         offsets[key] = cur.offset
-        values[key], types[key] = _read_value(cur, tid)
+        values[key], types[key] = _skip_array(cur) if tid == T_ARRAY and key in skip else _read_value(cur, tid)
         cur.report()
     return values, types, offsets
 
@@ -268,8 +294,10 @@ def _read_header(cur: Cursor) -> tuple[int, int, int]:
     return version, n_tensors, n_kv
 
 
-def read_part(source: Any, index: int = 0, progress: Callable[[int, int], None] | None = None) -> GGUFPart:
-    """Parse one GGUF file's header, metadata and tensor infos from ``source``.
+def read_part(source: Any, index: int = 0, progress: Callable[[int, int], None] | None = None,
+              skip: frozenset[str] = frozenset()) -> GGUFPart:
+    """Parse one GGUF file's header, metadata and tensor infos from ``source`` (an array under a key in
+    ``skip`` only counted: a :class:`SkippedArray`).
 
     Tensor data is not read; its placement is checked. What the header makes is charged to a cap
     (``MAX_METADATA_BYTES``, and at most the file's size plus ``HEADER_BASE_BYTES``) before it is made,
@@ -282,7 +310,7 @@ def read_part(source: Any, index: int = 0, progress: Callable[[int, int], None] 
     version, n_tensors, n_kv = _read_header(cur)
     kv_start = cur.offset
     cur.limit(min(MAX_METADATA_BYTES, source.size + HEADER_BASE_BYTES))
-    values, types, key_offsets = _read_metadata(cur, n_kv)
+    values, types, key_offsets = _read_metadata(cur, n_kv, skip)
     alignment = _alignment(cur, values, types, key_offsets)
     ti_start = cur.offset
     cur.where, cur.capped = "tensor infos", "the header"

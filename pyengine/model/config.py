@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pyengine.errors import ModelError, UnsupportedArchitectureError
+from pyengine.gguf.header import SkippedArray
 
 REQUIRED = object()  # marks a key without a default
 MAX_LAYERS = 512     # llama.cpp's LLAMA_MAX_LAYERS: a hostile block_count must not make us list 10^9 layers
@@ -408,7 +409,7 @@ def _vocab(v: dict) -> dict:
     n = v["n_vocab"]
     if n is None:
         tokens = v["metadata"].get("tokenizer.ggml.tokens")
-        if not isinstance(tokens, list) or not tokens:
+        if not isinstance(tokens, (list, SkippedArray)) or not len(tokens):
             raise ModelError(f"missing metadata key '{v['arch']}.vocab_size' and no tokenizer.ggml.tokens to count")
         n = len(tokens)
     if n <= 0:

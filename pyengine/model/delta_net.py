@@ -18,10 +18,11 @@ One layer (llama.cpp ``src/models/qwen35.cpp``, ``build_layer_attn_linear``; the
 Shapes: ``T`` tokens, ``H`` value heads, ``Hk`` key heads, ``Dk`` = ``Dv`` the head size,
 ``C`` the conv channels (2 Hk Dk + H Dv), ``K`` the conv taps. The state of a layer is its conv
 window, the last ``K - 1`` inputs (K - 1, C), and ``S`` for every head (H, Dv, Dk); both float32.
-With the C kernel every token runs the recurrence in turn, as decode does (the kernel reads the state once
-a token). The numpy path runs a prompt by chunks of ``CHUNK`` tokens (the WY form of the delta rule: a
-triangular solve per chunk, then products), and a batch of at most ``ONE_BY_ONE`` tokens token by token,
-so a checked draft has the bits of one-token passes.
+With the C kernel everything between the two products runs a token at a time in one call (kernel.c's
+pe_delta_net: the state read once a token; a prompt's tokens run as decode's do). The numpy path runs a
+prompt by chunks of ``CHUNK`` tokens (the WY form of the delta rule: a triangular solve per chunk, then
+products), and a batch of at most ``ONE_BY_ONE`` tokens token by token, so a checked draft has the bits
+of one-token passes.
 """
 
 from __future__ import annotations
@@ -135,17 +136,14 @@ def causal_conv(x: np.ndarray, window: np.ndarray, w: np.ndarray) -> tuple[np.nd
 # ----------------------------------------------------------------------------
 # the delta rule
 
-def delta_step(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, gate: tuple,
-               products=None) -> tuple[np.ndarray, np.ndarray]:
+def delta_step(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+               gate: tuple) -> tuple[np.ndarray, np.ndarray]:
     """One token of the gated delta rule (ggml ``gated_delta_net``, one step), every head at once.
 
     s (H, Dv, Dk); q, k (H, Dk) (q already scaled); v (H, Dv); gate (g, beta), each (H,): the log decay and
     the write strength -> (o (H, Dv), new s).
-    ``products``: the C kernel, which reads the state once (:meth:`pyengine.weights.kernel.Kernel.delta_step`).
     """
     g, beta = gate
-    if products is not None:
-        return products.delta_step(*(np.ascontiguousarray(a, np.float32) for a in (s, q, k, v, np.exp(g), beta)))
     s = s * np.exp(g)[:, None, None]                                      # (H, Dv, Dk)
     sk = np.einsum("hjd,hd->hj", s, k)                                    # (H, Dv)
     d = (v - sk) * beta[:, None]                                          # (H, Dv)
@@ -185,17 +183,15 @@ def delta_chunk(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray,
     return o.astype(np.float32), s.astype(np.float32)
 
 
-def delta_rule(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, gate: tuple,
-               products=None) -> tuple[np.ndarray, np.ndarray]:
+def delta_rule(s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+               gate: tuple) -> tuple[np.ndarray, np.ndarray]:
     """The gated delta rule over T tokens: q, k (T, H, Dk) (q scaled), v (T, H, Dv), gate (g, beta) each (T, H),
-    s (H, Dv, Dk) -> (o (T, H, Dv), new s). One token at a time in the C kernel when ``products`` is given
-    (it reads the state once a token: faster than the chunks' products, and a prompt's bits are decode's);
-    in numpy up to ``ONE_BY_ONE`` tokens one at a time, else by chunks."""
+    s (H, Dv, Dk) -> (o (T, H, Dv), new s): up to ``ONE_BY_ONE`` tokens one at a time, else by chunks."""
     t, (g, beta) = q.shape[0], gate
-    if t <= ONE_BY_ONE or products is not None:
+    if t <= ONE_BY_ONE:
         out = np.empty(v.shape, np.float32)                               # (T, H, Dv)
         for i in range(t):
-            out[i], s = delta_step(s, q[i], k[i], v[i], (g[i], beta[i]), products)
+            out[i], s = delta_step(s, q[i], k[i], v[i], (g[i], beta[i]))
         return out, s
     q, k, v = q.transpose(1, 0, 2), k.transpose(1, 0, 2), v.transpose(1, 0, 2)   # (H, T, D)
     g, beta = g.T, beta.T                                                 # (H, T)
@@ -213,11 +209,15 @@ def delta_net(layer: DeltaNet, x: np.ndarray, window: np.ndarray, s: np.ndarray,
     """A Gated DeltaNet layer on x (T, n_embd), already normed, from the state (window (K-1, C), s
     (H, Dv, Dk)) -> (out (T, n_embd), new window, new s), over the H value heads and Hk key heads this
     worker holds (a split model sums ``out`` over the workers). The state passed in is not changed.
-    ``products``: the C kernel for a decode step's recurrence, or None (numpy)."""
+    ``products``: the C kernel, which runs everything between the two products a token at a time
+    (:meth:`pyengine.weights.kernel.Kernel.delta_net`), or None (numpy)."""
     h, t, d, eps = len(layer.key_of), x.shape[0], layer.d_state, layer.eps
     hk = (layer.conv.shape[0] - h * d) // (2 * d)
     nk, nv = hk * d, h * d
     proj = layer.w_in(x)                                                  # (T, C + nv + 2H)
+    if products is not None:
+        o, window, s = products.delta_net(np.ascontiguousarray(proj, np.float32), layer, window, s)   # (T, nv)
+        return layer.w_out(o), window, s
     qkv, z = proj[:, :2 * nk + nv], proj[:, 2 * nk + nv:2 * nk + 2 * nv]  # (T, C), (T, nv)
     b, a = proj[:, 2 * nk + 2 * nv:2 * nk + 2 * nv + h], proj[:, 2 * nk + 2 * nv + h:]   # (T, H) each
     qkv, window = causal_conv(qkv, window, layer.conv)
@@ -228,6 +228,6 @@ def delta_net(layer: DeltaNet, x: np.ndarray, window: np.ndarray, s: np.ndarray,
     q = (q * np.float32(1.0 / np.sqrt(d)))[:, layer.key_of]               # (T, H, Dk): each value head's key head
     k = k[:, layer.key_of]                                                # (T, H, Dk)
     g = softplus(a + layer.dt_bias) * layer.a                             # (T, H)
-    o, s = delta_rule(s, q, k, v, (g, sigmoid(b)), products)                # (T, H, Dv)
+    o, s = delta_rule(s, q, k, v, (g, sigmoid(b)))                        # (T, H, Dv)
     o = rmsnorm(o, layer.norm, eps) * silu(z.reshape(t, h, d))      # (T, H, Dv)
     return layer.w_out(o.reshape(t, nv)), window, s

@@ -71,10 +71,11 @@ class KVCache:
         return 0
 
     def reserve(self, n: int) -> None:
-        """Make room for positions 0..n-1 (n <= n_ctx), keeping what is stored."""
+        """Make room for positions 0..n-1 (n <= n_ctx), keeping what is stored: 1.5 times the room at least
+        (a heap never shrinks: doubling left up to half of a browser's cache unused)."""
         if n <= self.capacity:
             return
-        cap = min(self.n_ctx, max(n, 2 * self.capacity))
+        cap = min(self.n_ctx, max(n, self.capacity + self.capacity // 2))
         for arrs in (self.k, self.v):
             for il, a in enumerate(arrs):
                 b = np.zeros((a.shape[0], cap, a.shape[2]), np.float32)
@@ -196,7 +197,8 @@ class HybridCache(KVCache):
             self.window[il], self.s[il] = w, s
         self._staged = {}
         if prefill:
-            self.checkpoints[before[0]] = before[1:]
+            if before[0]:                                                # (at 0 the state is the empty one)
+                self.checkpoints[before[0]] = before[1:]
             self.checkpoints[n] = (list(self.window), list(self.s))
             while len(self.checkpoints) > MAX_CHECKPOINTS:
                 del self.checkpoints[min(self.checkpoints)]

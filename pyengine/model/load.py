@@ -22,7 +22,7 @@ from pyengine.model.config import ModelConfig
 from pyengine.model.shard import Placement, Shard, whole_model
 from pyengine.model.tensors import BLOCK, FFN_TENSORS, MIXERS, MODEL, PER_LAYER_EMBD, flags, rows_of
 from pyengine.model.transformer import Model, ModelTensors
-from pyengine.weights.budget import HEAP_HEADROOM, Matrix, default_budget, forms_nbytes, plan_forms, reserve_heap
+from pyengine.weights.budget import Matrix, default_budget, forms_nbytes, plan_forms, reserve_heap
 from pyengine.weights.build import Builder, piece_nbytes
 from pyengine.weights.rows import FileRows
 
@@ -259,7 +259,7 @@ class _Loader:
         listed = budget_matrices(self.matrices, self.gf.tensors)
         forms = placement.forms
         policy, forms = (weights, forms) if forms is not None else plan_forms(listed, weights, budget)
-        reserve_heap(forms_nbytes(listed, forms) + HEAP_HEADROOM)
+        reserve_heap(forms_nbytes(listed, forms))
         if self.progress is not None:
             self.progress(0, self.total, 0, self.total_bytes)
         read = {(il, part): self.fields(il, ts, forms) for il, part, ts in self.parts}

@@ -18,6 +18,7 @@ The buffer, ``Int32`` control words then ``Float32`` data::
     ctl[STAMP + i]            the last barrier generation worker i reached (who is missing)
     ctl[DONE + i], [FAIL + i] the last command helper i finished, and failed (DEAD: it serves no more)
     ctl[LOADED + 3i ..]       worker i's load: tensors read, bytes read (low 31 bits, the rest)
+    ctl[HEAP + i]             helper i's wasm heap after its last command, in 64 KiB pages
     ints[TOKENS ..]           the command's token ids
     data[reduce slots]        2 x workers x REDUCE_ROWS x n_embd floats
     data[gather slots]        workers x GATHER_ROWS x the largest vocabulary slice
@@ -53,9 +54,11 @@ STAMP = 16
 DONE = STAMP + MAX_WORKERS
 FAIL = DONE + MAX_WORKERS
 LOADED = FAIL + MAX_WORKERS
-TOKENS = LOADED + 3 * MAX_WORKERS
+HEAP = LOADED + 3 * MAX_WORKERS
+TOKENS = HEAP + MAX_WORKERS
 CTL_WORDS = TOKENS + MAX_TOKENS
 FORWARD, PING, EXIT = 1, 2, 3
+PAGE = 2**16            # bytes of a wasm page: the unit of ctl[HEAP + i]
 DEAD = -2               # ctl[FAIL + i] of a helper whose serving ended for good (killed): mark_dead
 
 
@@ -278,6 +281,10 @@ class Channel:
         if failed and self.seq and self.reported != self.seq:          # not yet said at a barrier
             raise PyEngineError(f"worker {failed[0] + 1} failed (see the browser console)")
 
+    def heaps(self) -> list[int]:
+        """Each helper's wasm heap in bytes after its last command (0 where it does not know it)."""
+        return [self.block.load(HEAP + i) * PAGE for i in range(1, self.count)]
+
     def dead(self) -> list[int]:
         """The workers (numbered from 1, the main worker) whose helper serves no more (:func:`mark_dead`)."""
         return [i + 1 for i in range(1, self.count) if self.block.load(FAIL + i) == DEAD]
@@ -301,8 +308,9 @@ class Channel:
         self.seq, self.meetings = seq, 0
         return seq
 
-    def finish(self, failed: bool) -> None:
-        """A helper is done with the running command."""
+    def finish(self, failed: bool, heap: int = 0) -> None:
+        """A helper is done with the running command; ``heap``: its wasm heap now, in bytes (0: unknown)."""
+        self.block.store(HEAP + self.index, heap // PAGE)
         if failed:
             self.block.store(FAIL + self.index, self.seq)
         self.block.store(DONE + self.index, self.seq)

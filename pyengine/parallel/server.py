@@ -10,6 +10,7 @@ turn that reuses a prefix, a rejected draft or an edit needs no other message).
 from __future__ import annotations
 
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from pyengine.errors import PyEngineError
@@ -50,11 +51,17 @@ def read_plan(msg: dict, index: int) -> tuple[Shard, dict, list[int]]:
     return shard, forms, widths
 
 
-class Helper:
-    """Helper ``index``'s shard of the model and its end of the channel, serving commands."""
+def no_heap() -> int:
+    """The heap clock outside a browser: 0, unknown."""
+    return 0
 
-    def __init__(self, model, chan: Channel):
-        self.model, self.chan = model, chan
+
+class Helper:
+    """Helper ``index``'s shard of the model and its end of the channel, serving commands; ``heap()``: its
+    wasm heap in bytes, told to the main worker after each command."""
+
+    def __init__(self, model, chan: Channel, heap: Callable[[], int] = no_heap):
+        self.model, self.chan, self.heap = model, chan, heap
         self.caches: dict[int, Any] = {}
 
     def serve(self) -> None:
@@ -66,17 +73,18 @@ class Helper:
             if cmd == EXIT:
                 self.chan.finish(False)
                 return
+            failed = False
             try:
                 if cmd == FORWARD:
                     self.forward()
                 elif cmd == PING:
                     self.chan.barrier()
-                self.chan.finish(False)
             except AbortError:
-                self.chan.finish(False)
+                pass
             except Exception:  # noqa: BLE001 (the main worker reports it; the traceback goes to the console)
                 traceback.print_exc()
-                self.chan.finish(True)
+                failed = True
+            self.chan.finish(failed, self.heap())
 
     def forward(self) -> None:
         b = self.chan.block
@@ -95,13 +103,13 @@ class Helper:
         self.model.forward(tokens, cache, LOGITS_MODES[b.load(LOGITS)])
 
 
-def load_helper(gguf, plan: dict, index: int, block: Any) -> Helper:
-    """Helper ``index``'s server: its shard of ``gguf`` (an opened GGUFFile) in the plan's forms. Raises
-    PyEngineError (GGUFError, ModelError) when its shard cannot be read."""
+def load_helper(gguf, plan: dict, index: int, block: Any, heap: Callable[[], int] = no_heap) -> Helper:
+    """Helper ``index``'s server: its shard of ``gguf`` (an opened GGUFFile) in the plan's forms (``heap``:
+    as :class:`Helper` has it). Raises PyEngineError (GGUFError, ModelError) when its shard cannot be read."""
     shard, forms, widths = read_plan(plan, index)
     chan = Channel(block, index, plan["layout"], widths)
 
     def progress(done: int, total: int, done_bytes: int, total_bytes: int) -> None:
         chan.report_load(done, done_bytes)                  # the main worker shows the sum
     model = load_model(gguf, progress, plan["weights"], placement=Placement(shard, forms, chan))
-    return Helper(model, chan)
+    return Helper(model, chan, heap)

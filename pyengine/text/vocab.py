@@ -22,6 +22,8 @@ KEY_TOKENS = "tokenizer.ggml.tokens"
 KEY_SCORES = "tokenizer.ggml.scores"
 KEY_TOKEN_TYPE = "tokenizer.ggml.token_type"
 KEY_MERGES = "tokenizer.ggml.merges"
+# the vocabulary's lists, which only a tokenizer reads (a helper worker opens its file without them)
+VOCAB_ARRAYS = frozenset({KEY_TOKENS, KEY_SCORES, KEY_TOKEN_TYPE, KEY_MERGES})
 KEY_ADD_BOS = "tokenizer.ggml.add_bos_token"
 KEY_ADD_EOS = "tokenizer.ggml.add_eos_token"
 KEY_ADD_SPACE_PREFIX = "tokenizer.ggml.add_space_prefix"

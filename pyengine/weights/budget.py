@@ -27,7 +27,6 @@ from pyengine.weights import kernel
 from pyengine.weights.forms import Form
 from pyengine.weights.quantized import Layout
 
-HEAP_HEADROOM = 32 * 2**20           # bytes reserved past the weights: a load's chunks, a forward pass's arrays
 FILE_RATIO = 3.0                     # in the browser, all workers' wasm heaps within this many times the file
 RUNTIME_BYTES = 100 * 2**20          # a worker's heap besides the weights: Python, numpy, KV cache, work arrays
 MIN_BUDGET = 64 * 2**20              # the browser's budget is never less: a small model keeps float32
@@ -214,11 +213,11 @@ def forms_nbytes(matrices: list[Matrix], forms: dict) -> int:
 def reserve_heap(nbytes: int) -> None:
     """Under Pyodide, grow the wasm heap once by ``nbytes``: what a load is about to hold.
 
-    The wasm heap never shrinks, and whenever malloc runs out emscripten grows
-    it by 20% more than asked, up to 96 MiB: a load allocating matrix after
-    matrix would leave that much unused on top of its weights. One array of the
-    whole, freed at once, grows the heap by exactly that; the weights then fill
-    the space it left. Nothing happens in CPython, or when the space cannot be
+    The wasm heap never shrinks, and whenever malloc runs out it grows by up to
+    4 MiB more than asked (build_scripts/fetch_runtime.py, GROWTH_FIX): a load
+    allocating matrix after matrix would leave growth after growth's slack on
+    top of its weights. One array of the whole, freed at once, grows the heap
+    by exactly that; the weights then fill the space it left. Nothing happens in CPython, or when the space cannot be
     had (the load then fails on its own, with its own error).
     """
     if sys.platform == "emscripten":

@@ -22,7 +22,16 @@ from static_build import current_static, offline, same_as_web
 sys.path.insert(0, str(ROOT / "build_scripts"))
 from build_wheels import PYENGINE_SOURCES, sources_digest  # noqa: E402
 from buildlib import install_bytes, link_file, npm_pack, prune  # noqa: E402
-from fetch_runtime import ADDRESS_FIXES, LOCK_PACKAGES, PYODIDE_FILES, lock_closure, unsigned_addresses  # noqa: E402
+from fetch_runtime import (  # noqa: E402
+    ADDRESS_FIXES,
+    GROWTH_FIX,
+    GROWTH_SLACK,
+    LOCK_PACKAGES,
+    PYODIDE_FILES,
+    lock_closure,
+    modest_growth,
+    unsigned_addresses,
+)
 from fetch_vendor import VENDOR  # noqa: E402
 
 
@@ -60,6 +69,16 @@ def test_the_runtimes_js_reads_heap_addresses_as_unsigned(static):
     assert js.count("String.fromCharCode(HEAPU16[(ptr>>>1)+i>>>0])") == 1           # _python2js_ucs2
     with pytest.raises(SystemExit, match="not 107"):
         unsigned_addresses("HEAPU16[(ptr>>1)+i>>>0]")
+
+
+def test_the_runtimes_heap_grows_little_past_what_is_asked(static):
+    """static/'s pyodide.asm.js grows the wasm heap at most GROWTH_SLACK past a request (not 1.2 times its size,
+    which a heap that never shrinks keeps), and a runtime without emscripten's growth rule is refused."""
+    js = (static / "pyodide" / "pyodide.asm.js").read_text()
+    assert GROWTH_FIX[0].search(js) is None
+    assert js.count(f"Math.min(overGrownHeapSize,requestedSize+{GROWTH_SLACK})") == 1
+    with pytest.raises(SystemExit, match="not 1"):
+        modest_growth("function _emscripten_resize_heap(requestedSize){}")
 
 
 def test_wheels_match_the_manifest_and_are_pure_python(static):

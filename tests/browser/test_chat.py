@@ -168,13 +168,20 @@ def stop_mid_reply_then_ask_again(page, model_path) -> None:
     page.evaluate(WATCH_REPLY)
     send(page, LONG_QUESTION)
     page.wait_for_function("() => window.replyUpdates.length >= 3", timeout=120_000)
-    # while it replies no file can be loaded (that would end the reply and replace the model)
+    # while it replies no file can be loaded (that would end the reply and replace the model), and says so
     assert page.get_by_test_id("file-input").is_disabled() and page.get_by_test_id("load-demo").is_disabled()
+    hint = page.get_by_test_id("dropzone-hint")
+    assert hint.text_content() == "a reply is running: Stop it to load another model"
+    # Enter then keeps the message in the box and says why it was not sent
+    page.get_by_test_id("prompt").fill("typed ahead")
+    page.get_by_test_id("prompt").press("Enter")
+    assert page.get_by_test_id("send-error").text_content().startswith("Not sent yet: a reply is running")
+    assert page.get_by_test_id("prompt").input_value() == "typed ahead"
     page.get_by_test_id("stop").click()
     wait_status(page, ("ready",), 60_000)
     last = page.locator("[data-testid=message][data-role=assistant]").last
     assert last.get_attribute("data-note") == "stopped"
-    assert page.get_by_test_id("file-input").is_enabled()
+    assert page.get_by_test_id("file-input").is_enabled() and hint.text_content().startswith("or click to choose")
     partial = messages(page)[-1][1]
     stats = page.get_by_test_id("stats").text_content()
     assert partial and stats.endswith("· stopped"), stats

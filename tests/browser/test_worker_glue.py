@@ -456,7 +456,7 @@ def test_an_interrupt_while_done_is_posted_still_ends_the_reply(posted):
     worker._session.interruptible = True
     worker._session.post = interrupt_once(posted, lambda m: m["type"] == "done")
     text, done = chat(posted, "hello", max_tokens=3)
-    assert worker._session.post.fired and done == {"type": "done", "stopped": True, "stats": None}
+    assert worker._session.post.fired and done == {"type": "done", "stopped": True, "stats": None, "heap": []}
     assert text
 
 

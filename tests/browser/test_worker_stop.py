@@ -44,7 +44,8 @@ def test_stop_while_the_prompt_is_built_keeps_the_message(posted, monkeypatch, s
     user = {"role": "user", "content": "tell me"}
     message = {"text": "tell me"} if sent_as == "text" else {"messages": [*talk, user]}
     run({"type": "chat", **message, "system": "", "settings": {"temperature": 0, "max_tokens": 3}})
-    assert fired and posted[start:] == [{"type": "started"}, {"type": "done", "stopped": True, "stats": None}]
+    assert fired and posted[start:] == [{"type": "started"},
+                                        {"type": "done", "stopped": True, "stats": None, "heap": []}]
     assert worker._session.chat.messages == [*talk, user, {"role": "assistant", "content": ""}]
     again, done = chat(posted, "again", max_tokens=3)
     assert again == cpython_reply(TINY["llama"], ["hello", first, "tell me", "", "again"], max_tokens=3)

@@ -8,6 +8,7 @@ start, leaves one worker that works.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -44,7 +45,15 @@ def test_two_workers_reply_as_cpython(two_workers, smollm2_path):
     assert worker_count(two_workers) == 2
     note = two_workers.get_by_test_id("workers-note").text_content()
     assert note.startswith("computing in 2 workers (") and note.count(" + ") == 1, note  # each one's memory
+    loaded = heaps(two_workers)
     assert greedy(two_workers, QUESTION, 24) == cpython_reply(smollm2_path, [QUESTION], max_tokens=24)
+    replied = heaps(two_workers)                              # as the reply left them (a heap only grows)
+    assert len(replied) == 2 and all(a >= b > 0 for a, b in zip(replied, loaded)), (loaded, replied)
+
+
+def heaps(page) -> list[int]:
+    """Each worker's wasm bytes, as the page says them."""
+    return json.loads(page.get_by_test_id("workers-note").get_attribute("data-heap"))
 
 
 def test_stop_while_waiting_on_the_helper_then_the_next_message_works(two_workers, smollm2_path):

@@ -383,3 +383,34 @@ def test_random_arrays_round_trip():
     for key, _, items in kvs:
         got = g.metadata[key]
         assert got.dtype == items.dtype and got.tobytes() == items.tobytes(), key
+
+
+# --- arrays a helper worker skips ---------------------------------------------------------------
+
+def test_skipped_arrays_are_counted_and_the_rest_read_the_same(tmp_path):
+    """open_gguf(skip=VOCAB_ARRAYS), as a helper worker opens its file: the vocabulary's lists are only
+    counted (a SkippedArray of their length), every other key, offset and tensor is as a full read has it,
+    and the config (its vocabulary size counted from the tokens) is the same."""
+    from pyengine.gguf.header import SkippedArray
+    from pyengine.text.vocab import VOCAB_ARRAYS
+    for path in (TINY["qwen2"], TINY["gemma3"], ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"):
+        with open_gguf(path) as full, open_gguf(path, skip=VOCAB_ARRAYS) as part:
+            skipped = {k for k in part.metadata if isinstance(part.metadata[k], SkippedArray)}
+            assert skipped == VOCAB_ARRAYS & set(full.metadata) and "tokenizer.ggml.tokens" in skipped
+            assert all(len(part.metadata[k]) == len(full.metadata[k]) > 0 for k in skipped)
+            assert {k: v for k, v in part.metadata.items() if k not in skipped}.keys() == full.metadata.keys() - skipped
+            assert part.value_types == full.value_types and part.tensors == full.tensors
+            assert ModelConfig.from_metadata(part.metadata, part.tensors) == ModelConfig.from_metadata(
+                full.metadata, full.tensors)
+
+
+@pytest.mark.parametrize("items, message", [
+    (u64(2) + gstr("ab") + u64(10) + b"ccc", "string needs 10 bytes but only 3 are left"),   # runs past the end
+    (u64(3), "array of strings: 3 items of at least 8 bytes cannot fit in the 0 bytes left"),
+])
+def test_a_skipped_array_past_the_file_is_an_error_naming_its_key(items, message):
+    """A skipped array is walked as strictly as a read one: lengths past the file's end fail, naming the key."""
+    from pyengine.text.vocab import VOCAB_ARRAYS
+    body = header(0, 1) + gstr("tokenizer.ggml.tokens") + u32(9) + u32(8) + items   # ARRAY[STRING]
+    with pytest.raises(GGUFError, match=f"cut.gguf: byte \\d+: key 'tokenizer.ggml.tokens': {message}"):
+        open_gguf(BytesSource(body, "cut.gguf"), skip=VOCAB_ARRAYS)

@@ -173,6 +173,9 @@ def test_cache_grows_past_its_first_capacity(models):
     out = m.forward(tokens[250:], cache, logits="all")
     assert cache.capacity == 300 and cache.n == 270
     np.testing.assert_allclose(out, m.forward(tokens, m.new_cache(270), logits="all")[250:], atol=1e-4)
+    roomy = m.new_cache(4096)
+    m.forward(tokens, roomy, logits="none")
+    assert roomy.capacity == 384                                          # 1.5 times the first 256
 
 
 def test_context_overflow_is_a_clear_error(models):

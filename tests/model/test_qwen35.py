@@ -231,7 +231,8 @@ def test_a_second_turn_on_the_carried_state_is_a_fresh_prefill(model):
 
 def test_going_back_lands_on_a_held_state_and_gives_the_same_logits(model):
     cache = model.new_cache(128)
-    model.forward(TURN1, cache)                                               # checkpoints at 0 and 30
+    model.forward(TURN1, cache)                                               # a checkpoint at 30
+    assert sorted(cache.checkpoints) == [len(TURN1)]                          # (at 0: the empty state, made anew)
     for t in (7, 8, 9):
         model.forward([t], cache)
     model.forward(TURN2, cache)                                               # checkpoints at 33 and 53

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from conftest import FIXTURES, GOLDEN, SMOLLM2, need_kernel
 from gguf_file.test_quants import random_blocks
+from weights.test_kernel import delta_layer
 
 from node.test_node_pyodide import STATIC, in_pyodide, static_ready  # noqa: F401 (static_ready: a fixture)
 from pyengine.gguf import quants
@@ -54,11 +55,12 @@ def attention_data(rng) -> tuple:
     return q, k, v, rng.random((3, 5, 37)).astype(np.float32)
 
 
+DELTA_FIELDS = ("conv", "dt_bias", "a", "norm", "key_of")   # a DeltaNet layer's arrays the kernel reads
+
+
 def delta_data(rng) -> tuple:
-    """A delta rule step's arrays: state (4 heads, 24 rows of 40), q, k, v, decay, beta."""
-    h, dv, dk = 4, 24, 40
-    return (rng.standard_normal((h, dv, dk)).astype(np.float32), *(rng.standard_normal((h, d)).astype(np.float32)
-            for d in (dk, dk, dv)), rng.random(h).astype(np.float32), rng.random(h).astype(np.float32))
+    """A Gated DeltaNet layer (4 value heads of 24 reading 2 key heads, 4 taps) and 3 tokens' inputs."""
+    return delta_layer(rng, 4, 2, 24, 4, 3)
 
 
 PRODUCTS_CODE = '''
@@ -76,8 +78,11 @@ for name in kernel.TYPES:
 q, kc, vc, p = (np.load(f"/kdata/attention-{a}.npy") for a in "qkvp")
 out["attention"] = {"scores": k.attention_scores(q, kc[:, :p.shape[2]]).view(np.uint32).tolist(),
                     "values": k.attention_values(p, vc[:, :p.shape[2]]).view(np.uint32).tolist()}
-o, state = k.delta_step(*(np.load(f"/kdata/delta-{i}.npy") for i in range(6)))
-out["delta"] = {"o": o.view(np.uint32).tolist(), "s": state.view(np.uint32).tolist()}
+from pyengine.model.delta_net import DeltaNet
+fields = {f: np.load(f"/kdata/delta-{f}.npy") for f in ("proj", "window", "s", *DELTA_FIELDS)}
+layer = DeltaNet(None, w_out=None, d_state=fields["s"].shape[1], **{f: fields[f] for f in DELTA_FIELDS})
+got = k.delta_net(fields["proj"], layer, fields["window"], fields["s"])
+out["delta"] = [a.view(np.uint32).tolist() for a in got]
 out
 '''
 
@@ -100,9 +105,12 @@ def products(static_ready, tmp_path_factory, request):  # noqa: F811
     for a, array in zip("qkvp", data["attention"]):
         np.save(folder / f"attention-{a}.npy", array)
     data["delta"] = delta_data(rng)
-    for i, array in enumerate(data["delta"]):
-        np.save(folder / f"delta-{i}.npy", array)
-    got = in_pyodide(f"TOKENS = {TOKENS!r}\n" + PRODUCTS_CODE, mounts={folder: "/kdata"}, kernel=request.param)
+    layer, *arrays = data["delta"]
+    named = [*zip(("proj", "window", "s"), arrays), *((f, getattr(layer, f)) for f in DELTA_FIELDS)]
+    for name, array in named:
+        np.save(folder / f"delta-{name}.npy", array)
+    got = in_pyodide(f"TOKENS = {TOKENS!r}\nDELTA_FIELDS = {DELTA_FIELDS!r}\n" + PRODUCTS_CODE,
+                     mounts={folder: "/kdata"}, kernel=request.param)
     return got, data, request.param
 
 
@@ -133,9 +141,11 @@ def test_its_attention_products_are_the_native_builds(products):
     assert products[0]["attention"]["values"] == native.attention_values(p, v[:, :37]).view(np.uint32).tolist()
 
 
-def test_its_delta_rule_step_is_the_native_builds(products):
-    o, s = kernel.get().delta_step(*products[1]["delta"])
-    assert products[0]["delta"] == {"o": o.view(np.uint32).tolist(), "s": s.view(np.uint32).tolist()}
+def test_its_delta_net_layer_is_the_native_builds(products):
+    """pe_delta_net (its own e^x and log, its sums in one order) gives the native build's bits in wasm."""
+    layer, proj, window, s = products[1]["delta"]
+    native = kernel.get().delta_net(proj, layer, window, s)
+    assert products[0]["delta"] == [a.view(np.uint32).tolist() for a in native]
 
 
 GREEDY_CODE = '''

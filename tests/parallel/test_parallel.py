@@ -147,7 +147,8 @@ class FakePool:
             if self.fail and i == 1:
                 results[0] = {"ok": False, "message": self.fail}
                 return ready[0].set()
-            h = server.load_helper(open_gguf([f.path for f in files]), plan, i, block)   # a reader of its own
+            h = server.load_helper(open_gguf([f.path for f in files]), plan, i, block,    # a reader of its own
+                                   heap=lambda: (3 + i) * 2**20)
             self.helpers.append(h)
             results[i - 1] = {"ok": True, "bytes": h.model.weights_nbytes, "heap": 1000 + i}
             ready[i - 1].set()
@@ -173,6 +174,8 @@ def run(coro) -> None:
 
 
 def worker_reply(pool: FakePool | None, path, text: str, weights: str = "auto") -> tuple[dict, str]:
+    """The ``model`` message's workers and the reply's text, one chat message after a load; the ``done``
+    message's heaps are each worker's (this one's: 12345 bytes)."""
     posted: list[dict] = []
     worker.setup(posted.append, pool=pool, heap=lambda: 12345)
     run(worker.handle({"type": "load", "files": [FileSource(path)], "weights": weights}))
@@ -186,6 +189,8 @@ def worker_reply(pool: FakePool | None, path, text: str, weights: str = "auto") 
     # each worker reads the norms whole: a little more than the file (9% on tiny-gemma3's 4 norms a layer)
     assert file_bytes <= last["total_bytes"] <= 1.1 * file_bytes
     run(worker.handle({"type": "chat", "text": text, "system": "", "settings": {"temperature": 0, "max_tokens": 8}}))
+    done = next(m for m in posted if m["type"] == "done")
+    assert done["heap"] == [12345] + [(3 + i) * 2**20 for i in range(1, model_msg["workers"]["count"])]
     return model_msg["workers"], "".join(m["text"] for m in posted if m["type"] == "piece")
 
 

@@ -15,6 +15,8 @@ to C (a wrong dtype, shape, layout or size, an unknown type) is a KernelError be
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 import pytest
 from conftest import need_kernel
@@ -115,19 +117,24 @@ def test_a_prompts_tiles_give_one_tokens_bits(k, type_name):
 
 def test_every_native_build_gives_the_same_bits(k):
     """The native builds this CPU runs (AVX-512 with 16 rows a vector, AVX2 with 8, the portable one) give the
-    same bits for every type, one token or a prompt's tiles."""
-    builds = {b: kernel.Kernel(str(kernel.HERE / kernel.NATIVE[b])) for b in kernel.native_builds()}
-    if len(builds) < 2:
-        pytest.skip(f"only {list(builds)} runs here")
+    same bits: for every type, one token or a prompt's tiles; attention's products; a delta net layer."""
+    libs = [kernel.Kernel(str(kernel.HERE / kernel.NATIVE[b])) for b in kernel.native_builds()]
+    if len(libs) < 2:
+        pytest.skip(f"only {kernel.native_builds()} runs here")
+    got = [[] for _ in libs]                                              # each build's outputs, in turn
     rows, n = 37, 512
     for type_name in TYPES:
         raw = random_blocks(type_name, rows * n // GGML_TYPES_BY_NAME[type_name].block_size, RNG).reshape(rows, -1)
         x = RNG.standard_normal((37, n)).astype(np.float32)
-        for tokens in (1, 5, 37):
-            got = {b: lib.mul_mat(raw, type_name, n, lib.quantize(x[:tokens], type_name),
-                                  np.empty((tokens, rows), np.float32)).view(np.uint32) for b, lib in builds.items()}
-            first = next(iter(got.values()))
-            assert all(np.array_equal(g, first) for g in got.values()), (type_name, tokens)
+        for lib, out in zip(libs, got):
+            out += [lib.mul_mat(raw, type_name, n, lib.quantize(x[:t], type_name), np.empty((t, rows), np.float32))
+                    for t in (1, 5, 37)]
+    q, keys, p = (RNG.standard_normal(shape).astype(np.float32) for shape in ((3, 5, 72), (3, 40, 72), (3, 5, 40)))
+    layer, proj, window, s = delta_layer(np.random.default_rng(3), 4, 2, 32, 4, 9)
+    for lib, out in zip(libs, got):
+        out += [lib.attention_scores(q, keys), lib.attention_values(p, keys), *lib.delta_net(proj, layer, window, s)]
+    for out in got[1:]:
+        assert all(np.array_equal(a.view(np.uint32), b.view(np.uint32)) for a, b in zip(out, got[0], strict=True))
 
 
 def test_the_blocks_form(k):
@@ -287,23 +294,52 @@ def test_the_attention_products_refuse_what_they_must_not_read(k):
     assert k.lib.pe_attn_values(p, 2, 3, 1, p, 8, 0, p) == -2 and k.lib.pe_attn_values(p, -1, 3, 1, p, 8, 8, p) == -2
 
 
-@pytest.mark.parametrize("h, dv, dk", [(16, 128, 128), (3, 5, 13)])
-def test_the_delta_rules_step_in_the_kernel_is_numpys(k, h, dv, dk):
-    """delta_net.delta_step with the kernel equals its numpy form up to float32 summation order, and leaves
-    the state it was given as it was."""
-    s = RNG.standard_normal((h, dv, dk)).astype(np.float32)
-    q, kk = (RNG.standard_normal((h, dk)).astype(np.float32) / np.float32(dk) for _ in range(2))
-    v = RNG.standard_normal((h, dv)).astype(np.float32)
-    g, beta = -RNG.random(h).astype(np.float32), RNG.random(h).astype(np.float32)
-    before = s.copy()
-    want, got = delta_net.delta_step(s, q, kk, v, (g, beta)), delta_net.delta_step(s, q, kk, v, (g, beta), k)
-    assert (s == before).all()
-    for a, b in zip(got, want):
+def delta_layer(rng, h: int, hk: int, d: int, taps: int, t: int) -> tuple:
+    """A Gated DeltaNet layer of random weights (its products the identity: the kernel runs what lies between
+    them), with gates from -30 to 30 (softplus's both ends), and its inputs: (layer, proj (T, P), window, s)."""
+    c = 2 * hk * d + h * d
+    layer = delta_net.DeltaNet(
+        w_in=lambda x: x, conv=rng.standard_normal((c, taps)).astype(np.float32) / np.float32(taps),
+        dt_bias=rng.uniform(-30, 30, h).astype(np.float32), a=-np.exp(rng.standard_normal(h)).astype(np.float32),
+        norm=rng.standard_normal(d).astype(np.float32), w_out=lambda o: o, key_of=np.arange(h) % hk, d_state=d)
+    proj = rng.standard_normal((t, c + h * d + 2 * h)).astype(np.float32)
+    window = rng.standard_normal((taps - 1, c)).astype(np.float32)
+    return layer, proj, window, (rng.standard_normal((h, d, d)) * 0.1).astype(np.float32)
+
+
+@pytest.mark.parametrize("h, hk, d, taps, t", [(16, 16, 128, 4, 1), (4, 2, 8, 3, 5), (3, 1, 16, 1, 2), (2, 2, 4, 4, 9)])
+def test_a_delta_net_layer_in_the_kernel_is_numpys(k, h, hk, d, taps, t):
+    """delta_net.delta_net with the kernel (pe_delta_net: the convolution, silu, l2 norms, gates, delta rule and
+    gated norm in one call, a token at a time) equals its numpy form up to float32 rounding (its own e^x and
+    log, its own sum order), and leaves the state it was given as it was."""
+    layer, proj, window, s = delta_layer(np.random.default_rng(h * t), h, hk, d, taps, t)
+    before = window.copy(), s.copy()
+    want, got = delta_net.delta_net(layer, proj, window, s), delta_net.delta_net(layer, proj, window, s, k)
+    assert (window == before[0]).all() and (s == before[1]).all()
+    for a, b, tol in zip(got, want, (2e-5, 0, 2e-6)):
         assert a.shape == b.shape and a.dtype == np.float32
-        np.testing.assert_allclose(a, b, rtol=0, atol=3e-6)
-    with pytest.raises(KernelError, match="v must be"):
-        k.delta_step(s, q, kk, v[:, :-1].copy(), np.exp(g), beta)
-    assert k.lib.pe_delta_step(q.ctypes.data, 1, -1, 8, *[q.ctypes.data] * 7) == -2
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=tol)
+
+
+def test_the_kernels_delta_net_refuses_what_does_not_fit():
+    need_kernel()
+    k = kernel.get()
+    layer, proj, window, s = delta_layer(np.random.default_rng(1), 4, 2, 8, 3, 2)
+    for args, message in (((proj[:, :-1].copy(), layer, window, s), "cannot take proj"),
+                          ((proj, layer, window[:1].copy(), s), "cannot take proj"),
+                          ((proj, layer, window, s[:, :, :4].copy()), "cannot take proj"),
+                          ((proj.T, layer, window, s), "C-contiguous")):
+        with pytest.raises(KernelError, match=message):
+            k.delta_net(*args)
+    layer.key_of = np.array([0, 1, 2, 0])                                 # a key head the layer lacks
+    with pytest.raises(KernelError, match="cannot take proj"):
+        k.delta_net(proj, layer, window, s)
+    p, bad = proj.ctypes.data, np.array([2, 4, 2, 8, 3], np.int32)
+    keys = np.array([0, 1, 2, 0], np.int32)                               # the C side checks key_of too
+    assert k.lib.pe_delta_net(p, bad.ctypes.data, p, p, p, p, p, keys.ctypes.data, ctypes.c_float(1e-6), p, p, p,
+                              p) == -2
+    bad[3] = -8
+    assert k.lib.pe_delta_net(p, bad.ctypes.data, *[p] * 6, ctypes.c_float(1e-6), p, p, p, p) == -2
 
 
 def test_a_model_whose_weights_are_not_finite_is_an_error_in_the_kernels_form(tmp_path):

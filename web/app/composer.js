@@ -9,7 +9,7 @@ import { el } from "./dom.js";
 import { tooLong } from "./chat_file.js";
 import { scrollToEnd } from "./chat_view.js";
 import { readFields, showCheck } from "./settings_form.js";
-import { clearError, setPhase, status } from "./status.js";
+import { clearError, replying, setPhase, status } from "./status.js";
 import { stopLoad } from "./loading.js";
 import { replyRefused, replyStarted, sendText } from "./turns.js";
 import { worker } from "./worker_client.js";
@@ -54,8 +54,15 @@ export function sendable(text) {
 
 function send() {
   const text = el.prompt.value;
+  if (text.trim() && replying()) return void notSentYet();
   if (!text.trim() || el.send.disabled || !sendable(text)) return;
   request((fields) => sendText(text, fields), () => { el.prompt.value = ""; });
+}
+
+// Enter while a reply runs: the message stays in the box, and the line under the chat says why.
+function notSentYet() {
+  el.sendError.textContent = "Not sent yet: a reply is running. Send it when the reply ends (Stop ends it now).";
+  el.sendError.hidden = false;
 }
 
 function checkSettings() {

@@ -10,7 +10,7 @@ const byClass = (name) => document.querySelector(`.${name}`);
 // Each element as index.html has it (its tag's type: the checker's, nothing is checked when the page runs).
 /** @type {{
  *   status: HTMLSpanElement, error: HTMLDivElement, tabNote: HTMLParagraphElement, errorText: HTMLSpanElement,
- *   errorClose: HTMLButtonElement, errorAction: HTMLButtonElement, dropzone: HTMLLabelElement,
+ *   errorClose: HTMLButtonElement, errorAction: HTMLButtonElement, dropzone: HTMLLabelElement, dropzoneHint: HTMLSpanElement,
  *   fileInput: HTMLInputElement, loadDemo: HTMLButtonElement, savedModels: HTMLDivElement,
  *   savedModelList: HTMLUListElement, storageNote: HTMLParagraphElement, progress: HTMLDivElement,
  *   progressFill: HTMLDivElement, progressText: HTMLDivElement, modelInfo: HTMLElement,
@@ -34,6 +34,7 @@ export const el = {
   errorClose: byClass("error-close"),
   errorAction: byId("error-action"),
   dropzone: byId("dropzone"),
+  dropzoneHint: byId("dropzone-hint"),
   fileInput: byId("file-input"),
   loadDemo: byId("load-demo"),
   savedModels: byId("saved-models"),

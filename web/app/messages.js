@@ -212,12 +212,13 @@
 /** @typedef {{type: "tools-checked", ok: boolean, message: string}} ToolsCheckedMessage */
 /** @typedef {{type: "piece", text: string, tokens?: TokenRecord[]}} PieceMessage */
 /**
- * A reply ended: stopped (by Stop), its numbers (null: it ended before a step), and a reply that is tool
- * calls, its calls and its text outside them.
+ * A reply ended: stopped (by Stop), its numbers (null: it ended before a step), each worker's wasm bytes
+ * after it, and a reply that is tool calls, its calls and its text outside them.
  * @typedef {object} DoneMessage
  * @property {"done"} type
  * @property {boolean} stopped
  * @property {TurnStats | null} stats
+ * @property {number[]} heap
  * @property {ToolCall[]} [tool_calls]
  * @property {string} [content]
  */

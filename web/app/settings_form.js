@@ -86,15 +86,26 @@ export function showCheck(errors) {
 // The weight form asked for at the next load.
 export const memoryChoice = () => el.weights.value;
 
+/** @type {WorkersInfo | null} */
+let workers = null;
+
 // How many workers compute the model, their memory, or why it runs in one.
 /** @param {WorkersInfo} w */
 export function showWorkers(w) {
   if (!w) return;
+  workers = w;
   el.workersNote.dataset.count = String(w.count);
-  el.workersNote.dataset.heap = JSON.stringify(w.heap); // bytes of wasm memory, per worker
   el.workersNote.dataset.syncUs = String(w.sync_us ?? ""); // one round trip through shared memory, microseconds
-  const heap = w.heap.length ? ` (${w.heap.map(formatBytes).join(" + ")} of wasm memory)` : "";
-  el.workersNote.textContent = w.note || `computing in ${w.count} worker${w.count > 1 ? "s" : ""}${heap}`;
+  showHeap(w.heap);
+}
+
+// Each worker's wasm memory (bytes), as the last load or reply left it (it only grows).
+/** @param {number[]} [heap] */
+export function showHeap(heap) {
+  if (!workers || !heap?.length) return;
+  el.workersNote.dataset.heap = JSON.stringify(heap); // bytes of wasm memory, per worker
+  const held = heap.length ? ` (${heap.map(formatBytes).join(" + ")} of wasm memory)` : "";
+  el.workersNote.textContent = workers.note || `computing in ${workers.count} worker${workers.count > 1 ? "s" : ""}${held}`;
 }
 
 // Workers: each holds a share of the model's heads, FFN units and vocabulary and they meet through

@@ -9,6 +9,8 @@ import { el } from "./dom.js";
 /** @type {{phase: Phase, hasModel: boolean}} */
 export const status = { phase: "starting", hasModel: false };
 
+const DROP_HINT = el.dropzoneHint.textContent; // as index.html has it
+
 /** @param {Phase} phase */
 export function setPhase(phase) {
   status.phase = phase;
@@ -21,6 +23,8 @@ export function setPhase(phase) {
   // No new model while one loads or replies: Stop first (a load would end the reply and drop the chat).
   el.fileInput.disabled = phase === "loading" || phase === "failed" || replying();
   el.dropzone.classList.toggle("disabled", el.fileInput.disabled);
+  el.dropzoneHint.textContent = replying() ? "a reply is running: Stop it to load another model"
+    : phase === "loading" ? "a model is loading (Stop cancels it)" : DROP_HINT;
   el.loadDemo.disabled = el.fileInput.disabled;
   el.newChat.disabled = busy && phase !== "starting";
 }

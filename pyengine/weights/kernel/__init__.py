@@ -4,7 +4,8 @@
 rounded to 8-bit codes, as ggml's CPU backend does (its ``vec_dot`` for each
 type). Beside them it holds the float32 loops numpy runs slowest without SIMD,
 which a decode step spends its time in once the products are fast: attention's
-two products over the KV cache, and a step of qwen35's gated delta rule.
+two products over the KV cache, and qwen35's Gated DeltaNet layers between their
+two products (numpy's some sixty small calls a token).
 
 It is built by ``build_scripts/build_kernel.py`` with the Zig toolchain from
 PyPI: a wasm32 side module with SIMD128 for the page, and one with relaxed
@@ -41,7 +42,7 @@ from pyengine.gguf.ggml_types import GGML_TYPES_BY_NAME, GGMLType
 # The weight types kernel.c multiplies, and the activations' type each is rounded to (ggml's vec_dot_type)
 TYPES = {"Q4_0": "Q8_0", "Q4_1": "Q8_1", "Q5_0": "Q8_0", "Q5_1": "Q8_1", "Q8_0": "Q8_0", "IQ4_NL": "Q8_0",
          "Q2_K": "Q8_K", "Q3_K": "Q8_K", "Q4_K": "Q8_K", "Q5_K": "Q8_K", "Q6_K": "Q8_K", "IQ4_XS": "Q8_K"}
-VERSION = 5                                  # kernel.c's pe_version(): a library of another version is not used
+VERSION = 6                                  # kernel.c's pe_version(): a library of another version is not used
 MAX_N = 1 << 26                              # kernel.c's MAX_N: weights a row
 HERE = Path(__file__).resolve().parent
 WASM_PATH = "/lib/pyengine_kernel.so"        # where the page's boot writes the side module (Pyodide's FS)
@@ -93,7 +94,8 @@ class Kernel:
                          (lib.pe_block_sums, [i32, ptr, i32, ptr, ptr]),
                          (lib.pe_attn_scores, [ptr, i32, i32, i32, ptr, i32, i32, ptr]),
                          (lib.pe_attn_values, [ptr, i32, i32, i32, ptr, i32, i32, ptr]),
-                         (lib.pe_delta_step, [ptr, i32, i32, i32, ptr, ptr, ptr, ptr, ptr, ptr, ptr])):
+                         (lib.pe_delta_net, [ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ctypes.c_float, ptr, ptr,
+                                             ptr, ptr])):
             fn.restype = i32
             if not self.wasm:
                 fn.argtypes = args
@@ -156,23 +158,34 @@ class Kernel:
                        out.ctypes.data), "pe_attn_values")
         return out
 
-    def delta_step(self, s: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, decay: np.ndarray,
-                   beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """One token of the gated delta rule, every head: s (H, Dv, Dk), q and k (H, Dk), v (H, Dv), decay
-        (the gate's exp) and beta (H,), all float32 and C-contiguous -> (o (H, Dv), the new state (H, Dv, Dk));
-        ``s`` is left as it was."""
+    def delta_net(self, proj: np.ndarray, layer, window: np.ndarray, s: np.ndarray) -> tuple:
+        """A Gated DeltaNet layer between its two products, T tokens in turn (kernel.c's pe_delta_net): proj
+        (T, C + H D + 2 H) the input projection's rows, float32 C-contiguous; ``layer`` a
+        :class:`pyengine.model.delta_net.DeltaNet` (its conv (C, K), dt_bias and a (H,), norm (D,), key_of (H,),
+        d_state D, eps); the state window (K-1, C) and s (H, D, D), left as they were -> (out (T, H D) for
+        ssm_out, the new window, the new s)."""
+        conv, key_of, d = layer.conv, layer.key_of, layer.d_state
+        _check(conv, np.float32, 2, "conv")
         _check(s, np.float32, 3, "s")
-        h, dv, dk = s.shape
-        for a, shape, what in ((q, (h, dk), "q"), (k, (h, dk), "k"), (v, (h, dv), "v"), (decay, (h,), "decay"),
-                               (beta, (h,), "beta")):
-            _check(a, np.float32, len(shape), what)
-            if a.shape != shape:
-                raise KernelError(f"{what} must be {shape} for a state of {s.shape}, got {a.shape}")
-        out, o = np.empty_like(s), np.empty((h, dv), np.float32)
-        _ok(self._call(self.lib.pe_delta_step, s.ctypes.data, h, dv, dk, q.ctypes.data, k.ctypes.data,
-                       v.ctypes.data, decay.ctypes.data, beta.ctypes.data, out.ctypes.data, o.ctypes.data),
-            "pe_delta_step")
-        return o, out
+        _check(window, np.float32, 2, "window")
+        _check(proj, np.float32, 2, "proj")
+        h, (c, taps), t = len(key_of), conv.shape, len(proj)
+        hk = (c - h * d) // (2 * d) if d > 0 else 0
+        gates = np.concatenate([layer.dt_bias, layer.a]).astype(np.float32)            # (2H,)
+        norm = np.ascontiguousarray(layer.norm, np.float32)
+        if d <= 0 or hk <= 0 or c != 2 * hk * d + h * d or taps < 1 or s.shape != (h, d, d) \
+                or window.shape != (taps - 1, c) or proj.shape[1] != c + h * d + 2 * h or gates.shape != (2 * h,) \
+                or norm.shape != (d,) or not np.all((key_of >= 0) & (key_of < hk)):
+            raise KernelError(f"a DeltaNet layer of conv {conv.shape}, {h} heads of {d}, state {s.shape}, window "
+                              f"{window.shape} cannot take proj {proj.shape}")
+        dims, keys = np.array([t, h, hk, d, taps], np.int32), np.ascontiguousarray(key_of, np.int32)
+        out, window_out, s_out = np.empty((t, h * d), np.float32), np.empty_like(window), np.empty_like(s)
+        work, work_at = self._buffer("delta", (1, c), np.float32)
+        _ok(self._call(self.lib.pe_delta_net, proj.ctypes.data, dims.ctypes.data, conv.ctypes.data,
+                       window.ctypes.data, s.ctypes.data, gates.ctypes.data, norm.ctypes.data, keys.ctypes.data,
+                       ctypes.c_float(layer.eps), window_out.ctypes.data, s_out.ctypes.data, out.ctypes.data, work_at),
+            "pe_delta_net")
+        return out, window_out, s_out
 
     def _buffer(self, kind: str, shape: tuple, dtype) -> tuple[np.ndarray, int]:
         """A work array and its address: kept for decode's few tokens, new for a prompt's many."""
@@ -188,7 +201,7 @@ class Kernel:
 
     def _call(self, fn, *args) -> int:
         if self.wasm:                                   # addresses past 2 GiB as the same 32 bits, signed
-            args = tuple(a - (1 << 32) if a >= 1 << 31 else a for a in args)
+            args = tuple(a - (1 << 32) if isinstance(a, int) and a >= 1 << 31 else a for a in args)
         return fn(*args)
 
     # -- for tests: each step on arrays of the caller's, every argument checked ------------------------------

@@ -34,8 +34,10 @@
  * codes (int8 on x86, int16 in wasm), the block scales, the sums of each 16 codes (ggml's bsums) and Q8_1's s. The integers are
  * ggml's exactly.
  *
- * At the end: attention's two float32 products over the KV cache and one step of the gated delta rule,
- * the loops numpy runs slowest without SIMD (their float sums in one order on every target).
+ * At the end: attention's two float32 products over the KV cache, and a Gated DeltaNet layer between its two
+ * products (its convolution, norms, gates and delta rule: some sixty small numpy calls a token), the loops
+ * numpy runs slowest without SIMD (their float sums in one order on every target; e^x and log are our own,
+ * as the wasm module has no libm).
  *
  * Safety: the Python wrapper (pyengine/weights/kernel/__init__.py) checks every buffer's size before a
  * call. The functions here check what they are told (the type, n a whole number of blocks, counts not
@@ -1046,7 +1048,7 @@ WEIGHT_TYPES(MUL_MAT)
 #define EXPORT __attribute__((visibility("default")))
 #define MAX_N (1 << 26)      /* weights in a row: more than any model has, and 2n bytes fit an int */
 
-EXPORT int pe_version(void) { return 5; }
+EXPORT int pe_version(void) { return 6; }
 
 /* bytes of one activation code in a record: 1 (x86) or 2 (wasm, and the portable scalar build) */
 EXPORT int pe_code_bytes(void) { return CODE_BYTES; }
@@ -1148,22 +1150,140 @@ EXPORT int pe_attn_values(const float *p, int hkv, int m, int s, const float *v,
     return 0;
 }
 
-/* One token of the gated delta rule (ggml's gated_delta_net, one step; qwen35's Gated DeltaNet layers),
-   every head at once, reading the state once: for head h and row j of its state S (dv rows of dk),
-     S' = S * decay[h];  d = (v[h, j] - S'[j] . k[h]) * beta[h];  S'[j] += d * k[h];  o[h, j] = S'[j] . q[h]
-   s, s_out (h, dv, dk); q, k (h, dk); v, o (h, dv); decay (exp of the gate) and beta (h,). */
-EXPORT int pe_delta_step(const float *s, int h, int dv, int dk, const float *q, const float *k, const float *v,
-                         const float *decay, const float *beta, float *s_out, float *o) {
-    if (h < 0 || dv < 0 || dk <= 0 || h > MAX_ATTN || dv > MAX_ATTN || dk > MAX_ATTN) return E_SIZE;
-    for (ptrdiff_t hh = 0; hh < h; hh++) {
-        const float *kh = k + hh * dk, *qh = q + hh * dk;
-        for (ptrdiff_t j = 0; j < dv; j++) {
-            const float *row = s + (hh * dv + j) * dk;
-            float *out = s_out + (hh * dv + j) * dk;
-            for (int c = 0; c < dk; c++) out[c] = row[c] * decay[hh];
-            const float d = (v[hh * dv + j] - dot_f32(out, kh, dk)) * beta[hh];
-            for (int c = 0; c < dk; c++) out[c] += d * kh[c];
-            o[hh * dv + j] = dot_f32(out, qh, dk);
+/* ---- e^x and log(1 + e^x) in float32, the same bits on every target (ggml calls libm's expf and log1pf;
+ * the wasm side module has no libm) ---- */
+
+/* floor(v) for |v| < 2^31 */
+static inline float floor_f32(float v) {
+    const float t = (float)(int32_t)v;
+    return t > v ? t - 1.0f : t;
+}
+
+/* e^x within 2 ulp (cephes' expf): x = n ln2 + r with |r| <= ln2/2 (ln2 in two parts, Cody-Waite), e^r by
+   a polynomial, then times 2^n as two normal powers of two (a result below 2^-126 is subnormal) */
+static float exp_f32(float x) {
+    if (!(x == x)) return x;                                      /* NaN */
+    if (x > 88.7228394f) return bits_f32(0x7f800000u);
+    if (x < -103.972084f) return 0.0f;
+    const float n = floor_f32(x * 1.44269504088896341f + 0.5f);
+    float r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    const float y = p * (r * r) + r + 1.0f;
+    const int e = (int)n, e1 = e < -126 ? -126 : e > 127 ? 127 : e;
+    return y * bits_f32((uint32_t)(e1 + 127) << 23) * bits_f32((uint32_t)(e - e1 + 127) << 23);
+}
+
+/* log(x) for a normal x > 0 (cephes' logf): x = m 2^e with m in [sqrt(1/2), sqrt(2)), log(m) by a polynomial
+   in f = m - 1 */
+static float log_f32(float x) {
+    const uint32_t u = f32_bits(x);
+    int e = (int)(u >> 23) - 127;
+    float m = bits_f32((u & 0x007fffffu) | 0x3f800000u);          /* [1, 2) */
+    if (m > 1.41421356f) {
+        m *= 0.5f;
+        e += 1;
+    }
+    const float f = m - 1.0f, z = f * f, fe = (float)e;
+    float p = 7.0376836292e-2f;
+    p = p * f - 1.1514610310e-1f;
+    p = p * f + 1.1676998740e-1f;
+    p = p * f - 1.2420140846e-1f;
+    p = p * f + 1.4249322787e-1f;
+    p = p * f - 1.6668057665e-1f;
+    p = p * f + 2.0000714765e-1f;
+    p = p * f - 2.4999993993e-1f;
+    p = p * f + 3.3333331174e-1f;
+    float y = f * z * p;
+    y += -2.12194440e-4f * fe;
+    y += -0.5f * z;
+    return f + y + 0.693359375f * fe;
+}
+
+/* ggml's softplus: log(1 + e^x), x itself above 20; log1p(e^x) as log(u) * e^x / (u - 1) with u = 1 + e^x
+   (u - 1 is exact: Kahan's log1p) */
+static inline float softplus_f32(float x) {
+    if (x > 20.0f) return x;
+    const float ex = exp_f32(x), u = 1.0f + ex;
+    return u == 1.0f ? ex : log_f32(u) * (ex / (u - 1.0f));
+}
+
+static inline float silu_f32(float x) { return x / (1.0f + exp_f32(-x)); }
+
+/* 1 / sqrt(mean(x²) + eps_n) over n floats (ggml rms_norm's scale; l2norm's with eps_n = eps / n) */
+static inline float rms_scale(const float *x, int n, float eps_n) {
+    float ms = dot_f32(x, x, n) / (float)n;
+    ms += eps_n;
+    return 1.0f / __builtin_sqrtf(ms);
+}
+
+/* One head of one token of the gated delta rule (ggml's gated_delta_net, one step), the state read once:
+   for each row j of the head's state S (dv rows of dk), updated in place,
+     S[j] *= decay;  d = (v[j] - S[j] . k) * beta;  S[j] += d * k;  o[j] = S[j] . q */
+static void delta_head(float *st, int dv, int dk, const float *q, const float *k, const float *v, float decay,
+                       float beta, float *o) {
+    for (ptrdiff_t j = 0; j < dv; j++) {
+        float *row = st + j * dk;
+        for (int c = 0; c < dk; c++) row[c] *= decay;
+        const float d = (v[j] - dot_f32(row, k, dk)) * beta;
+        for (int c = 0; c < dk; c++) row[c] += d * k[c];
+        o[j] = dot_f32(row, q, dk);
+    }
+}
+
+/* A Gated DeltaNet layer between its two products (qwen35; llama.cpp's build_layer_attn_linear: ssm_conv,
+   silu, the l2 norms of q and k, the gates, gated_delta_net, the gated rms norm), T tokens in turn, for H
+   value heads of size D reading Hk key heads (value head h reads key head key_of[h]) and K conv taps:
+     proj (T, P): each token's qkv (C = 2 Hk D + H D: q of each key head, k of each, v of each value head),
+       z (H D), b (H), a (H), P = C + H D + 2 H;  conv (C, K);  gates: dt_bias (H) then ssm_a (H);  norm (D)
+     window (K-1, C) -> window_out: the last K-1 inputs;  s (H, D, D) -> s_out;
+     out (T, H D) = rmsnorm(o, norm) * silu(z);  work: C floats.
+   dims = {T, H, Hk, D, K}. Per token: x = silu(conv(window, qkv)); q and k l2-normed per key head (q times
+   1/sqrt(D)); g = softplus(a + dt_bias) * ssm_a; beta = sigmoid(b); the delta rule with decay e^g. */
+EXPORT int pe_delta_net(const float *proj, const int32_t *dims, const float *conv, const float *window,
+                        const float *s, const float *gates, const float *norm, const int32_t *key_of, float eps,
+                        float *window_out, float *s_out, float *out, float *work) {
+    const int t = dims[0], h = dims[1], hk = dims[2], d = dims[3], taps = dims[4];
+    if (t < 0 || h <= 0 || hk <= 0 || d <= 0 || taps < 1 || t > MAX_ATTN || h > 4096 || hk > 4096 || d > 4096
+        || taps > 64)
+        return E_SIZE;
+    for (int i = 0; i < h; i++)
+        if (key_of[i] < 0 || key_of[i] >= hk) return E_SIZE;
+    const ptrdiff_t nk = (ptrdiff_t)hk * d, nv = (ptrdiff_t)h * d, c = 2 * nk + nv, p = c + nv + 2 * h;
+    const float *dt_bias = gates, *ssm_a = gates + h;
+    const float l2_eps = (float)((double)eps / d), l2_scale = (float)(1.0 / __builtin_sqrt((double)d));
+    __builtin_memcpy(window_out, window, sizeof(float) * (size_t)(taps - 1) * (size_t)c);
+    __builtin_memcpy(s_out, s, sizeof(float) * (size_t)nv * (size_t)d);
+    for (ptrdiff_t i = 0; i < t; i++) {
+        const float *x = proj + i * p, *z = x + c, *b = z + nv, *a = b + h;
+        for (ptrdiff_t ch = 0; ch < c; ch++) {                    /* ssm_conv, tap by tap, then silu */
+            float acc = (taps > 1 ? window_out[ch] : x[ch]) * conv[ch * taps];
+            for (int j = 1; j < taps; j++) acc += (j < taps - 1 ? window_out[j * c + ch] : x[ch]) * conv[ch * taps + j];
+            work[ch] = silu_f32(acc);
+        }
+        if (taps > 1) {                                           /* the window moves on by this token */
+            __builtin_memmove(window_out, window_out + c, sizeof(float) * (size_t)(taps - 2) * (size_t)c);
+            __builtin_memcpy(window_out + (taps - 2) * c, x, sizeof(float) * (size_t)c);
+        }
+        for (ptrdiff_t g = 0; g < 2 * hk; g++) {                  /* l2norm of each key head's q, then k */
+            float *v = work + g * d;
+            const float scale = rms_scale(v, d, l2_eps) * l2_scale;
+            for (int j = 0; j < d; j++) v[j] = v[j] * scale * (g < hk ? l2_scale : 1.0f);
+        }
+        float *o = out + i * nv;
+        for (ptrdiff_t hh = 0; hh < h; hh++) {
+            const float g = softplus_f32(a[hh] + dt_bias[hh]) * ssm_a[hh];
+            const float beta = 1.0f / (1.0f + exp_f32(-b[hh]));
+            const float *q = work + key_of[hh] * d, *k = work + nk + key_of[hh] * d, *v = work + 2 * nk + hh * d;
+            float *oh = o + hh * d;
+            delta_head(s_out + hh * d * d, d, d, q, k, v, exp_f32(g), beta, oh);
+            const float scale = rms_scale(oh, d, eps);            /* ssm_norm, then times silu(z) */
+            for (int j = 0; j < d; j++) oh[j] = oh[j] * scale * norm[j] * silu_f32(z[hh * d + j]);
         }
     }
     return 0;
