@@ -11,8 +11,10 @@ The compiler is clang from the Zig toolchain on PyPI (``ziglang``, pinned in
   ``-mno-extended-const`` keeps its data segments loadable by Pyodide 0.27.
 - ``build/kernel/pyengine_kernel_relaxed.so``: the same with relaxed SIMD, its products bytes times bytes
   as on x86; the page takes it where the browser validates a relaxed instruction.
-- ``pyengine/weights/kernel/libpyengine_kernel-*.so``: CPython's native libraries: x86-64 with AVX2 and
-  FMA (``x86_64_v3``), and a portable build for any other CPU of the machine's architecture.
+- ``pyengine/weights/kernel/libpyengine_kernel-*.so``: CPython's native libraries: x86-64 with AVX-512 and
+  its VNNI products (``x86_64_v4``: Ice Lake, Zen 4 and later; llama.cpp's native build uses them too), with
+  AVX2 and FMA (``x86_64_v3``), and a portable build for any other CPU of the machine's architecture; they
+  give the same bits.
 
 Each output is rebuilt only when its sources or flags change (a ``.sha256`` stamp beside it). A build that
 fails prints why and leaves that runtime on numpy's products; it never stops ``make build``.
@@ -47,7 +49,8 @@ WASM_LD = ["--experimental-pic", "-shared", "--no-entry", "--export-dynamic", "-
 def native_builds() -> dict[str, list[str]]:
     """The native libraries to build on this machine: {file name: compiler flags}."""
     if platform.machine().lower() in ("x86_64", "amd64"):
-        return {"libpyengine_kernel-x86_64-avx2.so": ["-march=x86_64_v3"],
+        return {"libpyengine_kernel-x86_64-avx512.so": ["-march=x86_64_v4", "-mavx512vnni"],
+                "libpyengine_kernel-x86_64-avx2.so": ["-march=x86_64_v3"],
                 "libpyengine_kernel-portable.so": ["-march=x86_64_v2"]}
     return {"libpyengine_kernel-portable.so": []}
 

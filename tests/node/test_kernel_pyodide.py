@@ -40,10 +40,11 @@ REAL = {"gemma3": "gemma-3-270m-q4_k_m.gguf", "smollm2": SMOLLM2.name}
 
 
 def case_data(type_name: str, rng) -> tuple[np.ndarray, np.ndarray]:
-    """Random blocks (7 rows: odd) of 768 or 96 weights a row, and 37 tokens."""
+    """Random blocks (19 rows: two of x86's groups of 8 rows and 3 more) of 768 or 96 weights a row, and 37
+    tokens."""
     t = GGML_TYPES_BY_NAME[type_name]
     n = 768 if t.block_size == 256 else 96
-    raw = random_blocks(type_name, 7 * n // t.block_size, rng).reshape(7, -1)
+    raw = random_blocks(type_name, 19 * n // t.block_size, rng).reshape(19, -1)
     return raw, rng.standard_normal((max(TOKENS), n)).astype(np.float32)
 
 

@@ -143,7 +143,7 @@ def in_pyodide(code: str, timeout: float = 900, mounts: dict | None = None,
     args = ["node", *relaxed, str(HARNESS), "--static", str(STATIC), "--kernel", kernel,
             "--mount", f"{FIXTURES}:/fx"]
     if MODELS.is_dir():
-        args += ["--mount", f"{MODELS}:/models"]
+        args += ["--mount", f"{MODELS.resolve()}:/models"]   # (a worktree's models: a symlink NODEFS cannot mount)
     for host, point in (mounts or {}).items():
         args += ["--mount", f"{host}:{point}"]
     proc = subprocess.run(offline(args), input=setup + PROBES + code, capture_output=True, text=True,

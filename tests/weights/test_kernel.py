@@ -102,6 +102,41 @@ def test_the_product_of_any_number_of_tokens(k, type_name):
         assert np.isnan(wide[:, :3]).all() and np.isnan(wide[:, 3 + rows:]).all()   # nothing written outside
 
 
+@pytest.mark.parametrize("type_name", TYPES)
+def test_a_prompts_tiles_give_one_tokens_bits(k, type_name):
+    """A prompt's tiles (x86: eight rows a vector, the rows past them as one token's) add the same floats in
+    the same order as one token does: 37 tokens at once and one at a time agree bit for bit."""
+    t = GGML_TYPES_BY_NAME[type_name]
+    rows, n = 21, 1024
+    raw = random_blocks(type_name, rows * n // t.block_size, RNG).reshape(rows, -1)
+    act = k.quantize(RNG.standard_normal((37, n)).astype(np.float32), type_name)
+    tiles = k.mul_mat(raw, type_name, n, act, np.empty((37, rows), np.float32))
+    one = [k.mul_mat(raw, type_name, n, act[i:i + 1], np.empty((1, rows), np.float32))[0] for i in range(37)]
+    assert np.isfinite(tiles).all() and np.array_equal(tiles.view(np.uint32), np.array(one).view(np.uint32))
+
+
+def test_every_native_build_gives_the_same_bits(k):
+    """The native builds this CPU runs (AVX-512 with 16 rows a vector, AVX2 with 8, the portable one) give the
+    same bits: for every type, one token or a prompt's tiles; attention's products; a delta net layer."""
+    libs = [kernel.Kernel(str(kernel.HERE / kernel.NATIVE[b])) for b in kernel.native_builds()]
+    if len(libs) < 2:
+        pytest.skip(f"only {kernel.native_builds()} runs here")
+    got = [[] for _ in libs]                                              # each build's outputs, in turn
+    rows, n = 37, 512
+    for type_name in TYPES:
+        raw = random_blocks(type_name, rows * n // GGML_TYPES_BY_NAME[type_name].block_size, RNG).reshape(rows, -1)
+        x = RNG.standard_normal((37, n)).astype(np.float32)
+        for lib, out in zip(libs, got):
+            out += [lib.mul_mat(raw, type_name, n, lib.quantize(x[:t], type_name), np.empty((t, rows), np.float32))
+                    for t in (1, 5, 37)]
+    q, keys, p = (RNG.standard_normal(shape).astype(np.float32) for shape in ((3, 5, 72), (3, 40, 72), (3, 5, 40)))
+    layer, proj, window, s = delta_layer(np.random.default_rng(3), 4, 2, 32, 4, 9)
+    for lib, out in zip(libs, got):
+        out += [lib.attention_scores(q, keys), lib.attention_values(p, keys), *lib.delta_net(proj, layer, window, s)]
+    for out in got[1:]:
+        assert all(np.array_equal(a.view(np.uint32), b.view(np.uint32)) for a, b in zip(out, got[0], strict=True))
+
+
 def test_the_blocks_form(k):
     """One row split of two types: one rounding of x a vec_dot type, the parts' rows in order, rows() bit
     for bit, a batch and one token alike."""

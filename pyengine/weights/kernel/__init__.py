@@ -12,8 +12,9 @@ PyPI: a wasm32 side module with SIMD128 for the page, and one with relaxed
 SIMD for browsers that have it (one of them written to :data:`WASM_PATH` by
 ``web/pyodide_boot.js`` before Python imports pyengine, its name in
 ``PYENGINE_KERNEL_NAME``),
-and native shared libraries beside this file for CPython (x86-64 with AVX2
-where the CPU has it, else a portable build).
+and native shared libraries beside this file for CPython (x86-64 with
+AVX-512 and VNNI, or with AVX2, where the CPU has them, else a portable build;
+all of them give the same bits).
 
 :func:`get` gives the loaded :class:`Kernel`, or None, with :func:`status`
 saying why: not built, switched off by ``PYENGINE_KERNELS=0``, or failing to
@@ -45,7 +46,11 @@ VERSION = 6                                  # kernel.c's pe_version(): a librar
 MAX_N = 1 << 26                              # kernel.c's MAX_N: weights a row
 HERE = Path(__file__).resolve().parent
 WASM_PATH = "/lib/pyengine_kernel.so"        # where the page's boot writes the side module (Pyodide's FS)
-NATIVE = {"avx2": "libpyengine_kernel-x86_64-avx2.so", "portable": "libpyengine_kernel-portable.so"}
+NATIVE = {"avx512": "libpyengine_kernel-x86_64-avx512.so", "avx2": "libpyengine_kernel-x86_64-avx2.so",
+          "portable": "libpyengine_kernel-portable.so"}
+# the CPU flags (/proc/cpuinfo) each x86-64 build needs: x86-64-v4 and VNNI, x86-64-v3's AVX2 and FMA
+X86_FLAGS = {"avx512": {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl", "avx512_vnni"},
+             "avx2": {"avx2", "fma"}}
 
 
 class KernelError(PyEngineError):
@@ -283,17 +288,24 @@ def library_path() -> str | None:
     for this CPU (None when there is none)."""
     if sys.platform == "emscripten":
         return WASM_PATH if os.path.exists(WASM_PATH) else None
-    if platform.machine().lower() in ("x86_64", "amd64") and _has_avx2() and (HERE / NATIVE["avx2"]).exists():
-        return str(HERE / NATIVE["avx2"])
-    return str(HERE / NATIVE["portable"]) if (HERE / NATIVE["portable"]).exists() else None
+    builds = native_builds()
+    return str(HERE / NATIVE[builds[0]]) if builds else None
 
 
-def _has_avx2() -> bool:
+def native_builds() -> list[str]:
+    """The native builds (keys of NATIVE) present beside this file that this CPU runs, the fastest first."""
+    x86 = platform.machine().lower() in ("x86_64", "amd64")
+    flags = _cpu_flags() if x86 else set()
+    return [name for name in NATIVE if (HERE / NATIVE[name]).exists()
+            and (name == "portable" or (x86 and X86_FLAGS[name] <= flags))]
+
+
+def _cpu_flags() -> set[str]:
     try:
         with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and " avx2" in line and " fma" in line for line in f)
+            return next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
     except OSError:
-        return False
+        return set()
 
 
 _loaded: list = []      # [Kernel or None, status]: loaded once a process

@@ -15,9 +15,10 @@
  * block's scales, sub_<type> the 16 codes of one of its sub-blocks as bytes. One dot product
  * (block_dot) and one loop over rows and tokens (mul_mat_type) then serve every type. A prompt runs
  * tokens in tiles over each block (four; eight on x86), so a sub-block's codes are read once for the tile,
- * and the tile's activation scales are laid out token by token once (tile_cols). The 32-weight types sum a
- * row's blocks in four running sums (LANES), the K types in one, in block order; every target and tile
- * adds the same floats in the same order, so wasm and native give the same bits.
+ * and the tile's activation scales are laid out token by token once (tile_cols); on x86 a prompt takes 8
+ * (AVX2) or 16 (AVX-512) rows at once instead, a row in each lane (rows_dot_32, rows_dot_k, as ggml's repacked
+ * GEMMs). The 32-weight types sum a row's blocks in four running sums (LANES), the K types in one, in block
+ * order; every target and tile adds the same floats in the same order, so wasm and native give the same bits.
  *
  * The products (the product step, codes_at and products) differ by target. On x86 two sub-blocks' codes
  * are multiplied as bytes by the activations' int8 codes and summed in pairs into int16 (pmaddubsw, as
@@ -58,6 +59,7 @@ enum { E_TYPE = -1, E_SIZE = -2 };   /* errors: an unknown type; n or a count th
 #define QK_K 256             /* weights a super-block of the K types and IQ4_XS */
 #define TILE 4               /* tokens of a prompt multiplied at once by each block */
 #define MAX_TILE 8           /* x86's tile: eight tokens a block, their sums in AVX2's 16 registers */
+#define TOKEN_TILE 32        /* a prompt's tokens whose codes stay in cache while the rows pass */
 #if CODE_BYTES == 1 && !defined(__wasm__)
 #define WIDE_TILE 1          /* (wasm's relaxed build keeps four: V8 has 16 registers of 128 bits) */
 #else
@@ -146,9 +148,13 @@ typedef struct { code *q; float *d; int16_t *bsum; float *s; } act_view;
 
 static int act_block(int type) { return type == Q8_K ? QK_K : type == Q8_0 || type == Q8_1 ? QK : 0; }
 
+/* A record's bytes: an odd number of cache lines of 64, so that the same field of many tokens' records falls
+   in as many sets of a cache (a tile reads block b of 32 tokens at once; records 2^k lines apart would share a
+   few sets: 2 of L1's 64 at n = 8192, 32 tokens where 12 fit) */
 static ptrdiff_t act_bytes(int type, ptrdiff_t n) {
     const ptrdiff_t bytes = CODE_BYTES * n + 4 * (n / act_block(type)) + 2 * (n / 16) + (type == Q8_1 ? 4 * (n / QK) : 0);
-    return (bytes + 31) & ~(ptrdiff_t)31;
+    const ptrdiff_t lines = (bytes + 63) / 64;
+    return 64 * (lines | 1);
 }
 
 static act_view act_at(int type, uint8_t *rec, ptrdiff_t n) {
@@ -425,29 +431,33 @@ INLINE u8x16 sub_iq4_xs(const void *p, int j) {
 #define SIGNED (-1)          /* OFF of the types whose sub_ gives signed codes */
 
 /* every weight type: its name, ggml number, weights a block, block struct, activations' type, has mins,
-   the offset its unsigned codes carry (or SIGNED) */
-#define WEIGHT_TYPES(X)                                      \
-    X(q4_0, Q4_0, QK, block_q4_0, Q8_0, 0, 8)                \
-    X(q4_1, Q4_1, QK, block_q4_1, Q8_1, 1, 0)                \
-    X(q5_0, Q5_0, QK, block_q5_0, Q8_0, 0, 16)               \
-    X(q5_1, Q5_1, QK, block_q5_1, Q8_1, 1, 0)                \
-    X(q8_0, Q8_0, QK, block_q8_0, Q8_0, 0, SIGNED)           \
-    X(iq4_nl, IQ4_NL, QK, block_iq4_nl, Q8_0, 0, SIGNED)     \
-    X(q2_K, Q2_K, QK_K, block_q2_K, Q8_K, 1, 0)              \
-    X(q3_K, Q3_K, QK_K, block_q3_K, Q8_K, 0, 4)              \
-    X(q4_K, Q4_K, QK_K, block_q4_K, Q8_K, 1, 0)              \
-    X(q5_K, Q5_K, QK_K, block_q5_K, Q8_K, 1, 0)              \
-    X(q6_K, Q6_K, QK_K, block_q6_K, Q8_K, 0, 32)             \
-    X(iq4_xs, IQ4_XS, QK_K, block_iq4_xs, Q8_K, 0, SIGNED)
+   the offset its unsigned codes carry (or SIGNED); and for x86's rows in lanes (rows_dot_pieces), PIECES: the
+   pieces of 4 codes one scale covers (weights a scale / 4; a 32-weight block: 8), and SUMS16: how many
+   pmaddubsw results int16 holds, 32767 / (2 * 127 * largest |code|), at most 8 */
+#define WEIGHT_TYPES(X)                                         \
+    X(q4_0, Q4_0, QK, block_q4_0, Q8_0, 0, 8, 8, 8)             \
+    X(q4_1, Q4_1, QK, block_q4_1, Q8_1, 1, 0, 8, 8)             \
+    X(q5_0, Q5_0, QK, block_q5_0, Q8_0, 0, 16, 8, 4)            \
+    X(q5_1, Q5_1, QK, block_q5_1, Q8_1, 1, 0, 8, 4)             \
+    X(q8_0, Q8_0, QK, block_q8_0, Q8_0, 0, SIGNED, 8, 1)        \
+    X(iq4_nl, IQ4_NL, QK, block_iq4_nl, Q8_0, 0, SIGNED, 8, 1)  \
+    X(q2_K, Q2_K, QK_K, block_q2_K, Q8_K, 1, 0, 4, 8)           \
+    X(q3_K, Q3_K, QK_K, block_q3_K, Q8_K, 0, 4, 4, 8)           \
+    X(q4_K, Q4_K, QK_K, block_q4_K, Q8_K, 1, 0, 8, 8)           \
+    X(q5_K, Q5_K, QK_K, block_q5_K, Q8_K, 1, 0, 8, 4)           \
+    X(q6_K, Q6_K, QK_K, block_q6_K, Q8_K, 0, 32, 4, 2)          \
+    X(iq4_xs, IQ4_XS, QK_K, block_iq4_xs, Q8_K, 0, SIGNED, 8, 1)
 
 typedef struct {
-    int type, qk, bytes, act, mins, off;
+    int type, qk, bytes, act, mins, off, pieces, sums16;
     void (*head)(const void *, head *);
     u8x16 (*sub)(const void *, int);
 } type_info;
 
-#define TYPE_INFO(name, T, qk, block, act, mins, off) {T, qk, sizeof(block), act, mins, off, head_##name, sub_##name},
-static const type_info TYPES[] = {WEIGHT_TYPES(TYPE_INFO)};
+#define TYPE_INFO(name, T, qk, block, act, mins, off, pieces, sums16) \
+    {T, qk, sizeof(block), act, mins, off, pieces, sums16, head_##name, sub_##name}
+#define TYPE_ITEM(...) TYPE_INFO(__VA_ARGS__),
+static const type_info TYPES[] = {WEIGHT_TYPES(TYPE_ITEM)};
 
 static const type_info *type_of(int type) {
     for (unsigned i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++)
@@ -694,62 +704,339 @@ INLINE void row_dot(const type_info *t, const uint8_t *row, ptrdiff_t nb, const 
     UNROLL for (int i = 0; i < nt; i++) y[i * ldy] = lanes == 1 ? acc[0][i] : lane_sum(&acc[0][i], MAX_TILE);
 }
 
-/* rows times a tile of nt tokens with the tile's columns: the 32-weight types, and the K types' tiles of
-   KTILE (COLS blocks at a time, each row's sum carried in y) */
-INLINE void rows_tile(const type_info *t, const uint8_t *w, ptrdiff_t rows, ptrdiff_t nb, const act_view *acts,
-                      int nt, float *y, ptrdiff_t ldy) {
-    if (t->qk == QK && nb > COLS) {
-        for (ptrdiff_t r = 0; r < rows; r++) row_dot(t, w + r * nb * t->bytes, nb, acts, nt, y + r, ldy);
-        return;
+/* ---- x86's prompt tiles: a row in each lane ----
+ * As ggml-cpu/arch/x86/repack.cpp's GEMMs (ggml_gemm_q4_0_8x8_q8_0, ggml_gemm_q4_K_8x8_q8_K), without their
+ * repacking: a block of ROWS rows (8: AVX2; 16: AVX-512), read where the rows lie, is transposed once for a
+ * chunk of tokens (rows_codes: lane r of vector k holds row r's codes 4k..4k+3) and each token's codes are
+ * broadcast 4 at a time to every lane, so that pmaddubsw (vpdpbusd with AVX-512 VNNI) sums a row in each
+ * lane: no sums across lanes. The float steps are block_dot's, ROWS rows at once: each (row, token) adds the
+ * same floats in the same order as one token's row_dot, so the bits are the same. */
+#if WIDE_TILE
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#define ROWS 16
+/* unpck[lh]dq, unpck[lh]qdq: pairs of lanes of two vectors interleaved within each 128 bits */
+#define LO32 0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29
+#define HI32 2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31
+#define LO64 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
+#define HI64 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
+#else
+#define ROWS 8
+#define LO32 0, 8, 1, 9, 4, 12, 5, 13
+#define HI32 2, 10, 3, 11, 6, 14, 7, 15
+#define LO64 0, 1, 8, 9, 4, 5, 12, 13
+#define HI64 2, 3, 10, 11, 6, 7, 14, 15
+#endif
+typedef uint8_t rows_u8 __attribute__((vector_size(4 * ROWS)));       /* 4 bytes of each row */
+typedef int8_t rows_i8 __attribute__((vector_size(4 * ROWS)));
+typedef int16_t rows_i16 __attribute__((vector_size(4 * ROWS)));
+typedef uint16_t rows_u16 __attribute__((vector_size(4 * ROWS)));
+typedef int32_t rows_i32 __attribute__((vector_size(4 * ROWS)));     /* an int32 for each row */
+typedef uint32_t rows_u32 __attribute__((vector_size(4 * ROWS)));
+typedef float rows_f32 __attribute__((vector_size(4 * ROWS)));
+
+/* ROWS rows' 16 bytes v[r] by pieces of 4: out[c] lane r = bytes 4c..4c+3 of v[r]. Vector i first holds rows
+   i, i + 4, (i + 8, i + 12) in its 128-bit lanes; then two rounds of interleaving within those lanes. */
+INLINE void transpose_rows(const u32x4 v[ROWS], rows_u32 out[4]) {
+    rows_u32 p[4];
+    UNROLL for (int i = 0; i < 4; i++) {
+        const u32x8 a = __builtin_shufflevector(v[i], v[i + 4], 0, 1, 2, 3, 4, 5, 6, 7);
+#if ROWS == 16
+        const u32x8 b = __builtin_shufflevector(v[i + 8], v[i + 12], 0, 1, 2, 3, 4, 5, 6, 7);
+        p[i] = __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+#else
+        p[i] = a;
+#endif
     }
-    tile_cols c;
-    for (ptrdiff_t b0 = 0; b0 < nb; b0 += COLS) {
-        const ptrdiff_t b1 = b0 + COLS < nb ? b0 + COLS : nb;
-        fill_cols(t, acts, nt, b0, b1, &c);
-        for (ptrdiff_t r = 0; r < rows; r++)
-            if (t->qk == QK_K) row_dot_k_tile(t, w + r * nb * t->bytes, b0, b1, acts, &c, b0 == 0, y + r, ldy);
-            else row_dot_32_tile(t, w + r * nb * t->bytes, nb, acts, &c, nt, y + r, ldy);
+    const rows_u32 t0 = __builtin_shufflevector(p[0], p[1], LO32), t1 = __builtin_shufflevector(p[0], p[1], HI32);
+    const rows_u32 t2 = __builtin_shufflevector(p[2], p[3], LO32), t3 = __builtin_shufflevector(p[2], p[3], HI32);
+    out[0] = __builtin_shufflevector(t0, t2, LO64);
+    out[1] = __builtin_shufflevector(t0, t2, HI64);
+    out[2] = __builtin_shufflevector(t1, t3, LO64);
+    out[3] = __builtin_shufflevector(t1, t3, HI64);
+}
+
+/* the 16 bytes at byte o of ROWS rows' blocks blk[r], by pieces of 4 (transpose_rows) */
+INLINE void rows_piece(const uint8_t *const blk[ROWS], size_t o, rows_u8 p[4]) {
+    u32x4 v[ROWS];
+    UNROLL for (int r = 0; r < ROWS; r++) __builtin_memcpy(&v[r], blk[r] + o, 16);
+    transpose_rows(v, (rows_u32 *)p);
+}
+
+/* each byte's low or high nibble; bits by, by + 1 of each byte as bits 4, 5 (sub_q6_K's high bits) */
+INLINE rows_u8 nibble_rows(rows_u8 v, int high) { return high ? (rows_u8)((rows_u16)v >> 4) & 15 : v & 15; }
+INLINE rows_u8 bits45_rows(rows_u8 v, int by) {
+    return (rows_u8)(by <= 4 ? (rows_u16)v << (4 - by) : (rows_u16)v >> (by - 4)) & 0x30;
+}
+
+/* A block's codes of ROWS rows blk[r]: q[g][k] lane r = row r's codes 32g + 4k..32g + 4k + 3. The packed bytes
+   of Q4_0, Q4_K and Q6_K are transposed first and unpacked for all rows at once (dequantize_row_<type>'s
+   layouts, as their sub_ read them); other types' sub-blocks a row at a time. */
+INLINE void rows_codes(const type_info *t, const uint8_t *const blk[ROWS], rows_u8 q[][8]) {
+    rows_u8 p[16], h[8];
+    if (t->type == Q4_0) {                               /* low nibbles: weights 0..15, high: 16..31 */
+        rows_piece(blk, offsetof(block_q4_0, qs), p);
+        UNROLL for (int c = 0; c < 4; c++) q[0][c] = nibble_rows(p[c], 0), q[0][c + 4] = nibble_rows(p[c], 1);
+    } else if (t->type == Q4_K) {                        /* 32 bytes a 64 weights: low nibbles, then high */
+        UNROLL for (int g = 0; g < 8; g += 2) {
+            rows_piece(blk, offsetof(block_q4_K, qs) + 16 * g, p);
+            rows_piece(blk, offsetof(block_q4_K, qs) + 16 * g + 16, p + 4);
+            UNROLL for (int c = 0; c < 8; c++) q[g][c] = nibble_rows(p[c], 0), q[g + 1][c] = nibble_rows(p[c], 1);
+        }
+    } else if (t->type == Q6_K) {                        /* 128 weights: ql[64 n..], qh[32 n..] */
+        UNROLL for (int n = 0; n < 2; n++) {
+            UNROLL for (int i = 0; i < 4; i++) rows_piece(blk, offsetof(block_q6_K, ql) + 64 * n + 16 * i, p + 4 * i);
+            UNROLL for (int i = 0; i < 2; i++) rows_piece(blk, offsetof(block_q6_K, qh) + 32 * n + 16 * i, h + 4 * i);
+            UNROLL for (int k = 0; k < 4; k++) UNROLL for (int c = 0; c < 8; c++)    /* weights 32k + 4c.. */
+                q[4 * n + k][c] = nibble_rows(p[8 * (k % 2) + c], k / 2) | bits45_rows(h[c], 2 * k);
+        }
+    } else {
+        UNROLL for (int j = 0; j < t->qk / 16; j += 2) {
+            u32x4 lo[ROWS], hi[ROWS];
+            UNROLL for (int r = 0; r < ROWS; r++)
+                lo[r] = (u32x4)t->sub(blk[r], j), hi[r] = (u32x4)t->sub(blk[r], j + 1);
+            transpose_rows(lo, (rows_u32 *)q[j / 2]);
+            transpose_rows(hi, (rows_u32 *)q[j / 2] + 4);
+        }
     }
 }
 
+/* 4 bytes at p in every lane */
+INLINE rows_u32 broadcast4(const void *p) {
+    uint32_t four;
+    __builtin_memcpy(&four, p, 4);
+    return (rows_u32){0} + four;
+}
+
+/* ROWS rows' block b (rows row_bytes apart from w): blk[r], its head h[r], and d and m a row a lane; the same
+   block of the next ROWS rows (`next`, or 0) fetched into the cache meanwhile */
+INLINE void rows_heads(const type_info *t, const uint8_t *w, ptrdiff_t row_bytes, ptrdiff_t b, const uint8_t *next,
+                       const uint8_t *blk[ROWS], head h[ROWS], rows_f32 *d, rows_f32 *m) {
+    UNROLL for (int r = 0; r < ROWS; r++) {
+        blk[r] = w + r * row_bytes + b * t->bytes;
+        if (next)
+            UNROLL for (int o = 0; o < t->bytes; o += 64) __builtin_prefetch(next + r * row_bytes + b * t->bytes + o);
+        h[r] = (head){.m = 0};
+        t->head(blk[r], &h[r]);
+        (*d)[r] = h[r].d, (*m)[r] = h[r].m;
+    }
+}
+
+#if ROWS == 16
+typedef rows_i32 rows_scale;         /* a sub-block's integer scale a row a lane: int32 (vpdpbusd's sums) */
+#else
+typedef rows_i16 rows_scale;         /* ... or in both int16 of each row's lane (pmaddwd's pairs) */
+#endif
+
+/* 32 weights' codes q of ROWS rows (rows_codes) times nt tokens' 32 codes acts[i].q + at, added to s[i] (lane
+   r: row r's integer sum), each sub-block of 16 scaled by sc[0], sc[1] (K types; 0: a 32-weight block, its
+   scale 1). AVX-512: a scale's PIECES summed by vpdpbusd in int32, then scaled; AVX2: min(PIECES, SUMS16)
+   pmaddubsw results added as int16 (exact), then scaled by pmaddwd, four tokens at a time in registers. */
+INLINE void rows_dot_pieces(const type_info *t, const rows_u8 q[8], const act_view *acts, ptrdiff_t at, int nt,
+                            const rows_scale *sc, rows_i32 s[]) {
+    const int sign = t->off == SIGNED;
+#if ROWS == 16
+    if (!sc) {                                           /* the tokens' sums side by side (measured fastest) */
+        UNROLL for (int k = 0; k < 8; k++) UNROLL for (int i = 0; i < nt; i++)
+            s[i] = dpbusd(s[i], q[k], (rows_i8)broadcast4(acts[i].q + at + 4 * k), sign);
+        return;
+    }
+    UNROLL for (int i = 0; i < nt; i++) {                /* a token at a time (K types: faster so) */
+        rows_i32 a = {0};
+        UNROLL for (int k = 0; k < 8; k++) {
+            a = dpbusd(a, q[k], (rows_i8)broadcast4(acts[i].q + at + 4 * k), sign);
+            if (k % t->pieces == t->pieces - 1) s[i] += a * sc[k / 4], a = (rows_i32){0};
+        }
+    }
+#else
+    const i16x16 ones = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    const int span = t->sums16 < t->pieces ? t->sums16 : t->pieces;
+    UNROLL for (int i0 = 0; i0 < nt; i0 += TILE) {
+        i16x16 p[TILE];
+        UNROLL for (int k = 0; k < 8; k++) UNROLL for (int i = i0; i < i0 + TILE; i++) {
+            const i16x16 m = maddubs(q[k], (i8x32)broadcast4(acts[i].q + at + 4 * k), sign);
+            p[i - i0] = k % span ? p[i - i0] + m : m;
+            if (k % span == span - 1) s[i] += madd(p[i - i0], sc ? sc[k / 4] : ones);
+        }
+    }
+#endif
+}
+
+/* block_dot's float steps for a 32-weight block b, ROWS rows a lane, nt tokens: into acc[i] */
+INLINE void rows_block_32(const type_info *t, const rows_u8 q[8], rows_f32 dw, rows_f32 mw, const act_view *acts,
+                          ptrdiff_t b, int nt, rows_f32 acc[]) {
+    rows_i32 s[MAX_TILE];
+    UNROLL for (int i = 0; i < nt; i++) s[i] = (rows_i32){0};
+    rows_dot_pieces(t, q, acts, b * QK, nt, 0, s);
+    UNROLL for (int i = 0; i < nt; i++) {
+        rows_f32 v = (dw * acts[i].d[b]) * __builtin_convertvector(s[i] - offset_sum(t, 0, &acts[i], b), rows_f32);
+        if (t->mins) v += mw * acts[i].s[b];
+        acc[i] += v;
+    }
+}
+
+/* ROWS rows of a 32-weight type (row_bytes apart from w) times nt <= TOKEN_TILE tokens (a multiple of TILE)
+   into y[i * ldy + r]: block b in running sum b % LANES, then lane_sum's order; each block read and transposed
+   once for the nt tokens, MAX_TILE at a time */
+INLINE void rows_dot_32(const type_info *t, const uint8_t *w, ptrdiff_t row_bytes, ptrdiff_t nb, const act_view *acts,
+                        int nt, float *y, ptrdiff_t ldy, const uint8_t *next) {
+    rows_f32 acc[LANES][TOKEN_TILE];
+    UNROLL for (int k = 0; k < LANES; k++) for (int i = 0; i < nt; i++) acc[k][i] = (rows_f32){0};
+    for (ptrdiff_t b4 = 0; b4 < nb; b4 += LANES) UNROLL for (int k = 0; k < LANES; k++) {
+        const ptrdiff_t b = b4 + k;
+        if (b >= nb) break;
+        const uint8_t *blk[ROWS];
+        head h[ROWS];
+        rows_f32 dw, mw;
+        rows_heads(t, w, row_bytes, b, next, blk, h, &dw, &mw);
+        rows_u8 q[1][8];
+        rows_codes(t, blk, q);
+        for (int i = 0; i < nt; i += MAX_TILE)
+            if (nt - i >= MAX_TILE) rows_block_32(t, q[0], dw, mw, acts + i, b, MAX_TILE, acc[k] + i);
+            else rows_block_32(t, q[0], dw, mw, acts + i, b, TILE, acc[k] + i);
+    }
+    for (int i = 0; i < nt; i++) {
+        const rows_f32 sum = (acc[0][i] + acc[1][i]) + (acc[2][i] + acc[3][i]);
+        __builtin_memcpy(y + i * ldy, &sum, sizeof sum);
+    }
+}
+
+/* ROWS rows' 16 sub-block scales (or mins: `mins`) in pairs: out[p] lane r = h[r]'s values 2p, 2p + 1 */
+INLINE void rows_pairs(const head h[ROWS], int mins, rows_i16 out[8]) {
+    u32x4 lo[ROWS], hi[ROWS];
+    UNROLL for (int r = 0; r < ROWS; r++) {
+        const i16x16 v = mins ? h[r].mins : h[r].sc;
+        __builtin_memcpy(&lo[r], &v, 16);
+        __builtin_memcpy(&hi[r], (const int16_t *)&v + 8, 16);
+    }
+    transpose_rows(lo, (rows_u32 *)out);
+    transpose_rows(hi, (rows_u32 *)out + 4);
+}
+
+/* lane r: sum over j of v[r][j] * x[j] for rows_pairs' pairs of v and 16 int16 x (a token's bsums) */
+INLINE rows_i32 pairs_dot(const rows_i16 pairs[8], const int16_t *x) {
+    rows_i32 s = {0};
+#if ROWS == 16
+    UNROLL for (int p = 0; p < 8; p++) s = dpwssd(s, pairs[p], (rows_i16)broadcast4(x + 2 * p));
+#else
+    UNROLL for (int p = 0; p < 8; p++) s += madd(pairs[p], (rows_i16)broadcast4(x + 2 * p));
+#endif
+    return s;
+}
+
+/* block_dot's integers and float steps for a K type's block b, ROWS rows a lane, nt tokens: into acc[i] (sc:
+   each sub-block's scales, scp and minp: the scales and mins in pairs, rows_pairs) */
+INLINE void rows_block_k(const type_info *t, const rows_u8 q[][8], const rows_scale sc[QK_K / 16],
+                         const rows_i16 scp[8], const rows_i16 minp[8], rows_f32 dw, rows_f32 mw,
+                         const act_view *acts, ptrdiff_t b, int nt, rows_f32 acc[]) {
+    rows_i32 s[MAX_TILE];
+    UNROLL for (int i = 0; i < nt; i++) s[i] = (rows_i32){0};
+    UNROLL for (int g = 0; g < QK_K / 32; g++) rows_dot_pieces(t, q[g], acts, b * QK_K + 32 * g, nt, sc + 2 * g, s);
+    UNROLL for (int i = 0; i < nt; i++) {
+        const int16_t *bsum = acts[i].bsum + b * (QK_K / 16);
+        if (t->off > 0) s[i] -= t->off * pairs_dot(scp, bsum);          /* offset_sum's */
+        const float dx = acts[i].d[b];
+        rows_f32 v = (dw * dx) * __builtin_convertvector(s[i], rows_f32);
+        if (t->mins) v -= (mw * dx) * __builtin_convertvector(pairs_dot(minp, bsum), rows_f32);
+        acc[i] += v;
+    }
+}
+
+/* ROWS rows of a K type times nt <= TOKEN_TILE tokens (a multiple of TILE) into y[i * ldy + r], in block order;
+   each block's codes and scales transposed once for the nt tokens */
+INLINE void rows_dot_k(const type_info *t, const uint8_t *w, ptrdiff_t row_bytes, ptrdiff_t nb, const act_view *acts,
+                       int nt, float *y, ptrdiff_t ldy, const uint8_t *next) {
+    rows_f32 acc[TOKEN_TILE];
+    for (int i = 0; i < nt; i++) acc[i] = (rows_f32){0};
+    for (ptrdiff_t b = 0; b < nb; b++) {
+        const uint8_t *blk[ROWS];
+        head h[ROWS];
+        rows_f32 dw, mw;
+        rows_heads(t, w, row_bytes, b, next, blk, h, &dw, &mw);
+        rows_i16 scp[8], minp[8];
+        rows_scale sc[QK_K / 16];
+        rows_pairs(h, 0, scp);
+        UNROLL for (int p = 0; p < 8; p++) {                /* each of a pair's scales, sign extended */
+            const rows_i32 lo = ((rows_i32)scp[p] << 16) >> 16, hi = (rows_i32)scp[p] >> 16;
+#if ROWS == 16
+            sc[2 * p] = lo, sc[2 * p + 1] = hi;
+#else
+            sc[2 * p] = (rows_i16)(lo << 16 | (lo & 0xffff)), sc[2 * p + 1] = (rows_i16)(hi << 16 | (hi & 0xffff));
+#endif
+        }
+        if (t->mins) rows_pairs(h, 1, minp);
+        rows_u8 q[QK_K / 32][8];
+        rows_codes(t, blk, q);
+        for (int i = 0; i < nt; i += MAX_TILE)
+            if (nt - i >= MAX_TILE) rows_block_k(t, q, sc, scp, minp, dw, mw, acts + i, b, MAX_TILE, acc + i);
+            else rows_block_k(t, q, sc, scp, minp, dw, mw, acts + i, b, TILE, acc + i);
+    }
+    for (int i = 0; i < nt; i++) __builtin_memcpy(y + i * ldy, &acc[i], sizeof acc[i]);
+}
+#endif
+
+/* rows times a tile of nt tokens with the tile's columns (the 32-weight types, and the K types' tiles of
+   KTILE: COLS blocks at a time, each row's sum carried in y), or else one row at a time (row_dot) */
+INLINE void rows_tile(const type_info *t, const uint8_t *w, ptrdiff_t rows, ptrdiff_t nb, const act_view *acts,
+                      int nt, float *y, ptrdiff_t ldy) {
+    const ptrdiff_t row_bytes = nb * t->bytes;
+    if ((t->qk == QK && nb > COLS) || (t->qk == QK_K && nt != KTILE)) {
+        for (ptrdiff_t r = 0; r < rows; r++) row_dot(t, w + r * row_bytes, nb, acts, nt, y + r, ldy);
+        return;
+    }
+    tile_cols c;
+    for (ptrdiff_t b0 = 0; rows && b0 < nb; b0 += COLS) {
+        const ptrdiff_t b1 = b0 + COLS < nb ? b0 + COLS : nb;
+        fill_cols(t, acts, nt, b0, b1, &c);
+        for (ptrdiff_t r = 0; r < rows; r++)
+            if (t->qk == QK_K) row_dot_k_tile(t, w + r * row_bytes, b0, b1, acts, &c, b0 == 0, y + r, ldy);
+            else row_dot_32_tile(t, w + r * row_bytes, nb, acts, &c, nt, y + r, ldy);
+    }
+}
+
+/* rows times nt tokens (a multiple of TILE) in tiles of MAX_TILE (x86) and TILE tokens. On x86 ROWS rows at a
+   time (rows_dot_32, rows_dot_k), each group over all nt tokens while its blocks are in cache, the next group
+   fetched meanwhile; the rows past them by rows_tile. */
+INLINE void tiles(const type_info *t, const uint8_t *w, ptrdiff_t rows, ptrdiff_t nb, const act_view *acts, int nt,
+                  float *y, ptrdiff_t ldy) {
+#if WIDE_TILE
+    const ptrdiff_t row_bytes = nb * t->bytes, grouped = rows - rows % ROWS;
+    for (ptrdiff_t r = 0; r < grouped; r += ROWS) {
+        const uint8_t *wr = w + r * row_bytes, *next = r + ROWS < grouped ? wr + ROWS * row_bytes : 0;
+        if (t->qk == QK_K) rows_dot_k(t, wr, row_bytes, nb, acts, nt, y + r, ldy, next);
+        else rows_dot_32(t, wr, row_bytes, nb, acts, nt, y + r, ldy, next);
+    }
+    w += grouped * row_bytes, y += grouped, rows -= grouped;
+#endif
+    int i = 0;
+    if (WIDE_TILE)
+        for (; i + MAX_TILE <= nt; i += MAX_TILE) rows_tile(t, w, rows, nb, acts + i, MAX_TILE, y + i * ldy, ldy);
+    for (; i < nt; i += TILE) rows_tile(t, w, rows, nb, acts + i, TILE, y + i * ldy, ldy);
+}
+
 /* y (T, ldy) [:, :rows] = W (rows, n) x^T for one type, a row at a time (the weights read in the order
-   they lie: memory's fastest). A prompt: TILE tokens at a time over each row, TOKEN_TILE tokens' codes
-   kept in cache while the rows pass. */
-#define TOKEN_TILE 32
+   they lie: memory's fastest). A prompt: TOKEN_TILE tokens' codes kept in cache while the rows pass in tiles
+   (tiles), the tokens past the last tile one at a time. */
 INLINE void mul_mat_type(const type_info *t, const uint8_t *w, ptrdiff_t rows, ptrdiff_t n, uint8_t *act,
                          ptrdiff_t tokens, float *y, ptrdiff_t ldy) {
     const ptrdiff_t nb = n / t->qk, rec = act_bytes(t->act, n), row_bytes = nb * t->bytes;
     for (ptrdiff_t t0 = 0; t0 < tokens; t0 += TOKEN_TILE) {
-        const ptrdiff_t t1 = t0 + TOKEN_TILE < tokens ? t0 + TOKEN_TILE : tokens;
-        ptrdiff_t i = t0;
-        if (WIDE_TILE)
-            for (; i + MAX_TILE <= t1; i += MAX_TILE) {
-                act_view a[MAX_TILE];
-                UNROLL for (int k = 0; k < MAX_TILE; k++) a[k] = act_at(t->act, act + (i + k) * rec, n);
-                rows_tile(t, w, rows, nb, a, MAX_TILE, y + i * ldy, ldy);
-            }
-        for (; i + TILE <= t1; i += TILE) {
-            act_view a[TILE];
-            UNROLL for (int k = 0; k < TILE; k++) a[k] = act_at(t->act, act + (i + k) * rec, n);
-            if (t->qk == QK || (t->qk == QK_K && KTILE == TILE))
-                rows_tile(t, w, rows, nb, a, TILE, y + i * ldy, ldy);
-            else for (ptrdiff_t r = 0; r < rows; r++) row_dot(t, w + r * row_bytes, nb, a, TILE, y + i * ldy + r, ldy);
-        }
-        for (; i < t1; i++) {
-            const act_view a = act_at(t->act, act + i * rec, n);
+        const int nt = (int)(t0 + TOKEN_TILE < tokens ? TOKEN_TILE : tokens - t0), tiled = nt - nt % TILE;
+        act_view a[TOKEN_TILE];
+        for (int i = 0; i < nt; i++) a[i] = act_at(t->act, act + (t0 + i) * rec, n);
+        if (tiled) tiles(t, w, rows, nb, a, tiled, y + t0 * ldy, ldy);
+        for (int i = tiled; i < nt; i++)
             for (ptrdiff_t r = 0; r < rows; r++) {
-                if (SUMS4 && t->qk == QK) row_dot_32(t, w + r * row_bytes, nb, &a, y + i * ldy + r);
-                else row_dot(t, w + r * row_bytes, nb, &a, 1, y + i * ldy + r, ldy);
+                if (SUMS4 && t->qk == QK) row_dot_32(t, w + r * row_bytes, nb, &a[i], y + (t0 + i) * ldy + r);
+                else row_dot(t, w + r * row_bytes, nb, &a[i], 1, y + (t0 + i) * ldy + r, ldy);
             }
-        }
     }
 }
 
 /* one copy of the loops a type, its head_ and sub_ inlined */
-#define MUL_MAT(name, T, qk, block, act, mins, off)                                                      \
+#define MUL_MAT(name, T, qk, block, act, mins, off, pieces, sums16)                                      \
     static void mul_mat_##name(const uint8_t *w, ptrdiff_t rows, ptrdiff_t n, uint8_t *x, ptrdiff_t tokens,   \
                                float *y, ptrdiff_t ldy) {                                                  \
-        static const type_info t = {T, qk, sizeof(block), act, mins, off, head_##name, sub_##name};      \
+        static const type_info t = TYPE_INFO(name, T, qk, block, act, mins, off, pieces, sums16);        \
         mul_mat_type(&t, w, rows, n, x, tokens, y, ldy);                                                 \
     }
 WEIGHT_TYPES(MUL_MAT)
@@ -791,7 +1078,7 @@ EXPORT int pe_mul_mat(int type, const uint8_t *w, int rows, int n, uint8_t *act,
     if (rec < 0) return rec;
     if (rows < 0 || tokens < 0 || (tokens > 1 && ldy < rows)) return E_SIZE;
     if (!fp16_filled) fill_fp16();
-#define CASE(name, T, qk_, block_, act_, mins_, off_) \
+#define CASE(name, T, qk_, block_, act_, mins_, off_, pieces_, sums16_) \
     case T: mul_mat_##name(w, rows, n, act, tokens, y, ldy); return 0;
     switch (type) { WEIGHT_TYPES(CASE) }
     return E_TYPE;

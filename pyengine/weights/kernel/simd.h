@@ -19,10 +19,14 @@
 typedef uint8_t  u8x16  __attribute__((vector_size(16)));
 typedef int8_t   i8x16  __attribute__((vector_size(16)));
 typedef uint8_t  u8x32  __attribute__((vector_size(32)));
+typedef int8_t   i8x32  __attribute__((vector_size(32)));
+typedef uint32_t u32x4  __attribute__((vector_size(16)));
+typedef uint32_t u32x8  __attribute__((vector_size(32)));
 typedef int16_t  i16x8  __attribute__((vector_size(16)));
 typedef uint16_t u16x8  __attribute__((vector_size(16)));
 typedef int32_t  i32x4  __attribute__((vector_size(16)));
 typedef int16_t  i16x16 __attribute__((vector_size(32)));
+typedef uint16_t u16x16 __attribute__((vector_size(32)));
 typedef int32_t  i32x8  __attribute__((vector_size(32)));
 typedef float    f32x4  __attribute__((vector_size(16)));
 typedef float    f32x8  __attribute__((vector_size(32)));
@@ -92,18 +96,17 @@ typedef int8_t code;
 #if !defined(__wasm_relaxed_simd__)
 /* pmaddubsw on 32 bytes (AVX2: one instruction; SSSE3: two halves): 16 int16 sums of adjacent products of w
    (unsigned) and x (signed); `sign`: w signed, taken as |w| times x with w's sign (ggml's mul_sum_i8_pairs) */
-INLINE i16x16 maddubs32(u8x32 w, const code *a, int sign) {
+INLINE i16x16 maddubs(u8x32 w, i8x32 x, int sign) {
 #if defined(__AVX2__)
-    __m256i x, wv = (__m256i)w;
-    __builtin_memcpy(&x, a, 32);
-    if (sign) x = _mm256_sign_epi8(x, wv), wv = _mm256_sign_epi8(wv, wv);
-    return (i16x16)_mm256_maddubs_epi16(wv, x);
+    __m256i wv = (__m256i)w, xv = (__m256i)x;
+    if (sign) xv = _mm256_sign_epi8(xv, wv), wv = _mm256_sign_epi8(wv, wv);
+    return (i16x16)_mm256_maddubs_epi16(wv, xv);
 #else
     __m128i d[2];
     for (int h = 0; h < 2; h++) {
         __m128i wh, xh;
         __builtin_memcpy(&wh, (const uint8_t *)&w + 16 * h, 16);
-        __builtin_memcpy(&xh, a + 16 * h, 16);
+        __builtin_memcpy(&xh, (const int8_t *)&x + 16 * h, 16);
         if (sign) xh = _mm_sign_epi8(xh, wh), wh = _mm_sign_epi8(wh, wh);
         d[h] = _mm_maddubs_epi16(wh, xh);
     }
@@ -111,6 +114,32 @@ INLINE i16x16 maddubs32(u8x32 w, const code *a, int sign) {
     __builtin_memcpy(&r, d, 32);
     return r;
 #endif
+}
+
+/* the same with x the 32 codes at a */
+INLINE i16x16 maddubs32(u8x32 w, const code *a, int sign) {
+    i8x32 x;
+    __builtin_memcpy(&x, a, 32);
+    return maddubs(w, x, sign);
+}
+#endif
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+typedef uint8_t u8x64 __attribute__((vector_size(64)));
+typedef int8_t  i8x64 __attribute__((vector_size(64)));
+typedef int16_t i16x32 __attribute__((vector_size(64)));
+typedef int32_t i32x16 __attribute__((vector_size(64)));
+/* acc plus the sums of 4 adjacent products of w (unsigned) and x (signed) in each int32 lane (vpdpbusd: exact,
+   no int16 step); `sign`: w signed, taken as |w| times x with w's sign */
+INLINE i32x16 dpbusd(i32x16 acc, u8x64 w, i8x64 x, int sign) {
+    __m512i wv = (__m512i)w, xv = (__m512i)x;
+    if (sign) xv = _mm512_mask_sub_epi8(xv, _mm512_movepi8_mask(wv), _mm512_setzero_si512(), xv),
+              wv = _mm512_abs_epi8(wv);
+    return (i32x16)_mm512_dpbusd_epi32((__m512i)acc, wv, xv);
+}
+/* acc plus the sums of adjacent int16 products of a and b in each int32 lane (vpdpwssd: pmaddwd and an add) */
+INLINE i32x16 dpwssd(i32x16 acc, i16x32 a, i16x32 b) {
+    return (i32x16)_mm512_dpwssd_epi32((__m512i)acc, (__m512i)a, (__m512i)b);
 }
 #endif
 
