@@ -325,14 +325,15 @@ def test_the_kernels_delta_net_refuses_what_does_not_fit():
     need_kernel()
     k = kernel.get()
     layer, proj, window, s = delta_layer(np.random.default_rng(1), 4, 2, 8, 3, 2)
-    for args, message in (((proj[:, :-1].copy(), layer, window, s), "cannot take proj"),
-                          ((proj, layer, window[:1].copy(), s), "cannot take proj"),
-                          ((proj, layer, window, s[:, :, :4].copy()), "cannot take proj"),
-                          ((proj.T, layer, window, s), "C-contiguous")):
+    cases = (((proj[:, :-1].copy(), layer, window, s), r"cannot take proj \(2, 103\): it takes \(2, 104\)"),
+             ((proj, layer, window[:1].copy(), s), r"cannot take window \(1, 64\): it takes \(2, 64\)"),
+             ((proj, layer, window, s[:, :, :4].copy()), "cannot take s"),
+             ((proj.T, layer, window, s), "C-contiguous"))
+    for args, message in cases:
         with pytest.raises(KernelError, match=message):
             k.delta_net(*args)
     layer.key_of = np.array([0, 1, 2, 0])                                 # a key head the layer lacks
-    with pytest.raises(KernelError, match="cannot take proj"):
+    with pytest.raises(KernelError, match="its sizes or key heads do not agree"):
         k.delta_net(proj, layer, window, s)
     p, bad = proj.ctypes.data, np.array([2, 4, 2, 8, 3], np.int32)
     keys = np.array([0, 1, 2, 0], np.int32)                               # the C side checks key_of too

@@ -103,6 +103,8 @@ class Kernel:
         self.code_bytes = lib.pe_code_bytes()   # an activation code's bytes in a record: 1 (x86) or 2 (wasm)
         self._act_bytes: dict[tuple[str, int], int] = {}
         self._local = threading.local()        # its .buffers: (kind, shape) -> (array, address), a thread's own
+        self._delta_layers: dict[tuple, tuple] = {}   # ids of a DeltaNet layer's arrays -> what pe_delta_net takes
+        self._delta_held: list[tuple] = []
 
     def act_bytes(self, ggml_type: str, n: int) -> int:
         """Bytes of one token's activation record for rows of ``n`` weights of ``ggml_type``."""
@@ -164,28 +166,46 @@ class Kernel:
         :class:`pyengine.model.delta_net.DeltaNet` (its conv (C, K), dt_bias and a (H,), norm (D,), key_of (H,),
         d_state D, eps); the state window (K-1, C) and s (H, D, D), left as they were -> (out (T, H D) for
         ssm_out, the new window, the new s)."""
-        conv, key_of, d = layer.conv, layer.key_of, layer.d_state
-        _check(conv, np.float32, 2, "conv")
-        _check(s, np.float32, 3, "s")
-        _check(window, np.float32, 2, "window")
-        _check(proj, np.float32, 2, "proj")
-        h, (c, taps), t = len(key_of), conv.shape, len(proj)
-        hk = (c - h * d) // (2 * d) if d > 0 else 0
-        gates = np.concatenate([layer.dt_bias, layer.a]).astype(np.float32)            # (2H,)
-        norm = np.ascontiguousarray(layer.norm, np.float32)
-        if d <= 0 or hk <= 0 or c != 2 * hk * d + h * d or taps < 1 or s.shape != (h, d, d) \
-                or window.shape != (taps - 1, c) or proj.shape[1] != c + h * d + 2 * h or gates.shape != (2 * h,) \
-                or norm.shape != (d,) or not np.all((key_of >= 0) & (key_of < hk)):
-            raise KernelError(f"a DeltaNet layer of conv {conv.shape}, {h} heads of {d}, state {s.shape}, window "
-                              f"{window.shape} cannot take proj {proj.shape}")
-        dims, keys = np.array([t, h, hk, d, taps], np.int32), np.ascontiguousarray(key_of, np.int32)
+        conv_t, gates, norm, keys, hk = self._delta_layer(layer)
+        (taps, c), (h, d) = conv_t.shape, (len(keys), layer.d_state)
+        for a, shape, what in ((s, (h, d, d), "s"), (window, (taps - 1, c), "window"),
+                               (proj, (len(proj), c + h * d + 2 * h), "proj")):
+            _check(a, np.float32, len(shape), what)
+            if a.shape != shape:
+                raise KernelError(f"a DeltaNet layer of conv {(c, taps)}, {h} heads of {d} cannot take {what} "
+                                  f"{a.shape}: it takes {shape}")
+        t = len(proj)
+        dims = np.array([t, h, hk, d, taps], np.int32)
         out, window_out, s_out = np.empty((t, h * d), np.float32), np.empty_like(window), np.empty_like(s)
         work, work_at = self._buffer("delta", (1, c), np.float32)
-        _ok(self._call(self.lib.pe_delta_net, proj.ctypes.data, dims.ctypes.data, conv.ctypes.data,
+        _ok(self._call(self.lib.pe_delta_net, proj.ctypes.data, dims.ctypes.data, conv_t.ctypes.data,
                        window.ctypes.data, s.ctypes.data, gates.ctypes.data, norm.ctypes.data, keys.ctypes.data,
                        ctypes.c_float(layer.eps), window_out.ctypes.data, s_out.ctypes.data, out.ctypes.data, work_at),
             "pe_delta_net")
         return out, window_out, s_out
+
+    def _delta_layer(self, layer) -> tuple:
+        """A DeltaNet layer's constants as pe_delta_net takes them, checked and made once: conv_t (K, C), gates
+        (2H,): dt_bias then a, norm (D,), key_of (H,) int32, and Hk. Raises KernelError for a layer whose
+        sizes do not agree."""
+        fields = (layer.conv, layer.dt_bias, layer.a, layer.norm, layer.key_of)
+        key = tuple(map(id, fields))
+        got = self._delta_layers.get(key)
+        if got is None:
+            conv, dt_bias, a, norm, key_of = fields
+            _check(conv, np.float32, 2, "conv")
+            h, d, (c, taps) = len(key_of), layer.d_state, conv.shape
+            hk = (c - h * d) // (2 * d) if d > 0 else 0
+            gates = np.concatenate([dt_bias, a]).astype(np.float32)                   # (2H,)
+            if d <= 0 or hk <= 0 or c != 2 * hk * d + h * d or taps < 1 or gates.shape != (2 * h,) \
+                    or np.shape(norm) != (d,) or not np.all((key_of >= 0) & (key_of < hk)):
+                raise KernelError(f"a DeltaNet layer of conv {conv.shape}, {h} heads of {d}, gates {gates.shape}, "
+                                  f"norm {np.shape(norm)}: its sizes or key heads do not agree")
+            got = (np.ascontiguousarray(conv.T), gates, np.ascontiguousarray(norm, np.float32),
+                   np.ascontiguousarray(key_of, np.int32), hk)
+            self._delta_layers[key] = got
+            self._delta_held.append(fields)                   # (held, so that their ids are not reused)
+        return got
 
     def _buffer(self, kind: str, shape: tuple, dtype) -> tuple[np.ndarray, int]:
         """A work array and its address: kept for decode's few tokens, new for a prompt's many."""

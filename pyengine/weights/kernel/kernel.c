@@ -1154,19 +1154,18 @@ EXPORT int pe_attn_values(const float *p, int hkv, int m, int s, const float *v,
  * the wasm side module has no libm) ---- */
 
 /* floor(v) for |v| < 2^31 */
-static inline float floor_f32(float v) {
+INLINE float floor_f32(float v) {
     const float t = (float)(int32_t)v;
     return t > v ? t - 1.0f : t;
 }
 
 /* e^x within 2 ulp (cephes' expf): x = n ln2 + r with |r| <= ln2/2 (ln2 in two parts, Cody-Waite), e^r by
-   a polynomial, then times 2^n as two normal powers of two (a result below 2^-126 is subnormal) */
-static float exp_f32(float x) {
-    if (!(x == x)) return x;                                      /* NaN */
-    if (x > 88.7228394f) return bits_f32(0x7f800000u);
-    if (x < -103.972084f) return 0.0f;
-    const float n = floor_f32(x * 1.44269504088896341f + 0.5f);
-    float r = x - n * 0.693359375f;
+   a polynomial, then times 2^n as two normal powers of two (a result below 2^-126 is subnormal). Without
+   branches (the ends and NaN are selects), so that a loop of them is vectorized. */
+INLINE float exp_f32(float x) {
+    const float xc = x == x ? (x > 88.7228394f ? 88.7228394f : x < -103.972084f ? -103.972084f : x) : 0.0f;
+    const float n = floor_f32(xc * 1.44269504088896341f + 0.5f);
+    float r = xc - n * 0.693359375f;
     r = r - n * -2.12194440e-4f;
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
@@ -1175,8 +1174,9 @@ static float exp_f32(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     const float y = p * (r * r) + r + 1.0f;
-    const int e = (int)n, e1 = e < -126 ? -126 : e > 127 ? 127 : e;
-    return y * bits_f32((uint32_t)(e1 + 127) << 23) * bits_f32((uint32_t)(e - e1 + 127) << 23);
+    const int32_t e = (int32_t)n, e1 = e < -126 ? -126 : e > 127 ? 127 : e;
+    const float v = y * bits_f32((uint32_t)(e1 + 127) << 23) * bits_f32((uint32_t)(e - e1 + 127) << 23);
+    return x != x ? x : x > 88.7228394f ? bits_f32(0x7f800000u) : x < -103.972084f ? 0.0f : v;
 }
 
 /* log(x) for a normal x > 0 (cephes' logf): x = m 2^e with m in [sqrt(1/2), sqrt(2)), log(m) by a polynomial
@@ -1213,7 +1213,7 @@ static inline float softplus_f32(float x) {
     return u == 1.0f ? ex : log_f32(u) * (ex / (u - 1.0f));
 }
 
-static inline float silu_f32(float x) { return x / (1.0f + exp_f32(-x)); }
+INLINE float silu_f32(float x) { return x / (1.0f + exp_f32(-x)); }
 
 /* 1 / sqrt(mean(x²) + eps_n) over n floats (ggml rms_norm's scale; l2norm's with eps_n = eps / n) */
 static inline float rms_scale(const float *x, int n, float eps_n) {
@@ -1223,13 +1223,14 @@ static inline float rms_scale(const float *x, int n, float eps_n) {
 }
 
 /* One head of one token of the gated delta rule (ggml's gated_delta_net, one step), the state read once:
-   for each row j of the head's state S (dv rows of dk), updated in place,
+   for each row j of the head's state S (dv rows of dk) read from src and written to dst (the same rows, or
+   where the new state goes),
      S[j] *= decay;  d = (v[j] - S[j] . k) * beta;  S[j] += d * k;  o[j] = S[j] . q */
-static void delta_head(float *st, int dv, int dk, const float *q, const float *k, const float *v, float decay,
-                       float beta, float *o) {
+static void delta_head(const float *src, float *dst, int dv, int dk, const float *q, const float *k, const float *v,
+                       float decay, float beta, float *o) {
     for (ptrdiff_t j = 0; j < dv; j++) {
-        float *row = st + j * dk;
-        for (int c = 0; c < dk; c++) row[c] *= decay;
+        float *row = dst + j * dk;
+        for (int c = 0; c < dk; c++) row[c] = src[j * dk + c] * decay;
         const float d = (v[j] - dot_f32(row, k, dk)) * beta;
         for (int c = 0; c < dk; c++) row[c] += d * k[c];
         o[j] = dot_f32(row, q, dk);
@@ -1240,12 +1241,13 @@ static void delta_head(float *st, int dv, int dk, const float *q, const float *k
    silu, the l2 norms of q and k, the gates, gated_delta_net, the gated rms norm), T tokens in turn, for H
    value heads of size D reading Hk key heads (value head h reads key head key_of[h]) and K conv taps:
      proj (T, P): each token's qkv (C = 2 Hk D + H D: q of each key head, k of each, v of each value head),
-       z (H D), b (H), a (H), P = C + H D + 2 H;  conv (C, K);  gates: dt_bias (H) then ssm_a (H);  norm (D)
+       z (H D), b (H), a (H), P = C + H D + 2 H;  conv_t (K, C): ssm_conv1d's taps, tap by tap;
+       gates: dt_bias (H) then ssm_a (H);  norm (D)
      window (K-1, C) -> window_out: the last K-1 inputs;  s (H, D, D) -> s_out;
      out (T, H D) = rmsnorm(o, norm) * silu(z);  work: C floats.
    dims = {T, H, Hk, D, K}. Per token: x = silu(conv(window, qkv)); q and k l2-normed per key head (q times
    1/sqrt(D)); g = softplus(a + dt_bias) * ssm_a; beta = sigmoid(b); the delta rule with decay e^g. */
-EXPORT int pe_delta_net(const float *proj, const int32_t *dims, const float *conv, const float *window,
+EXPORT int pe_delta_net(const float *proj, const int32_t *dims, const float *conv_t, const float *window,
                         const float *s, const float *gates, const float *norm, const int32_t *key_of, float eps,
                         float *window_out, float *s_out, float *out, float *work) {
     const int t = dims[0], h = dims[1], hk = dims[2], d = dims[3], taps = dims[4];
@@ -1258,14 +1260,15 @@ EXPORT int pe_delta_net(const float *proj, const int32_t *dims, const float *con
     const float *dt_bias = gates, *ssm_a = gates + h;
     const float l2_eps = (float)((double)eps / d), l2_scale = (float)(1.0 / __builtin_sqrt((double)d));
     __builtin_memcpy(window_out, window, sizeof(float) * (size_t)(taps - 1) * (size_t)c);
-    __builtin_memcpy(s_out, s, sizeof(float) * (size_t)nv * (size_t)d);
+    if (t == 0) __builtin_memcpy(s_out, s, sizeof(float) * (size_t)nv * (size_t)d);
     for (ptrdiff_t i = 0; i < t; i++) {
         const float *x = proj + i * p, *z = x + c, *b = z + nv, *a = b + h;
-        for (ptrdiff_t ch = 0; ch < c; ch++) {                    /* ssm_conv, tap by tap, then silu */
-            float acc = (taps > 1 ? window_out[ch] : x[ch]) * conv[ch * taps];
-            for (int j = 1; j < taps; j++) acc += (j < taps - 1 ? window_out[j * c + ch] : x[ch]) * conv[ch * taps + j];
-            work[ch] = silu_f32(acc);
+        for (int j = 0; j < taps; j++) {                          /* ssm_conv: the window's rows, then x */
+            const float *in = j < taps - 1 ? window_out + j * c : x, *w = conv_t + j * c;
+            if (j == 0) for (ptrdiff_t ch = 0; ch < c; ch++) work[ch] = in[ch] * w[ch];
+            else for (ptrdiff_t ch = 0; ch < c; ch++) work[ch] += in[ch] * w[ch];
         }
+        for (ptrdiff_t ch = 0; ch < c; ch++) work[ch] = silu_f32(work[ch]);
         if (taps > 1) {                                           /* the window moves on by this token */
             __builtin_memmove(window_out, window_out + c, sizeof(float) * (size_t)(taps - 2) * (size_t)c);
             __builtin_memcpy(window_out + (taps - 2) * c, x, sizeof(float) * (size_t)c);
@@ -1281,7 +1284,7 @@ EXPORT int pe_delta_net(const float *proj, const int32_t *dims, const float *con
             const float beta = 1.0f / (1.0f + exp_f32(-b[hh]));
             const float *q = work + key_of[hh] * d, *k = work + nk + key_of[hh] * d, *v = work + 2 * nk + hh * d;
             float *oh = o + hh * d;
-            delta_head(s_out + hh * d * d, d, d, q, k, v, exp_f32(g), beta, oh);
+            delta_head((i ? s_out : s) + hh * d * d, s_out + hh * d * d, d, d, q, k, v, exp_f32(g), beta, oh);
             const float scale = rms_scale(oh, d, eps);            /* ssm_norm, then times silu(z) */
             for (int j = 0; j < d; j++) oh[j] = oh[j] * scale * norm[j] * silu_f32(z[hh * d + j]);
         }
