@@ -355,8 +355,8 @@ class WorkerSession:
     def _heaps(self) -> list[int]:
         """Each worker's wasm heap in bytes, this one's first (a helper's after its last command; [] outside
         a browser)."""
-        helpers = self.model.chan.heaps() if isinstance(self.model, SplitModel) else []
-        return self._heap() + helpers if self._heap() else []
+        own = self._heap()
+        return own + self.model.chan.heaps() if own and isinstance(self.model, SplitModel) else own
 
 
     # --- chat

@@ -124,11 +124,11 @@ def _skip_array(cur: Cursor) -> tuple[SkippedArray, str]:
     an error here (the keys skipped hold no such thing)."""
     item = _value_type(cur, "array item type")
     count = cur.u64("array length")
-    item_name, fmt, _ = VALUE_TYPES[item]
+    item_name = VALUE_TYPES[item][0]
     if item == T_STRING:
         cur.skip_strings(count)
-    elif fmt is not None:
-        size = struct.calcsize(fmt)
+    elif item in _SCALARS:
+        size = _SCALARS[item].size
         cur.check_count(count, size, f"array of {item_name}")
         cur.skip(count * size, f"array of {item_name}")
     else:

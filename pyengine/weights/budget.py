@@ -217,8 +217,9 @@ def reserve_heap(nbytes: int) -> None:
     4 MiB more than asked (build_scripts/fetch_runtime.py, GROWTH_FIX): a load
     allocating matrix after matrix would leave growth after growth's slack on
     top of its weights. One array of the whole, freed at once, grows the heap
-    by exactly that; the weights then fill the space it left. Nothing happens in CPython, or when the space cannot be
-    had (the load then fails on its own, with its own error).
+    by exactly that; the weights then fill the space it left. Nothing happens
+    in CPython, or when the space cannot be had (the load then fails on its
+    own, with its own error).
     """
     if sys.platform == "emscripten":
         try:

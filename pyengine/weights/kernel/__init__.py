@@ -103,8 +103,7 @@ class Kernel:
         self.code_bytes = lib.pe_code_bytes()   # an activation code's bytes in a record: 1 (x86) or 2 (wasm)
         self._act_bytes: dict[tuple[str, int], int] = {}
         self._local = threading.local()        # its .buffers: (kind, shape) -> (array, address), a thread's own
-        self._delta_layers: dict[tuple, tuple] = {}   # ids of a DeltaNet layer's arrays -> what pe_delta_net takes
-        self._delta_held: list[tuple] = []
+        self._delta_layers: dict[tuple, tuple] = {}   # ids of a DeltaNet layer's arrays -> (them, pe_delta_net's)
 
     def act_bytes(self, ggml_type: str, n: int) -> int:
         """Bytes of one token's activation record for rows of ``n`` weights of ``ggml_type``."""
@@ -190,7 +189,7 @@ class Kernel:
         sizes do not agree."""
         fields = (layer.conv, layer.dt_bias, layer.a, layer.norm, layer.key_of)
         key = tuple(map(id, fields))
-        got = self._delta_layers.get(key)
+        got = self._delta_layers.get(key, (None, None))[1]
         if got is None:
             conv, dt_bias, a, norm, key_of = fields
             _check(conv, np.float32, 2, "conv")
@@ -203,8 +202,7 @@ class Kernel:
                                   f"norm {np.shape(norm)}: its sizes or key heads do not agree")
             got = (np.ascontiguousarray(conv.T), gates, np.ascontiguousarray(norm, np.float32),
                    np.ascontiguousarray(key_of, np.int32), hk)
-            self._delta_layers[key] = got
-            self._delta_held.append(fields)                   # (held, so that their ids are not reused)
+            self._delta_layers[key] = (fields, got)            # (the arrays held, so that their ids stay theirs)
         return got
 
     def _buffer(self, kind: str, shape: tuple, dtype) -> tuple[np.ndarray, int]:
