@@ -26,7 +26,8 @@
 import { el } from "./app/dom.js";
 import { addPiece, setStatsLine, showStats, useStopWords, wireChatView } from "./app/chat_view.js";
 import {
-  chatFailed, checkFailed, checked, offerAgain, refused, request, sendable, settingEdited, started, wireComposer,
+  chatFailed, checkFailed, checked, offerAgain, refused, replyOver, request, sendable, settingEdited, started,
+  wireComposer,
 } from "./app/composer.js";
 import { otherTabChanged, saveChat, startNewChat, useModelName, wireChats } from "./app/chats.js";
 import { wireTabs } from "./app/tabs.js";
@@ -149,6 +150,7 @@ function freshChat() {
 }
 
 function replyEnded() {
+  replyOver();
   const next = afterReply;
   afterReply = null;
   next?.();

@@ -182,6 +182,7 @@ def stop_mid_reply_then_ask_again(page, model_path) -> None:
     last = page.locator("[data-testid=message][data-role=assistant]").last
     assert last.get_attribute("data-note") == "stopped"
     assert page.get_by_test_id("file-input").is_enabled() and hint.text_content().startswith("or click to choose")
+    assert page.get_by_test_id("send-error").is_hidden()                  # the reply ended: the message may go
     partial = messages(page)[-1][1]
     stats = page.get_by_test_id("stats").text_content()
     assert partial and stats.endswith("· stopped"), stats

@@ -59,10 +59,17 @@ function send() {
   request((fields) => sendText(text, fields), () => { el.prompt.value = ""; });
 }
 
-// Enter while a reply runs: the message stays in the box, and the line under the chat says why.
+const NOT_SENT_YET = "Not sent yet: a reply is running. Send it when the reply ends (Stop ends it now).";
+
+// Enter while a reply runs: the message stays in the box, and the line under the chat says why ...
 function notSentYet() {
-  el.sendError.textContent = "Not sent yet: a reply is running. Send it when the reply ends (Stop ends it now).";
+  el.sendError.textContent = NOT_SENT_YET;
   el.sendError.hidden = false;
+}
+
+// ... until the reply ends, however it ends.
+export function replyOver() {
+  if (el.sendError.textContent === NOT_SENT_YET) el.sendError.hidden = true;
 }
 
 function checkSettings() {
